@@ -1,0 +1,73 @@
+# Every third-party dependency except Kokkos (ExaMoEKokkos.cmake).
+
+find_package(MPI 3.0 REQUIRED COMPONENTS CXX)
+
+# Parallel HDF5: prefer the MPI flavour Debian installs next to mpich.
+set(HDF5_PREFER_PARALLEL TRUE)
+if(NOT HDF5_ROOT AND EXISTS /usr/lib/x86_64-linux-gnu/hdf5/mpich)
+  set(HDF5_C_COMPILER_EXECUTABLE /usr/bin/h5pcc.mpich CACHE FILEPATH "")
+endif()
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "HDF5 at ${HDF5_INCLUDE_DIRS} is serial. ExaMoE writes checkpoints through MPI-IO and "
+                      "needs parallel HDF5 (Debian: libhdf5-mpich-dev; Spack: hdf5+mpi).")
+endif()
+# Verify H5_HAVE_PARALLEL in the header itself: FindHDF5's guess can be fooled.
+find_file(EXAMOE_H5PUBCONF H5pubconf.h PATHS ${HDF5_INCLUDE_DIRS} NO_DEFAULT_PATH)
+if(EXAMOE_H5PUBCONF)
+  file(STRINGS "${EXAMOE_H5PUBCONF}" _h5par REGEX "^#define H5_HAVE_PARALLEL 1")
+  if(NOT _h5par)
+    message(FATAL_ERROR "${EXAMOE_H5PUBCONF} lacks H5_HAVE_PARALLEL: this HDF5 was built without MPI.")
+  endif()
+endif()
+add_library(ExaMoE_hdf5 INTERFACE)
+add_library(ExaMoE::hdf5 ALIAS ExaMoE_hdf5)
+target_include_directories(ExaMoE_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+target_link_libraries(ExaMoE_hdf5 INTERFACE ${HDF5_C_LIBRARIES} MPI::MPI_CXX)
+target_compile_definitions(ExaMoE_hdf5 INTERFACE ${HDF5_C_DEFINITIONS})
+
+find_package(tomlplusplus REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+
+find_package(PkgConfig QUIET)
+find_path(XXHASH_INCLUDE_DIR xxhash.h)
+find_library(XXHASH_LIBRARY NAMES xxhash)
+if(NOT XXHASH_INCLUDE_DIR OR NOT XXHASH_LIBRARY)
+  message(FATAL_ERROR "xxHash not found (Debian: libxxhash-dev; Spack: xxhash).")
+endif()
+add_library(ExaMoE_xxhash INTERFACE)
+add_library(ExaMoE::xxhash ALIAS ExaMoE_xxhash)
+target_include_directories(ExaMoE_xxhash SYSTEM INTERFACE ${XXHASH_INCLUDE_DIR})
+target_link_libraries(ExaMoE_xxhash INTERFACE ${XXHASH_LIBRARY})
+
+# CBLAS is only used by the gemm benchmark's baseline, never by the library.
+find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
+find_library(OPENBLAS_LIBRARY NAMES openblas)
+
+if(EXAMOE_ENABLE_TESTS)
+  find_package(GTest REQUIRED)
+  # The reference tests need Debian's python3-torch, which lives under the
+  # system interpreter, not under a pyenv/conda one earlier on PATH.
+  if(NOT Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python with torch and h5py")
+  endif()
+  find_package(Python3 COMPONENTS Interpreter)
+endif()
+if(EXAMOE_ENABLE_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()
+
+set(EXAMOE_HAVE_NCCL OFF)
+if(EXAMOE_ENABLE_CUDA AND EXAMOE_ENABLE_NCCL)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_ROOT}/include /usr/local/cuda/include)
+  find_library(NCCL_LIBRARY nccl HINTS $ENV{NCCL_ROOT}/lib /usr/local/cuda/lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(EXAMOE_HAVE_NCCL ON)
+    add_library(ExaMoE_nccl INTERFACE)
+    add_library(ExaMoE::nccl ALIAS ExaMoE_nccl)
+    target_include_directories(ExaMoE_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(ExaMoE_nccl INTERFACE ${NCCL_LIBRARY})
+  endif()
+endif()

@@ -1,0 +1,14 @@
+#pragma once
+// Kokkos lifetime. Construct one KokkosRuntime at the top of main (after
+// MPI_Init when MPI is used); it finalizes Kokkos when it goes out of scope.
+namespace exa {
+
+class KokkosRuntime {
+ public:
+  KokkosRuntime(int& argc, char** argv);
+  ~KokkosRuntime();
+  KokkosRuntime(const KokkosRuntime&) = delete;
+  KokkosRuntime& operator=(const KokkosRuntime&) = delete;
+};
+
+}  // namespace exa

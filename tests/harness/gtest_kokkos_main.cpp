@@ -1,0 +1,13 @@
+// GoogleTest entry point for every non-MPI test: Kokkos lives for the whole
+// test program, as in a real run.
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  Kokkos::initialize(argc, argv);
+  int rc = RUN_ALL_TESTS();
+  Kokkos::finalize();
+  return rc;
+}
