@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Sets up and builds ExaMoE on Debian 12. Idempotent and quiet when there is
+# nothing left to do.
+#
+#   scripts/setup.sh                 # Serial (Debian's Kokkos) -> build/
+#   scripts/setup.sh openmp          # OpenMP Kokkos built from Debian source -> build-openmp/
+#   scripts/setup.sh cuda            # CUDA Kokkos (nvcc 11.8, sm_80), compile only -> build-cuda/
+#
+# Environment: JOBS (default 2), EXAMOE_CACHE (default ~/.cache/examoe),
+# BUILD_DIR (override the build directory), CMAKE_ARGS (extra cmake flags).
+set -euo pipefail
+backend=${1:-serial}
+root=$(cd "$(dirname "$0")/.." && pwd)
+JOBS=${JOBS:-2}
+export JOBS
+
+"$root/scripts/deps-debian.sh"
+args=(-DCMAKE_BUILD_TYPE=Release)
+case "$backend" in
+  serial) build=${BUILD_DIR:-$root/build} ;;
+  openmp)
+    build=${BUILD_DIR:-$root/build-openmp}
+    kokkos=$("$root/scripts/build-kokkos.sh" openmp)
+    args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
+           -DEXAMOE_TEST_BACKENDS=OpenMP) ;;
+  cuda)
+    build=${BUILD_DIR:-$root/build-cuda}
+    "$root/scripts/deps-cuda.sh"
+    kokkos=$("$root/scripts/build-kokkos.sh" cuda)
+    export NVCC_WRAPPER_DEFAULT_COMPILER=${NVCC_WRAPPER_DEFAULT_COMPILER:-g++-11}
+    # nvcc 11.8 must not pick up a newer CUDA's ptxas from /usr/local/cuda.
+    export CUDA_ROOT=${CUDA_ROOT:-/usr} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr}
+    PATH=$(printf '%s' "$PATH" | tr : '\n' | grep -v '^/usr/local/cuda' | paste -sd:); export PATH
+    args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
+           -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11) ;;
+  *) echo "setup.sh: unknown backend '$backend' (want serial, openmp or cuda)" >&2; exit 2 ;;
+esac
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  echo "[setup] configuring $backend build in $build"
+  cmake -S "$root" -B "$build" "${args[@]}" ${CMAKE_ARGS:-} >"$build.configure.log" 2>&1 \
+    || { cat "$build.configure.log" >&2; exit 1; }
+  sed -n '/ExaMoE .* configuration/,/install prefix/p' "$build.configure.log"
+fi
+# Quiet unless something fails; make's "up to date" chatter is dropped.
+if ! cmake --build "$build" -j "$JOBS" >"$build.build.log" 2>&1; then
+  grep -E "error|Error" -A3 "$build.build.log" | head -60 >&2
+  echo "[setup] build failed; full log: $build.build.log" >&2
+  exit 1
+fi
