@@ -1,0 +1,9 @@
+#include "kernels/attention.hpp"
+
+namespace exa::kernels {
+template void attention_forward(const View4<float>&, const View4<float>&, const View4<float>&,
+                                const View4<float>&, const View3<float>&, AttentionTiles);
+template void attention_backward(const View4<float>&, const View4<float>&, const View4<float>&,
+                                 const View4<float>&, const View4<float>&, const View3<float>&,
+                                 const View4<float>&, const View4<float>&, const View4<float>&, AttentionTiles);
+}  // namespace exa::kernels

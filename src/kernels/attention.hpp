@@ -1,0 +1,402 @@
+#pragma once
+// Causal multi-head attention with grouped-query heads (GQA), tiled with an
+// online softmax (FlashAttention-2 style).
+//
+//   q   [B,T,H,hd]     k, v [B,T,Hkv,hd]     out [B,T,H,hd]     lse [B,H,T]
+//
+// H % Hkv == 0; query head h reads kv head h / (H/Hkv). Scale 1/sqrt(hd).
+// Causal: query position i attends to key positions j <= i.
+//
+// Forward: one team per (b, h, query tile). Key/value tiles are staged in
+// team scratch; each thread owns whole query rows and keeps a running max
+// and running sum, rescaling its output row as new key tiles arrive. No T x T
+// matrix exists anywhere: only a [block_q, block_k] score tile per team. The
+// log-sum-exp of every row is saved for the backward pass.
+//
+// Backward recomputes the probabilities tile by tile from lse:
+//   D_i   = dout_i . out_i
+//   p_ij  = exp(scale q_i.k_j - lse_i)
+//   dv_j += p_ij dout_i
+//   ds_ij = p_ij (dout_i . v_j - D_i)
+//   dq_i += scale ds_ij k_j
+//   dk_j += scale ds_ij q_i
+// in passes arranged so that every output element has exactly one writer
+// (no atomics, bit-reproducible): D for every row, then a dq pass (team per (b, h, query tile), key
+// tiles in scratch) and a dk/dv pass (team per (b, kv head, key tile), query
+// and dout tiles in scratch, summing over the query heads of the group in a
+// fixed order).
+//
+// All tensors must be LayoutRight (the head dimension is contiguous).
+// Accumulation is in the output's scalar type.
+#include <cmath>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "core/kokkos_shims.hpp"
+#include "core/types.hpp"
+
+namespace exa::kernels {
+
+// Tile sizes (query rows per team, key rows per scratch tile). The defaults
+// suit CPUs and GPUs; tests shrink them to exercise many partial tiles.
+struct AttentionTiles {
+  int block_q = 32;
+  int block_k = 32;
+};
+
+namespace attention_detail {
+
+template <class Exec, class T>
+using Scratch2 = Kokkos::View<T**, Kokkos::LayoutRight, typename Exec::scratch_memory_space,
+                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template <class Exec, class T>
+using Scratch1 = Kokkos::View<T*, Kokkos::LayoutRight, typename Exec::scratch_memory_space,
+                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// Host backends: let Kokkos choose (1 thread per team on Serial/OpenMP).
+// Device backends: one thread per tile row.
+template <class Exec>
+Kokkos::TeamPolicy<Exec> team_policy(int league, int rows) {
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) {
+    (void)rows;
+    return Kokkos::TeamPolicy<Exec>(league, Kokkos::AUTO);
+  } else {
+    return Kokkos::TeamPolicy<Exec>(league, rows < 256 ? rows : 256);
+  }
+}
+
+// Team scratch level that can hold `bytes` (level 1 is global-memory scratch).
+template <class Exec>
+int scratch_level(std::size_t bytes) {
+  return bytes <= static_cast<std::size_t>(Kokkos::TeamPolicy<Exec>::scratch_size_max(0)) ? 0 : 1;
+}
+
+// a . b over n contiguous elements with 8 independent partial sums, so the
+// compiler can vectorise it without reassociating (fixed order, bitwise
+// reproducible).
+template <class T, class A, class B>
+KOKKOS_FORCEINLINE_FUNCTION T dot(const A* a, const B* b, int n) {
+  T acc[8] = {T(0), T(0), T(0), T(0), T(0), T(0), T(0), T(0)};
+  int c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int u = 0; u < 8; ++u) acc[u] += T(a[c + u]) * T(b[c + u]);
+  for (int u = 0; c < n; ++c, ++u) acc[u] += T(a[c]) * T(b[c]);
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+template <class A, class B>
+bool same_shape4(const A& a, const B& b) {
+  return a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1) && a.extent(2) == b.extent(2) &&
+         a.extent(3) == b.extent(3);
+}
+
+template <class Q, class L>
+bool lse_shape_ok(const Q& q, const L& lse) {
+  return lse.extent(0) == q.extent(0) && lse.extent(1) == q.extent(2) && lse.extent(2) == q.extent(1);
+}
+
+template <class V>
+void require_layout_right() {
+  static_assert(std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value,
+                "exa::kernels::attention needs LayoutRight views");
+}
+
+struct Shape {
+  int B, T, H, Hkv, hd, rep;
+};
+
+template <class Q, class K, class V>
+Shape check_shapes(const Q& q, const K& k, const V& v) {
+  Shape s;
+  s.B = static_cast<int>(q.extent(0));
+  s.T = static_cast<int>(q.extent(1));
+  s.H = static_cast<int>(q.extent(2));
+  s.hd = static_cast<int>(q.extent(3));
+  s.Hkv = static_cast<int>(k.extent(2));
+  EXA_REQUIRE(s.Hkv > 0 && s.H % s.Hkv == 0,
+              "exa::kernels::attention: n_heads ({}) must be a multiple of n_kv_heads ({})", s.H, s.Hkv);
+  EXA_REQUIRE(k.extent(0) == q.extent(0) && k.extent(1) == q.extent(1) && k.extent(3) == q.extent(3) &&
+                  v.extent(0) == k.extent(0) && v.extent(1) == k.extent(1) && v.extent(2) == k.extent(2) &&
+                  v.extent(3) == k.extent(3),
+              "exa::kernels::attention: q, k, v shapes disagree");
+  s.rep = s.H / s.Hkv;
+  return s;
+}
+
+inline void check_tiles(const AttentionTiles& t) {
+  EXA_REQUIRE(t.block_q > 0 && t.block_k > 0, "exa::kernels::attention: tile sizes must be positive (got {}x{})",
+              t.block_q, t.block_k);
+}
+
+}  // namespace attention_detail
+
+// out = softmax(scale q k^T + causal mask) v, per head; lse[b,h,i] saved.
+template <class Q, class K, class V, class O, class L>
+void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L& lse,
+                       AttentionTiles tiles = {}) {
+  namespace ad = attention_detail;
+  using Exec = exec_of<O>;
+  using T = scalar_of<O>;
+  using S2 = ad::Scratch2<Exec, T>;
+  using S1 = ad::Scratch1<Exec, T>;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  ad::require_layout_right<Q>();
+  ad::require_layout_right<K>();
+  ad::require_layout_right<V>();
+  ad::require_layout_right<O>();
+  const ad::Shape sh = ad::check_shapes(q, k, v);
+  ad::check_tiles(tiles);
+  EXA_REQUIRE(ad::same_shape4(out, q) && ad::lse_shape_ok(q, lse),
+              "exa::kernels::attention_forward: out must be shaped like q and lse [B,H,T]");
+  const int Tn = sh.T, H = sh.H, hd = sh.hd, rep = sh.rep;
+  if (sh.B == 0 || Tn == 0 || H == 0) return;
+  const int bq = tiles.block_q, bk = tiles.block_k;
+  const int nqt = (Tn + bq - 1) / bq;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+
+  const std::size_t bytes = 2 * S2::shmem_size(bk, hd) + S2::shmem_size(bq, bk) + 2 * S1::shmem_size(bq);
+  const int lvl = ad::scratch_level<Exec>(bytes);
+  auto policy = ad::team_policy<Exec>(sh.B * H * nqt, bq);
+  policy.set_scratch_size(lvl, Kokkos::PerTeam(bytes));
+
+  Kokkos::parallel_for(
+      "exa::attention::forward", policy, KOKKOS_LAMBDA(const Member& team) {
+        const int lid = team.league_rank();
+        const int qt = lid % nqt;
+        const int h = (lid / nqt) % H;
+        const int b = lid / (nqt * H);
+        const int g = h / rep;
+        const int i0 = qt * bq;
+        const int nrows = kx::min(bq, Tn - i0);
+        const int i1 = i0 + nrows;
+        S2 Ks(team.team_scratch(lvl), bk, hd);
+        S2 Vs(team.team_scratch(lvl), bk, hd);
+        S2 Sc(team.team_scratch(lvl), bq, bk);
+        S1 mrow(team.team_scratch(lvl), bq);
+        S1 lrow(team.team_scratch(lvl), bq);
+        const int nkt = (i1 - 1) / bk + 1;  // key tiles reaching the last row
+        for (int kt = 0; kt < nkt; ++kt) {
+          const int j0 = kt * bk;
+          const int jn = kx::min(bk, i1 - j0);
+          team.team_barrier();  // everyone is done with the previous tile
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, jn * hd), [&](const int t) {
+            const int jj = t / hd, c = t % hd;
+            Ks(jj, c) = k(b, j0 + jj, g, c);
+            Vs(jj, c) = v(b, j0 + jj, g, c);
+          });
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
+            const int i = i0 + r;
+            if (i < j0) return;  // every key of this tile is in row i's future
+            const int jend = kx::min(jn, i - j0 + 1);
+            const auto* qi = &q(b, i, h, 0);
+            T* oi = &out(b, i, h, 0);
+            T tile_max = kx::lowest<T>();
+            for (int jj = 0; jj < jend; ++jj) {
+              const T* kj = &Ks(jj, 0);
+              const T s = scale * ad::dot<T>(qi, kj, hd);
+              Sc(r, jj) = s;
+              tile_max = kx::max(tile_max, s);
+            }
+            const T m_old = kt == 0 ? tile_max : mrow(r);
+            const T m_new = kx::max(m_old, tile_max);
+            const T alpha = kx::exp(m_old - m_new);
+            T psum = 0;
+            for (int jj = 0; jj < jend; ++jj) {
+              const T p = kx::exp(Sc(r, jj) - m_new);
+              Sc(r, jj) = p;
+              psum += p;
+            }
+            if (kt == 0) {
+              lrow(r) = psum;
+              for (int c = 0; c < hd; ++c) oi[c] = T(0);
+            } else {
+              lrow(r) = lrow(r) * alpha + psum;
+              for (int c = 0; c < hd; ++c) oi[c] *= alpha;
+            }
+            mrow(r) = m_new;
+            for (int jj = 0; jj < jend; ++jj) {
+              const T p = Sc(r, jj);
+              const T* vj = &Vs(jj, 0);
+              for (int c = 0; c < hd; ++c) oi[c] += p * vj[c];
+            }
+          });
+        }
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
+          const int i = i0 + r;
+          T* oi = &out(b, i, h, 0);
+          const T inv = T(1) / lrow(r);
+          for (int c = 0; c < hd; ++c) oi[c] *= inv;
+          lse(b, h, i) = mrow(r) + kx::log(lrow(r));
+        });
+      });
+}
+
+// Gradients of sum(out * dout) with respect to q, k and v. dq, dk, dv are
+// overwritten. `out` and `lse` are the forward's results.
+template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
+void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse,
+                        const DQ& dq, const DK& dk, const DV& dv, AttentionTiles tiles = {}) {
+  namespace ad = attention_detail;
+  using Exec = exec_of<DQ>;
+  using T = scalar_of<DQ>;
+  using S2 = ad::Scratch2<Exec, T>;
+  using S1 = ad::Scratch1<Exec, T>;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  ad::require_layout_right<DO>();
+  ad::require_layout_right<Q>();
+  ad::require_layout_right<K>();
+  ad::require_layout_right<V>();
+  ad::require_layout_right<O>();
+  ad::require_layout_right<DQ>();
+  ad::require_layout_right<DK>();
+  ad::require_layout_right<DV>();
+  const ad::Shape sh = ad::check_shapes(q, k, v);
+  ad::check_tiles(tiles);
+  EXA_REQUIRE(ad::same_shape4(dout, q) && ad::same_shape4(out, q) && ad::same_shape4(dq, q) &&
+                  ad::same_shape4(dk, k) && ad::same_shape4(dv, k) && ad::lse_shape_ok(q, lse),
+              "exa::kernels::attention_backward: dout, out, dq must be shaped like q, dk and dv like k, lse [B,H,T]");
+  const int B = sh.B, Tn = sh.T, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, rep = sh.rep;
+  if (B == 0 || Tn == 0 || H == 0) return;
+  const int bq = tiles.block_q, bk = tiles.block_k;
+  const int nqt = (Tn + bq - 1) / bq;
+  const int nkt = (Tn + bk - 1) / bk;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+
+  // D_i = dout_i . out_i, laid out like lse.
+  Kokkos::View<T***, Kokkos::LayoutRight, typename DQ::device_type> delta(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::attention::delta"), B, H, Tn);
+  Kokkos::parallel_for(
+      "exa::attention::backward_delta", Kokkos::RangePolicy<Exec>(0, static_cast<index_t>(B) * H * Tn),
+      KOKKOS_LAMBDA(const index_t idx) {
+        const int i = static_cast<int>(idx % Tn);
+        const int h = static_cast<int>((idx / Tn) % H);
+        const int b = static_cast<int>(idx / (static_cast<index_t>(Tn) * H));
+        const auto* di = &dout(b, i, h, 0);
+        const auto* oi = &out(b, i, h, 0);
+        delta(b, h, i) = ad::dot<T>(di, oi, hd);
+      });
+
+  // dq: team per (b, h, query tile), key/value tiles in scratch.
+  {
+    const std::size_t bytes = 2 * S2::shmem_size(bk, hd);
+    const int lvl = ad::scratch_level<Exec>(bytes);
+    auto policy = ad::team_policy<Exec>(B * H * nqt, bq);
+    policy.set_scratch_size(lvl, Kokkos::PerTeam(bytes));
+    Kokkos::parallel_for(
+        "exa::attention::backward_dq", policy, KOKKOS_LAMBDA(const Member& team) {
+          const int lid = team.league_rank();
+          const int qt = lid % nqt;
+          const int h = (lid / nqt) % H;
+          const int b = lid / (nqt * H);
+          const int g = h / rep;
+          const int i0 = qt * bq;
+          const int nrows = kx::min(bq, Tn - i0);
+          const int i1 = i0 + nrows;
+          S2 Ks(team.team_scratch(lvl), bk, hd);
+          S2 Vs(team.team_scratch(lvl), bk, hd);
+          const int nk = (i1 - 1) / bk + 1;
+          for (int kt = 0; kt < nk; ++kt) {
+            const int j0 = kt * bk;
+            const int jn = kx::min(bk, i1 - j0);
+            team.team_barrier();
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, jn * hd), [&](const int t) {
+              const int jj = t / hd, c = t % hd;
+              Ks(jj, c) = k(b, j0 + jj, g, c);
+              Vs(jj, c) = v(b, j0 + jj, g, c);
+            });
+            team.team_barrier();
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
+              const int i = i0 + r;
+              if (i < j0) return;
+              const int jend = kx::min(jn, i - j0 + 1);
+              const auto* qi = &q(b, i, h, 0);
+              const auto* doi = &dout(b, i, h, 0);
+              T* dqi = &dq(b, i, h, 0);
+              if (kt == 0)
+                for (int c = 0; c < hd; ++c) dqi[c] = T(0);
+              const T lse_i = lse(b, h, i);
+              const T d_i = delta(b, h, i);
+              for (int jj = 0; jj < jend; ++jj) {
+                const T* kj = &Ks(jj, 0);
+                const T* vj = &Vs(jj, 0);
+                const T s = ad::dot<T>(qi, kj, hd);
+                const T dp = ad::dot<T>(doi, vj, hd);
+                const T p = kx::exp(s * scale - lse_i);
+                const T ds = scale * p * (dp - d_i);
+                for (int c = 0; c < hd; ++c) dqi[c] += ds * kj[c];
+              }
+            });
+          }
+        });
+  }
+
+  // dk, dv: team per (b, kv head, key tile), query/dout tiles in scratch.
+  {
+    const std::size_t bytes = 2 * S2::shmem_size(bq, hd) + 2 * S1::shmem_size(bq);
+    const int lvl = ad::scratch_level<Exec>(bytes);
+    auto policy = ad::team_policy<Exec>(B * Hkv * nkt, bk);
+    policy.set_scratch_size(lvl, Kokkos::PerTeam(bytes));
+    Kokkos::parallel_for(
+        "exa::attention::backward_dkdv", policy, KOKKOS_LAMBDA(const Member& team) {
+          const int lid = team.league_rank();
+          const int kt = lid % nkt;
+          const int g = (lid / nkt) % Hkv;
+          const int b = lid / (nkt * Hkv);
+          const int j0 = kt * bk;
+          const int ncols = kx::min(bk, Tn - j0);
+          S2 Qs(team.team_scratch(lvl), bq, hd);
+          S2 DOs(team.team_scratch(lvl), bq, hd);
+          S1 lse_s(team.team_scratch(lvl), bq);
+          S1 del_s(team.team_scratch(lvl), bq);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, ncols), [&](const int jj) {
+            T* dkj = &dk(b, j0 + jj, g, 0);
+            T* dvj = &dv(b, j0 + jj, g, 0);
+            for (int c = 0; c < hd; ++c) {
+              dkj[c] = T(0);
+              dvj[c] = T(0);
+            }
+          });
+          for (int hr = 0; hr < rep; ++hr) {
+            const int h = g * rep + hr;
+            for (int qt = j0 / bq; qt < nqt; ++qt) {
+              const int i0 = qt * bq;
+              const int in = kx::min(bq, Tn - i0);
+              team.team_barrier();
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, in * hd), [&](const int t) {
+                const int ii = t / hd, c = t % hd;
+                Qs(ii, c) = q(b, i0 + ii, h, c);
+                DOs(ii, c) = dout(b, i0 + ii, h, c);
+              });
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, in), [&](const int ii) {
+                lse_s(ii) = lse(b, h, i0 + ii);
+                del_s(ii) = delta(b, h, i0 + ii);
+              });
+              team.team_barrier();
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, ncols), [&](const int jj) {
+                const int j = j0 + jj;
+                const auto* kj = &k(b, j, g, 0);
+                const auto* vj = &v(b, j, g, 0);
+                T* dkj = &dk(b, j, g, 0);
+                T* dvj = &dv(b, j, g, 0);
+                for (int ii = kx::max(0, j - i0); ii < in; ++ii) {
+                  const T* qi = &Qs(ii, 0);
+                  const T* doi = &DOs(ii, 0);
+                  const T s = ad::dot<T>(qi, kj, hd);
+                  const T dp = ad::dot<T>(doi, vj, hd);
+                  const T p = kx::exp(s * scale - lse_s(ii));
+                  const T ds = scale * p * (dp - del_s(ii));
+                  for (int c = 0; c < hd; ++c) {
+                    dvj[c] += p * doi[c];
+                    dkj[c] += ds * qi[c];
+                  }
+                }
+              });
+            }
+          }
+        });
+  }
+}
+
+}  // namespace exa::kernels

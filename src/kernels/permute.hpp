@@ -1,0 +1,255 @@
+#pragma once
+// Token permute / unpermute by expert, with an optional per-expert capacity.
+//
+// Given the router's choices topk [N,k] (expert ids in [0,E)), the rows of
+// the permuted buffer are grouped by expert, expert 0 first; within an
+// expert, rows follow token order n, then slot j. With a capacity C > 0 an
+// expert keeps only its first C assignments in that (n, j) order and the
+// rest are dropped (row -1); C = 0 is dropless. The caller computes C from
+// the capacity factor (ceil(c * N * k / E)).
+//
+//   PermutePlan
+//     counts        [E]    rows kept per expert
+//     routed        [E]    assignments per expert before dropping
+//     offsets       [E+1]  first row of each expert; offsets[E] = rows
+//     offsets_host  [E+1]  host copy (the grouped gemm needs it on the host)
+//     row_of        [N,k]  row of assignment (n, j), or -1 if dropped
+//     token_of      [rows] source token of each row
+//
+// The plan is built deterministically without atomics: the N*k assignments
+// are cut into chunks, each chunk histograms its experts, a per-expert scan
+// over chunks gives every chunk its starting rank, and each chunk then
+// ranks its own assignments in order.
+//
+//   permute_forward     xp[r]  = x[token_of[r]]                       [rows,d]
+//   permute_backward    dx[n]  = sum_j dxp[row_of[n,j]]  (gather)     [N,d]
+//   unpermute_forward   y[n]   = sum_j gates[n,j] yp[row_of[n,j]]     [N,d]
+//   unpermute_backward  dyp[row_of[n,j]] = gates[n,j] dy[n]           [rows,d]
+//                       dgates[n,j]      = dy[n] . yp[row_of[n,j]]    [N,k]
+// Dropped slots contribute nothing (and get a zero gate gradient). Every
+// output element has exactly one writer.
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "core/kokkos_shims.hpp"
+#include "core/types.hpp"
+
+namespace exa::kernels {
+
+template <class D = Device>
+struct PermutePlan {
+  index_t n_tokens = 0;
+  int k = 0;
+  int n_experts = 0;
+  index_t capacity = 0;  // 0 = dropless
+  index_t rows = 0;      // M = total kept assignments
+  index_t dropped = 0;   // N*k - rows
+  Kokkos::View<int*, Layout, D> counts;
+  Kokkos::View<int*, Layout, D> routed;
+  Kokkos::View<index_t*, Layout, D> offsets;
+  Kokkos::View<index_t*, Layout, Kokkos::HostSpace> offsets_host;
+  Kokkos::View<int**, Layout, D> row_of;
+  Kokkos::View<int*, Layout, D> token_of;
+};
+
+// Builds the permutation for topk [N,k] over n_experts experts with the
+// given capacity (0 = dropless). Runs in topk's execution space.
+template <class I>
+PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, index_t capacity) {
+  using D = typename I::device_type;
+  using Exec = exec_of<I>;
+  const index_t N = static_cast<index_t>(topk.extent(0));
+  const int K = static_cast<int>(topk.extent(1));
+  const int E = n_experts;
+  EXA_REQUIRE(E >= 1, "exa::kernels::permute_plan: need at least one expert (got {})", E);
+  EXA_REQUIRE(capacity >= 0, "exa::kernels::permute_plan: capacity must be >= 0 (got {})", capacity);
+  const index_t NK = N * K;
+  EXA_REQUIRE(NK < (index_t(1) << 31), "exa::kernels::permute_plan: {} assignments exceed int32 row ids", NK);
+
+  index_t bad = 0;
+  Kokkos::parallel_reduce(
+      "exa::permute::check_ids", Kokkos::RangePolicy<Exec>(0, NK),
+      KOKKOS_LAMBDA(const index_t a, index_t& acc) {
+        const int e = topk(a / K, static_cast<int>(a % K));
+        acc += (e < 0 || e >= E) ? 1 : 0;
+      },
+      bad);
+  EXA_REQUIRE(bad == 0, "exa::kernels::permute_plan: {} expert ids outside [0, {})", bad, E);
+
+  PermutePlan<D> plan;
+  plan.n_tokens = N;
+  plan.k = K;
+  plan.n_experts = E;
+  plan.capacity = capacity;
+  plan.counts = Kokkos::View<int*, Layout, D>("exa::permute::counts", E);
+  plan.routed = Kokkos::View<int*, Layout, D>("exa::permute::routed", E);
+  plan.offsets = Kokkos::View<index_t*, Layout, D>("exa::permute::offsets", E + 1);
+  plan.row_of = Kokkos::View<int**, Layout, D>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::permute::row_of"),
+                                                N, K);
+
+  // Chunks of the flattened (n, j) assignment order.
+  const index_t chunk = kx::max(index_t(256), (NK + 4095) / 4096);
+  const index_t nchunks = (NK + chunk - 1) / chunk;
+  Kokkos::View<int**, Layout, D> base("exa::permute::chunk_base", nchunks, E);
+
+  auto counts = plan.counts;
+  auto routed = plan.routed;
+  auto offsets = plan.offsets;
+  auto row_of = plan.row_of;
+  Kokkos::parallel_for(
+      "exa::permute::histogram", Kokkos::RangePolicy<Exec>(0, nchunks), KOKKOS_LAMBDA(const index_t c) {
+        const index_t a1 = kx::min(NK, (c + 1) * chunk);
+        for (index_t a = c * chunk; a < a1; ++a) base(c, topk(a / K, static_cast<int>(a % K))) += 1;
+      });
+  const index_t cap = capacity;
+  Kokkos::parallel_for(
+      "exa::permute::expert_scan", Kokkos::RangePolicy<Exec>(0, E), KOKKOS_LAMBDA(const int e) {
+        int run = 0;
+        for (index_t c = 0; c < nchunks; ++c) {
+          const int t = base(c, e);
+          base(c, e) = run;
+          run += t;
+        }
+        routed(e) = run;
+        counts(e) = (cap > 0 && run > cap) ? static_cast<int>(cap) : run;
+      });
+  Kokkos::parallel_scan(
+      "exa::permute::offsets", Kokkos::RangePolicy<Exec>(0, E + 1),
+      KOKKOS_LAMBDA(const int e, index_t& upd, const bool final) {
+        if (final) offsets(e) = upd;
+        if (e < E) upd += counts(e);
+      });
+  Kokkos::parallel_for(
+      "exa::permute::rows", Kokkos::RangePolicy<Exec>(0, nchunks), KOKKOS_LAMBDA(const index_t c) {
+        const index_t a1 = kx::min(NK, (c + 1) * chunk);
+        for (index_t a = c * chunk; a < a1; ++a) {
+          const index_t n = a / K;
+          const int j = static_cast<int>(a % K);
+          const int e = topk(n, j);
+          const int rank = base(c, e)++;
+          row_of(n, j) = (cap == 0 || rank < cap) ? static_cast<int>(offsets(e) + rank) : -1;
+        }
+      });
+
+  plan.offsets_host = Kokkos::View<index_t*, Layout, Kokkos::HostSpace>("exa::permute::offsets_host", E + 1);
+  Kokkos::deep_copy(plan.offsets_host, plan.offsets);
+  plan.rows = plan.offsets_host(E);
+  plan.dropped = NK - plan.rows;
+
+  plan.token_of = Kokkos::View<int*, Layout, D>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::permute::token_of"), plan.rows);
+  auto token_of = plan.token_of;
+  Kokkos::parallel_for(
+      "exa::permute::token_of", Kokkos::RangePolicy<Exec>(0, NK), KOKKOS_LAMBDA(const index_t a) {
+        const index_t n = a / K;
+        const int r = row_of(n, static_cast<int>(a % K));
+        if (r >= 0) token_of(r) = static_cast<int>(n);
+      });
+  return plan;
+}
+
+// xp [rows,d] = x [N,d] gathered by token_of [rows].
+template <class X, class R, class XP>
+void permute_forward(const X& x, const R& token_of, const XP& xp) {
+  using Exec = exec_of<XP>;
+  using T = scalar_of<XP>;
+  const index_t M = static_cast<index_t>(xp.extent(0));
+  const index_t d = static_cast<index_t>(xp.extent(1));
+  EXA_REQUIRE(x.extent(1) == xp.extent(1) && token_of.extent(0) == xp.extent(0),
+              "exa::kernels::permute_forward: shapes disagree");
+  Kokkos::parallel_for(
+      "exa::permute::forward", Kokkos::RangePolicy<Exec>(0, M * d), KOKKOS_LAMBDA(const index_t i) {
+        const index_t r = i / d, c = i % d;
+        xp(r, c) = T(x(token_of(r), c));
+      });
+}
+
+// dx [N,d] = sum over kept slots j of dxp [row_of[n,j], :] (overwritten).
+template <class DXP, class R2, class DX>
+void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx) {
+  using Exec = exec_of<DX>;
+  using T = scalar_of<DX>;
+  const index_t N = static_cast<index_t>(dx.extent(0));
+  const index_t d = static_cast<index_t>(dx.extent(1));
+  const int K = static_cast<int>(row_of.extent(1));
+  EXA_REQUIRE(dxp.extent(1) == dx.extent(1) && row_of.extent(0) == dx.extent(0),
+              "exa::kernels::permute_backward: shapes disagree");
+  Kokkos::parallel_for(
+      "exa::permute::backward", Kokkos::RangePolicy<Exec>(0, N * d), KOKKOS_LAMBDA(const index_t i) {
+        const index_t n = i / d, c = i % d;
+        T s = 0;
+        for (int j = 0; j < K; ++j) {
+          const int r = row_of(n, j);
+          if (r >= 0) s += T(dxp(r, c));
+        }
+        dx(n, c) = s;
+      });
+}
+
+// y [N,d] = sum over kept slots j of gates[n,j] * yp [row_of[n,j], :].
+template <class YP, class G, class R2, class Y>
+void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& y) {
+  using Exec = exec_of<Y>;
+  using T = scalar_of<Y>;
+  const index_t N = static_cast<index_t>(y.extent(0));
+  const index_t d = static_cast<index_t>(y.extent(1));
+  const int K = static_cast<int>(row_of.extent(1));
+  EXA_REQUIRE(yp.extent(1) == y.extent(1) && row_of.extent(0) == y.extent(0) && gates.extent(0) == y.extent(0) &&
+                  gates.extent(1) == row_of.extent(1),
+              "exa::kernels::unpermute_forward: shapes disagree");
+  Kokkos::parallel_for(
+      "exa::unpermute::forward", Kokkos::RangePolicy<Exec>(0, N * d), KOKKOS_LAMBDA(const index_t i) {
+        const index_t n = i / d, c = i % d;
+        T s = 0;
+        for (int j = 0; j < K; ++j) {
+          const int r = row_of(n, j);
+          if (r >= 0) s += T(gates(n, j)) * T(yp(r, c));
+        }
+        y(n, c) = s;
+      });
+}
+
+// Gradients of sum(y * dy) for y = unpermute_forward(yp, gates, row_of):
+// dyp [rows,d] and dgates [N,k] (both overwritten; dropped slots get 0).
+template <class DY, class YP, class G, class R2, class DYP, class DG>
+void unpermute_backward(const DY& dy, const YP& yp, const G& gates, const R2& row_of, const DYP& dyp,
+                        const DG& dgates) {
+  using Exec = exec_of<DYP>;
+  using T = scalar_of<DYP>;
+  using TG = scalar_of<DG>;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  const index_t N = static_cast<index_t>(dy.extent(0));
+  const index_t d = static_cast<index_t>(dy.extent(1));
+  const int K = static_cast<int>(row_of.extent(1));
+  EXA_REQUIRE(yp.extent(1) == dy.extent(1) && dyp.extent(0) == yp.extent(0) && dyp.extent(1) == yp.extent(1) &&
+                  row_of.extent(0) == dy.extent(0) && gates.extent(0) == dy.extent(0) &&
+                  gates.extent(1) == row_of.extent(1) && dgates.extent(0) == gates.extent(0) &&
+                  dgates.extent(1) == gates.extent(1),
+              "exa::kernels::unpermute_backward: shapes disagree");
+  EXA_REQUIRE(N * K < (index_t(1) << 31), "exa::kernels::unpermute_backward: too many assignments");
+  // Each row of the permuted buffer comes from exactly one kept (n, j).
+  Kokkos::parallel_for(
+      "exa::unpermute::backward_rows", Kokkos::RangePolicy<Exec>(0, N * K * d), KOKKOS_LAMBDA(const index_t i) {
+        const index_t a = i / d, c = i % d;
+        const index_t n = a / K;
+        const int j = static_cast<int>(a % K);
+        const int r = row_of(n, j);
+        if (r >= 0) dyp(r, c) = T(gates(n, j)) * T(dy(n, c));
+      });
+  Kokkos::parallel_for(
+      "exa::unpermute::backward_gates", Kokkos::TeamPolicy<Exec>(static_cast<int>(N * K), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const index_t a = team.league_rank();
+        const index_t n = a / K;
+        const int j = static_cast<int>(a % K);
+        const int r = row_of(n, j);
+        TG s = 0;
+        if (r >= 0)
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, d), [&](const index_t c, TG& acc) { acc += TG(dy(n, c)) * TG(yp(r, c)); },
+              s);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { dgates(n, j) = s; });
+      });
+}
+
+}  // namespace exa::kernels

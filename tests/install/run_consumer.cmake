@@ -1,0 +1,13 @@
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+file(REMOVE_RECURSE ${PREFIX} ${CONSUMER_BUILD})
+step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
+step(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${CONSUMER_BUILD} -DCMAKE_PREFIX_PATH=${PREFIX}
+     -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_C_COMPILER=${C} -DCMAKE_BUILD_TYPE=Release)
+step(${CMAKE_COMMAND} --build ${CONSUMER_BUILD})
+step(${CONSUMER_BUILD}/consumer)
