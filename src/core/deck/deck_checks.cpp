@@ -1,0 +1,186 @@
+// Cross-key consistency. Each check names the keys involved, the numbers
+// that clash and the values that would work, and is located (Config::locate)
+// at the involved key the user set last. The order is the order of the
+// checks below: layout against world size first, then model shape, MoE,
+// parallel splits, optimizer, evaluation.
+#include "core/deck/deck_checks.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace exa::deck {
+namespace {
+
+// "1, 2, 4, 8": values v in [1, n] with n % v == 0 and keep(v); at most 12
+// of them, since a list longer than that no longer reads as a suggestion.
+template <class Keep>
+std::string divisors(std::int64_t n, Keep keep) {
+  std::string out;
+  int shown = 0;
+  for (std::int64_t v = 1; v <= n; ++v) {
+    if (n % v != 0 || !keep(v)) continue;
+    if (shown == 12) return out + ", ...";
+    out += (out.empty() ? "" : ", ") + std::to_string(v);
+    ++shown;
+  }
+  return out;
+}
+std::string divisors(std::int64_t n) {
+  return divisors(n, [](std::int64_t) { return true; });
+}
+
+[[noreturn]] void fail(const Config& c, std::initializer_list<std::string_view> keys, const std::string& what) {
+  throw Error(c.locate(keys) + " " + what);
+}
+
+void check_model(const Config& c) {
+  const auto d = c.get_int("model.d_model"), h = c.get_int("model.n_heads"), kv = c.get_int("model.n_kv_heads");
+  if (d % h != 0) {
+    const auto ok = divisors(d, [&](std::int64_t v) { return (d / v) % 2 == 0; });
+    fail(c, {"model.n_heads", "model.d_model"},
+         fmt::format("model.d_model = {} is not divisible by model.n_heads = {}; {}", d, h,
+                     ok.empty() ? "make d_model even and a multiple of n_heads"
+                                : "choose n_heads from " + ok + " (even head dim d_model/n_heads)"));
+  }
+  if ((d / h) % 2 != 0) {
+    const auto ok = divisors(d, [&](std::int64_t v) { return (d / v) % 2 == 0; });
+    fail(c, {"model.n_heads", "model.d_model"},
+         fmt::format("head dim model.d_model/model.n_heads = {}/{} = {} is odd, but RoPE rotates pairs of "
+                     "elements; {}",
+                     d, h, d / h, ok.empty() ? "make d_model even" : "choose n_heads from " + ok));
+  }
+  if (h % kv != 0) {
+    fail(c, {"model.n_kv_heads", "model.n_heads"},
+         fmt::format("model.n_heads = {} is not divisible by model.n_kv_heads = {}; each K/V head serves "
+                     "n_heads/n_kv_heads query heads: choose n_kv_heads from {}",
+                     h, kv, divisors(h)));
+  }
+}
+
+void check_moe(const Config& c) {
+  const auto every = c.get_int("moe.moe_every");
+  if (every == 0) return;  // dense model: the [moe] sizes are unused
+  const auto e = c.get_int("moe.n_experts"), k = c.get_int("moe.top_k"), layers = c.get_int("model.n_layers");
+  if (k > e) {
+    fail(c, {"moe.top_k", "moe.n_experts"},
+         fmt::format("moe.top_k = {} exceeds moe.n_experts = {}; a token cannot be routed to more experts than "
+                     "exist: set top_k <= {}",
+                     k, e, e));
+  }
+  if (every > layers) {
+    fail(c, {"moe.moe_every", "model.n_layers"},
+         fmt::format("moe.moe_every = {} exceeds model.n_layers = {}, so no layer would be MoE; set moe_every "
+                     "between 1 and {}, or 0 for a dense model",
+                     every, layers, layers));
+  }
+}
+
+void check_parallel(const Config& c) {
+  const auto tp = c.get_int("parallel.tp"), pp = c.get_int("parallel.pp"), cp = c.get_int("parallel.cp");
+  const auto dp = c.get_int("parallel.dp"), ep = c.get_int("parallel.ep");
+  const auto layers = c.get_int("model.n_layers");
+  if (pp > layers) {
+    fail(c, {"parallel.pp", "model.n_layers"},
+         fmt::format("parallel.pp = {} exceeds model.n_layers = {}; every pipeline stage needs at least one "
+                     "layer: set pp <= {}",
+                     pp, layers, layers));
+  }
+  const char* splits[][2] = {{"model.n_heads", "attention heads"},
+                             {"model.n_kv_heads", "key/value heads"},
+                             {"model.d_ff", "dense FFN hidden width"}};
+  for (const auto& [key, what] : splits) {
+    if (key == std::string_view("model.d_ff") && c.get_int("moe.moe_every") == 1) continue;  // no dense layer
+    const auto n = c.get_int(key);
+    if (n % tp != 0) {
+      fail(c, {"parallel.tp", key},
+           fmt::format("{} = {} is not divisible by parallel.tp = {}; tensor parallelism splits the {} evenly "
+                       "over tp ranks: choose tp from {}",
+                       key, n, tp, what, divisors(n)));
+    }
+  }
+  const auto seq = c.get_int("model.seq_len");
+  if (seq % cp != 0) {
+    fail(c, {"parallel.cp", "model.seq_len"},
+         fmt::format("model.seq_len = {} is not divisible by parallel.cp = {}; context parallelism splits each "
+                     "sequence into cp equal chunks: choose cp from {}",
+                     seq, cp, divisors(seq)));
+  }
+  if ((dp * cp) % ep != 0) {
+    fail(c, {"parallel.ep", "parallel.dp", "parallel.cp"},
+         fmt::format("parallel.ep = {} does not divide dp*cp = {}*{} = {}; expert parallelism is carved out of "
+                     "the data- and context-parallel ranks: choose ep from {}",
+                     ep, dp, cp, dp * cp, divisors(dp * cp)));
+  }
+  if (c.get_int("moe.moe_every") == 0) {
+    if (ep > 1) {
+      fail(c, {"parallel.ep", "moe.moe_every"},
+           fmt::format("parallel.ep = {} but the model has no MoE layers (moe.moe_every = 0); set ep = 1", ep));
+    }
+  } else if (const auto e = c.get_int("moe.n_experts"); e % ep != 0) {
+    fail(c, {"parallel.ep", "moe.n_experts"},
+         fmt::format("moe.n_experts = {} is not divisible by parallel.ep = {}; each expert-parallel rank holds "
+                     "n_experts/ep experts: choose ep from {}",
+                     e, ep, divisors(e, [&](std::int64_t v) { return (dp * cp) % v == 0; })));
+  }
+  const auto mb = c.get_int("parallel.microbatches"), accum = c.get_int("train.grad_accum");
+  if (accum % mb != 0) {
+    fail(c, {"parallel.microbatches", "train.grad_accum"},
+         fmt::format("parallel.microbatches = {} does not divide train.grad_accum = {}; the pipeline runs a "
+                     "step's grad_accum micro-batches in rounds of microbatches: choose microbatches from {}",
+                     mb, accum, divisors(accum)));
+  }
+}
+
+void check_training(const Config& c) {
+  const auto lr = c.get_float("optim.lr"), min_lr = c.get_float("optim.min_lr");
+  if (min_lr > lr) {
+    fail(c, {"optim.min_lr", "optim.lr"},
+         fmt::format("optim.min_lr = {} exceeds optim.lr = {}; the schedule decays from lr down to min_lr: set "
+                     "min_lr <= {}",
+                     to_toml_literal(Value{min_lr}), to_toml_literal(Value{lr}), to_toml_literal(Value{lr})));
+  }
+  const auto eval = c.get_int("train.eval_every");
+  const auto val = c.get_float("data.val_fraction");
+  if (eval > 0 && val == 0.0) {
+    fail(c, {"train.eval_every", "data.val_fraction"},
+         fmt::format("train.eval_every = {} needs validation data, but data.val_fraction = 0.0 holds none out; "
+                     "set val_fraction > 0 or eval_every = 0",
+                     eval));
+  }
+}
+
+}  // namespace
+
+void check_world(const Config& c) {
+  const auto pp = c.get_int("parallel.pp"), dp = c.get_int("parallel.dp");
+  const auto cp = c.get_int("parallel.cp"), tp = c.get_int("parallel.tp");
+  const std::int64_t world = c.world_size(), pct = pp * cp * tp;
+  if (dp == 0) {
+    if (world % pct != 0) {
+      fail(c, {"parallel.pp", "parallel.cp", "parallel.tp", "parallel.dp"},
+           fmt::format("parallel.pp*cp*tp = {}*{}*{} = {} does not divide the world size {}, so parallel.dp = 0 "
+                       "cannot be inferred; run on a multiple of {} ranks or change pp, cp or tp",
+                       pp, cp, tp, pct, world, pct));
+    }
+    return;
+  }
+  if (pp * dp * cp * tp != world) {
+    const std::string fix = world % pct == 0
+                                ? fmt::format("set parallel.dp = {} (or 0 to infer it), or run on {} ranks",
+                                              world / pct, pp * dp * cp * tp)
+                                : fmt::format("run on {} ranks, or change the layout", pp * dp * cp * tp);
+    fail(c, {"parallel.dp", "parallel.pp", "parallel.cp", "parallel.tp"},
+         fmt::format("parallel.pp*dp*cp*tp = {}*{}*{}*{} = {} does not equal the world size {}; {}", pp, dp, cp, tp,
+                     pp * dp * cp * tp, world, fix));
+  }
+}
+
+void check_consistency(const Config& c) {
+  check_model(c);
+  check_moe(c);
+  check_parallel(c);
+  check_training(c);
+}
+
+}  // namespace exa::deck

@@ -1,0 +1,17 @@
+#pragma once
+// Consistency checks across keys: the parallel layout against the number of
+// ranks, divisibility the model and the parallel strategies need, and
+// combinations that cannot work. Run after every key passed its own checks.
+#include "core/deck/config.hpp"
+
+namespace exa::deck {
+
+// pp*dp*cp*tp against config.world_size() (dp = 0 is inferred later, so
+// here only pp*cp*tp must divide the world).
+void check_world(const Config& config);
+
+// Everything else; runs on resolved values (resolve.hpp), so dp, n_kv_heads
+// and microbatches are never 0 here.
+void check_consistency(const Config& config);
+
+}  // namespace exa::deck

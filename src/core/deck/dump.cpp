@@ -1,0 +1,57 @@
+// The resolved configuration as text: TOML for people (printed at start,
+// stored next to checkpoints) and JSON for machines (metrics files).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/deck/config.hpp"
+
+namespace exa::deck {
+namespace {
+
+std::string origin_text(const Setting& s) {
+  std::string o;
+  switch (s.origin) {
+    case Origin::Default: o = "default"; break;
+    case Origin::File: o = fmt::format("deck line {}", s.line); break;
+    case Origin::Override: o = "--set " + s.override; break;
+  }
+  return s.derived.empty() ? o : o + "; " + s.derived;
+}
+
+}  // namespace
+
+std::string Config::to_toml() const {
+  // Align the origin comments, but not behind an overly long string value.
+  std::size_t width = 0;
+  for (const Setting& s : settings_) {
+    width = std::max(width, s.spec->key.size() + 3 + to_toml_literal(s.value).size());
+  }
+  width = std::min<std::size_t>(width, 40);
+  std::string out = fmt::format(
+      "# ExaMoE resolved configuration\n# deck: {}\n# ranks: {}\n"
+      "# after each value: where it came from (default, deck line, --set; derived values say how)\n",
+      path_, world_size_);
+  std::string section;
+  for (const Setting& s : settings_) {
+    if (s.spec->section != section) {
+      section = s.spec->section;
+      out += fmt::format("\n[{}]\n", section);
+    }
+    const std::string assign = s.spec->key + " = " + to_toml_literal(s.value);
+    out += fmt::format("{:<{}}  # {}\n", assign, width, origin_text(s));
+  }
+  return out;
+}
+
+std::string Config::to_json(int indent) const {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const Setting& s : settings_) {
+    auto& slot = j[s.spec->section][s.spec->key];
+    std::visit([&](const auto& v) { slot = v; }, s.value);
+  }
+  return j.dump(indent);
+}
+
+}  // namespace exa::deck

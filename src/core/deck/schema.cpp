@@ -1,0 +1,145 @@
+// The one table of deck keys. Adding a key means adding one line here (and,
+// where it constrains other keys, a check in deck_checks.cpp); the loader,
+// the dump, the tests' "defaults are valid" check and `examoe --check` pick
+// it up from this table.
+#include "core/deck/schema.hpp"
+
+
+namespace exa::deck {
+namespace {
+
+constexpr double kDim = 1 << 20;          // widths: generous, but catches typos
+constexpr double kCount = 1'000'000'000;  // step counts and cadences
+
+enum class Open { none, lo, hi };  // which end of a float range is excluded
+
+KeySpec I(const char* s, const char* k, std::int64_t def, double lo, double hi, const char* doc) {
+  return KeySpec{s, k, Type::Int, Value{def}, lo, hi, false, false, {}, doc};
+}
+KeySpec F(const char* s, const char* k, double def, double lo, double hi, Open open, const char* doc) {
+  return KeySpec{s, k, Type::Float, Value{def}, lo, hi, open == Open::lo, open == Open::hi, {}, doc};
+}
+KeySpec B(const char* s, const char* k, bool def, const char* doc) {
+  return KeySpec{s, k, Type::Bool, Value{def}, 0, 0, false, false, {}, doc};
+}
+KeySpec S(const char* s, const char* k, const char* def, std::vector<std::string> allowed, const char* doc) {
+  return KeySpec{s, k, Type::String, Value{std::string(def)}, 0, 0, false, false, std::move(allowed), doc};
+}
+
+std::vector<KeySpec> build() {
+  using O = Open;
+  return {
+      // clang-format off
+      I("model", "vocab_size", 256, 2, 1 << 30, "vocabulary size V; 256 = byte-level tokens (the bundled corpus)"),
+      I("model", "d_model", 256, 2, kDim, "width d of the residual stream"),
+      I("model", "n_layers", 4, 1, 4096, "number of transformer blocks L"),
+      I("model", "n_heads", 4, 1, 4096, "attention query heads; head dim d_model/n_heads must be even (RoPE)"),
+      I("model", "n_kv_heads", 0, 0, 4096, "key/value heads (grouped-query attention); 0 = n_heads"),
+      I("model", "d_ff", 1024, 1, 4 * kDim, "hidden width of the dense SwiGLU FFN in layers that are not MoE"),
+      I("model", "seq_len", 256, 1, 1 << 24, "tokens per training sequence (context length)"),
+      F("model", "norm_eps", 1e-5, 0, 1, O::lo, "epsilon added to mean(x^2) in RMSNorm"),
+      F("model", "rope_theta", 10000.0, 1, 1e12, O::lo, "RoPE base: angle = pos * rope_theta^(-2i/head_dim)"),
+      B("model", "tie_embeddings", false, "use the token embedding [V,d] as the LM head too"),
+      F("model", "init_std", 0.02, 0, 1, O::lo, "std of the normal init of every matrix (wo, w2 also scaled by 1/sqrt(2L))"),
+
+      I("moe", "n_experts", 8, 1, 1 << 16, "routed experts E per MoE layer"),
+      I("moe", "top_k", 2, 1, 1 << 16, "experts each token is routed to (top_k <= n_experts)"),
+      I("moe", "d_expert", 512, 1, 4 * kDim, "hidden width F of each routed or shared expert's SwiGLU"),
+      I("moe", "moe_every", 1, 0, 4096, "every moe_every-th layer is MoE, the others dense (1 = all, 0 = none)"),
+      I("moe", "n_shared_experts", 0, 0, 64, "dense SwiGLU experts every token passes through in each MoE layer"),
+      F("moe", "capacity_factor", 0.0, 0, 1024, O::none, "0 = dropless; c > 0 caps each expert at ceil(c*tokens*k/E) slots"),
+      B("moe", "norm_topk", true, "renormalise the top-k gates to sum to 1"),
+      F("moe", "aux_coef", 0.01, 0, 100, O::none, "weight of the load-balancing loss aux_coef*E*sum_e(f_e*P_e)"),
+      F("moe", "z_coef", 0.001, 0, 100, O::none, "weight of the router z-loss mean(logsumexp(logits)^2)"),
+
+      I("parallel", "dp", 0, 0, kDim, "data-parallel size; 0 = infer world/(pp*cp*tp)"),
+      I("parallel", "tp", 1, 1, 4096, "tensor-parallel size (splits heads and FFN columns)"),
+      I("parallel", "pp", 1, 1, 4096, "pipeline-parallel stages (split the layers)"),
+      I("parallel", "cp", 1, 1, 4096, "context-parallel size (splits each sequence)"),
+      I("parallel", "ep", 1, 1, kDim, "expert-parallel size, carved out of dp*cp; each EP rank holds n_experts/ep experts"),
+      I("parallel", "zero", 0, 0, 3, "ZeRO stage over dp: 1 shards optimizer state, 2 also gradients, 3 also parameters"),
+      I("parallel", "ranks_per_node", 0, 0, 4096, "ranks sharing a node; 0 = detect (MPI_Comm_split_type)"),
+      B("parallel", "hierarchical", false, "node-local then inter-node collectives"),
+      I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches in flight; 0 = train.grad_accum; must divide it"),
+
+      I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
+      I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank"),
+      I("train", "grad_accum", 1, 1, kDim, "micro-batches per optimizer step; global batch = dp*micro_batch*grad_accum"),
+      I("train", "seed", 1234, 0, 4294967295.0, "seed of the counter-based RNG (initialisation, data order)"),
+      I("train", "log_every", 10, 1, kCount, "steps between log lines"),
+      I("train", "eval_every", 100, 0, kCount, "steps between validation evaluations; 0 = never"),
+      I("train", "eval_batches", 8, 1, kDim, "micro-batches per validation evaluation"),
+
+      F("optim", "lr", 3e-4, 0, 10, O::lo, "peak learning rate, reached at the end of warmup"),
+      F("optim", "min_lr", 0.0, 0, 10, O::none, "learning rate the schedule decays to (<= lr)"),
+      I("optim", "warmup_steps", 100, 0, kCount, "steps of linear warmup from 0 to lr"),
+      S("optim", "schedule", "cosine", {"cosine", "linear", "constant"}, "decay from lr to min_lr after warmup"),
+      F("optim", "beta1", 0.9, 0, 1, O::hi, "AdamW first-moment decay"),
+      F("optim", "beta2", 0.95, 0, 1, O::hi, "AdamW second-moment decay"),
+      F("optim", "eps", 1e-8, 0, 1, O::lo, "AdamW denominator epsilon"),
+      F("optim", "weight_decay", 0.1, 0, 10, O::none, "decoupled (AdamW) weight decay"),
+      F("optim", "grad_clip", 1.0, 0, 1e6, O::none, "clip the global gradient norm to this; 0 = no clipping"),
+
+      S("data", "path", "data/corpus.txt", {}, "training data file; the default is the bundled English corpus"),
+      S("data", "format", "text", {"text", "shard", "hdf5"}, "text: bytes as tokens (V=256); shard: uint16/32 token file; hdf5: token dataset"),
+      F("data", "val_fraction", 0.05, 0, 0.5, O::none, "share of the data held out for validation"),
+
+      S("checkpoint", "dir", "ckpt", {}, "checkpoint directory; a relative path is taken under output.run_dir"),
+      I("checkpoint", "every", 1000, 0, kCount, "steps between checkpoints; 0 = never"),
+      I("checkpoint", "keep", 3, 0, kDim, "newest complete checkpoints kept, older ones deleted; 0 = keep all"),
+      B("checkpoint", "resume", false, "continue from the newest complete checkpoint in dir when there is one"),
+
+      S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
+      F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
+
+      B("memory", "recompute", false, "recompute activations in backward instead of storing them"),
+      B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer"),
+
+      F("comm", "bucket_mb", 25.0, 0, 4096, O::lo, "gradient all-reduce bucket size in MiB"),
+      B("comm", "overlap", true, "overlap gradient communication with the backward pass"),
+      S("comm", "compression", "none", {"none", "bf16", "topk"}, "compression of data-parallel gradient traffic"),
+
+      F("resilience", "timeout_s", 600.0, 0, 1e7, O::none, "seconds a collective may block before the run aborts; 0 = no limit"),
+      B("resilience", "nan_check", true, "stop with a message when the loss or gradient norm is not finite"),
+
+      S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
+      I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
+      // clang-format on
+  };
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> table = build();
+  return table;
+}
+
+const std::vector<std::string>& sections() {
+  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "train",
+                                                 "optim",     "data",   "checkpoint", "precision",
+                                                 "memory",    "comm",   "resilience", "output"};
+  return names;
+}
+
+bool is_section(std::string_view section) {
+  for (const auto& s : sections()) {
+    if (s == section) return true;
+  }
+  return false;
+}
+
+const KeySpec* find_key(std::string_view section, std::string_view key) {
+  for (const auto& k : schema()) {
+    if (k.section == section && k.key == key) return &k;
+  }
+  return nullptr;
+}
+
+const KeySpec* find_key(std::string_view dotted) {
+  const auto dot = dotted.find('.');
+  if (dot == std::string_view::npos) return nullptr;
+  return find_key(dotted.substr(0, dot), dotted.substr(dot + 1));
+}
+
+}  // namespace exa::deck
