@@ -47,10 +47,10 @@ case "$backend" in
     kkk=(-DKokkosKernels_ENABLE_TPL_BLAS=ON)
     cxx=(-DCMAKE_CXX_COMPILER=g++) ;;
   cuda)
-    # Debian's nvcc 11.8 lives in /usr/bin; a newer CUDA in /usr/local/cuda
-    # may come first on PATH, so pin nvcc_wrapper and CMake to /usr.
+    # Debian's nvcc 11.8 and its ptxas live in /usr/bin; a newer CUDA in
+    # /usr/local may come first on PATH, so pin nvcc_wrapper and CMake to /usr.
     export CUDA_ROOT=${CUDA_ROOT:-/usr} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr}
-    PATH=$(printf '%s' "$PATH" | tr : '\n' | grep -v '^/usr/local/cuda' | paste -sd:); export PATH
+    export PATH=/usr/bin:$PATH; unset CUDA_HOME CUDA_PATH LIBRARY_PATH
     [ -x "$CUDA_ROOT/bin/nvcc" ] || { log "$CUDA_ROOT/bin/nvcc not found: run scripts/deps-cuda.sh first"; exit 1; }
     export NVCC_WRAPPER_DEFAULT_COMPILER=${NVCC_WRAPPER_DEFAULT_COMPILER:-g++-11}
     kk=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON

@@ -28,9 +28,9 @@ case "$backend" in
     "$root/scripts/deps-cuda.sh"
     kokkos=$("$root/scripts/build-kokkos.sh" cuda)
     export NVCC_WRAPPER_DEFAULT_COMPILER=${NVCC_WRAPPER_DEFAULT_COMPILER:-g++-11}
-    # nvcc 11.8 must not pick up a newer CUDA's ptxas from /usr/local/cuda.
+    # nvcc 11.8 must not pick up a newer CUDA's ptxas or libraries (/usr/local).
     export CUDA_ROOT=${CUDA_ROOT:-/usr} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr}
-    PATH=$(printf '%s' "$PATH" | tr : '\n' | grep -v '^/usr/local/cuda' | paste -sd:); export PATH
+    export PATH=/usr/bin:$PATH; unset CUDA_HOME CUDA_PATH LIBRARY_PATH
     args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
            -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11) ;;
   *) echo "setup.sh: unknown backend '$backend' (want serial, openmp or cuda)" >&2; exit 2 ;;
