@@ -1,0 +1,40 @@
+#include "model/model_config.hpp"
+
+#include <cmath>
+
+#include "core/deck/config.hpp"
+
+namespace exa::model {
+
+ModelConfig ModelConfig::from_deck(const deck::Config& c) {
+  ModelConfig m;
+  m.vocab_size = c.get_int("model.vocab_size");
+  m.d_model = c.get_int("model.d_model");
+  m.n_layers = c.get_int("model.n_layers");
+  m.n_heads = c.get_int("model.n_heads");
+  m.n_kv_heads = c.get_int("model.n_kv_heads");  // the deck resolves 0 to n_heads
+  m.d_ff = c.get_int("model.d_ff");
+  m.seq_len = c.get_int("model.seq_len");
+  m.norm_eps = c.get_float("model.norm_eps");
+  m.rope_theta = c.get_float("model.rope_theta");
+  m.init_std = c.get_float("model.init_std");
+  m.tie_embeddings = c.get_bool("model.tie_embeddings");
+  m.n_experts = c.get_int("moe.n_experts");
+  m.top_k = c.get_int("moe.top_k");
+  m.d_expert = c.get_int("moe.d_expert");
+  m.moe_every = c.get_int("moe.moe_every");
+  m.n_shared_experts = c.get_int("moe.n_shared_experts");
+  m.capacity_factor = c.get_float("moe.capacity_factor");
+  m.norm_topk = c.get_bool("moe.norm_topk");
+  m.aux_coef = c.get_float("moe.aux_coef");
+  m.z_coef = c.get_float("moe.z_coef");
+  return m;
+}
+
+std::int64_t ModelConfig::expert_capacity(std::int64_t tokens) const {
+  if (capacity_factor <= 0) return 0;
+  return static_cast<std::int64_t>(
+      std::ceil(capacity_factor * static_cast<double>(tokens * top_k) / static_cast<double>(n_experts)));
+}
+
+}  // namespace exa::model

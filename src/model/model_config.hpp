@@ -1,0 +1,35 @@
+#pragma once
+// The model's hyper-parameters, read once from a validated deck. Everything
+// about the architecture that DESIGN.md fixes is derived here (head dim,
+// which layers are MoE, expert capacity) so no other code re-derives it.
+#include <cstdint>
+
+namespace exa::deck {
+class Config;
+}
+
+namespace exa::model {
+
+struct ModelConfig {
+  // [model]
+  std::int64_t vocab_size = 256, d_model = 128, n_layers = 4, n_heads = 4, n_kv_heads = 4, d_ff = 512,
+               seq_len = 128;
+  double norm_eps = 1e-5, rope_theta = 10000.0, init_std = 0.02;
+  bool tie_embeddings = false;
+  // [moe]
+  std::int64_t n_experts = 8, top_k = 2, d_expert = 256, moe_every = 1, n_shared_experts = 0;
+  double capacity_factor = 0.0, aux_coef = 0.01, z_coef = 0.001;
+  bool norm_topk = true;
+
+  static ModelConfig from_deck(const deck::Config& cfg);
+
+  std::int64_t head_dim() const { return d_model / n_heads; }
+  // Megatron-Core's convention: layer i is MoE iff moe_every > 0 and
+  // i % moe_every == 0 (so moe_every = 1 makes every layer MoE, 2 the
+  // even-numbered ones, 0 none).
+  bool is_moe_layer(std::int64_t layer) const { return moe_every > 0 && layer % moe_every == 0; }
+  // Slots per expert for `tokens` tokens: ceil(c * tokens * k / E); 0 = dropless.
+  std::int64_t expert_capacity(std::int64_t tokens) const;
+};
+
+}  // namespace exa::model

@@ -1,0 +1,61 @@
+#include "model/parameter_store.hpp"
+
+#include "core/error.hpp"
+#include "kernels/init.hpp"
+
+namespace exa::model {
+
+std::vector<Shard> whole_shards(const std::vector<ParamSpec>& specs) {
+  std::vector<Shard> s;
+  s.reserve(specs.size());
+  for (const auto& p : specs) s.push_back(Shard{0, p.numel()});
+  return s;
+}
+
+ParameterStore::ParameterStore(std::vector<ParamSpec> specs) : ParameterStore(specs, whole_shards(specs)) {}
+
+ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> shards)
+    : specs_(std::move(specs)), shards_(std::move(shards)) {
+  EXA_ASSERT(specs_.size() == shards_.size());
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const auto& s = shards_[i];
+    EXA_ASSERT(s.global_offset >= 0 && s.count >= 0 && s.global_offset + s.count <= specs_[i].numel());
+    EXA_ASSERT(by_name_.emplace(specs_[i].name, i).second);
+    local_offsets_.push_back(total);
+    total += s.count;
+  }
+  values_ = Flat("exa::params", static_cast<std::size_t>(total));
+  grads_ = Flat("exa::grads", static_cast<std::size_t>(total));
+}
+
+std::size_t ParameterStore::index(const std::string& name) const {
+  auto it = by_name_.find(name);
+  EXA_REQUIRE(it != by_name_.end(), "the model has no tensor named '{}'", name);
+  return it->second;
+}
+
+ParameterStore::Flat ParameterStore::value(std::size_t i) const {
+  const auto b = static_cast<std::size_t>(local_offsets_[i]);
+  return Kokkos::subview(values_, Kokkos::make_pair(b, b + static_cast<std::size_t>(shards_[i].count)));
+}
+
+ParameterStore::Flat ParameterStore::grad(std::size_t i) const {
+  const auto b = static_cast<std::size_t>(local_offsets_[i]);
+  return Kokkos::subview(grads_, Kokkos::make_pair(b, b + static_cast<std::size_t>(shards_[i].count)));
+}
+
+void ParameterStore::initialize(std::uint64_t seed) {
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const auto& p = specs_[i];
+    if (p.init == ParamSpec::Init::Ones) {
+      kernels::fill_constant(value(i), 1.0f);
+    } else {
+      kernels::init_normal(value(i), seed, p.name, p.init_std, shards_[i].global_offset);
+    }
+  }
+}
+
+void ParameterStore::zero_grads() { Kokkos::deep_copy(grads_, 0.0f); }
+
+}  // namespace exa::model
