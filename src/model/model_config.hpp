@@ -24,10 +24,10 @@ struct ModelConfig {
   static ModelConfig from_deck(const deck::Config& cfg);
 
   std::int64_t head_dim() const { return d_model / n_heads; }
-  // Megatron-Core's convention: layer i is MoE iff moe_every > 0 and
-  // i % moe_every == 0 (so moe_every = 1 makes every layer MoE, 2 the
-  // even-numbered ones, 0 none).
-  bool is_moe_layer(std::int64_t layer) const { return moe_every > 0 && layer % moe_every == 0; }
+  // "Every moe_every-th layer": layer i (0-based) is MoE iff moe_every > 0
+  // and (i + 1) % moe_every == 0. 1 = all layers, 2 = layers 1, 3, ...,
+  // 0 = none. The PyTorch reference (tests/reference) uses the same rule.
+  bool is_moe_layer(std::int64_t layer) const { return moe_every > 0 && (layer + 1) % moe_every == 0; }
   // Slots per expert for `tokens` tokens: ceil(c * tokens * k / E); 0 = dropless.
   std::int64_t expert_capacity(std::int64_t tokens) const;
 };

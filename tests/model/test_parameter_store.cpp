@@ -21,7 +21,7 @@ ModelConfig tiny() {
   c.n_experts = 4;
   c.top_k = 2;
   c.d_expert = 16;
-  c.moe_every = 2;  // layer 0 MoE, layer 1 dense
+  c.moe_every = 2;  // layer 0 dense, layer 1 MoE
   c.n_shared_experts = 1;
   return c;
 }
@@ -45,17 +45,17 @@ TEST(ParameterSpecs, NamesAndShapesFollowTheCheckpointContract) {
   EXPECT_EQ(find("layers.0.attn.wq.weight").shape, (std::vector<std::int64_t>{32, 32}));
   EXPECT_EQ(find("layers.0.attn.wk.weight").shape, (std::vector<std::int64_t>{16, 32}));  // GQA: 2 kv heads * hd 8
   EXPECT_EQ(find("layers.0.attn.wo.weight").shape, (std::vector<std::int64_t>{32, 32}));
-  EXPECT_EQ(find("layers.0.moe.router.weight").shape, (std::vector<std::int64_t>{4, 32}));
-  EXPECT_EQ(find("layers.0.moe.experts.w1").shape, (std::vector<std::int64_t>{4, 16, 32}));
-  EXPECT_EQ(find("layers.0.moe.experts.w2").shape, (std::vector<std::int64_t>{4, 32, 16}));
-  EXPECT_EQ(find("layers.0.moe.shared.w3").shape, (std::vector<std::int64_t>{1, 16, 32}));
-  EXPECT_EQ(find("layers.1.mlp.w1").shape, (std::vector<std::int64_t>{48, 32}));
-  EXPECT_EQ(find("layers.1.mlp.w2").shape, (std::vector<std::int64_t>{32, 48}));
+  EXPECT_EQ(find("layers.1.moe.router.weight").shape, (std::vector<std::int64_t>{4, 32}));
+  EXPECT_EQ(find("layers.1.moe.experts.w1").shape, (std::vector<std::int64_t>{4, 16, 32}));
+  EXPECT_EQ(find("layers.1.moe.experts.w2").shape, (std::vector<std::int64_t>{4, 32, 16}));
+  EXPECT_EQ(find("layers.1.moe.shared.w3").shape, (std::vector<std::int64_t>{1, 16, 32}));
+  EXPECT_EQ(find("layers.0.mlp.w1").shape, (std::vector<std::int64_t>{48, 32}));
+  EXPECT_EQ(find("layers.0.mlp.w2").shape, (std::vector<std::int64_t>{32, 48}));
   EXPECT_EQ(find("norm.weight").shape, (std::vector<std::int64_t>{32}));
   EXPECT_EQ(find("lm_head.weight").shape, (std::vector<std::int64_t>{256, 32}));
-  EXPECT_FALSE(find("layers.1.ffn_norm.weight").weight_decay);
-  EXPECT_TRUE(find("layers.1.mlp.w3").weight_decay);
-  EXPECT_DOUBLE_EQ(find("layers.1.mlp.w2").init_std, 0.02 / 2.0);  // 1/sqrt(2L), L = 2
+  EXPECT_FALSE(find("layers.0.ffn_norm.weight").weight_decay);
+  EXPECT_TRUE(find("layers.0.mlp.w3").weight_decay);
+  EXPECT_DOUBLE_EQ(find("layers.0.mlp.w2").init_std, 0.02 / 2.0);  // 1/sqrt(2L), L = 2
 
   auto tied = tiny();
   tied.tie_embeddings = true;
