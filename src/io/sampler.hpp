@@ -1,0 +1,72 @@
+#pragma once
+// Deterministic batches: the data side of DESIGN.md's determinism contract.
+//
+// Training sample i of step s is the window of T + 1 tokens starting at
+//   offset(seed, s, i) = philox(seed, s, i) mod (n_train - T)
+// a pure function of (seed, step, index in the global batch). Step s's global
+// batch is therefore the same sequence of samples whatever the layout: a
+// data-parallel rank r of dp takes samples [r*B/dp, (r+1)*B/dp), and its
+// micro-batches split that slice in order. Nothing is carried from step to
+// step, so the data cursor a checkpoint stores is just the next step index
+// (plus the seed, and Dataset::tokens().fingerprint() to detect that a
+// restart is pointed at different data). Windows are drawn with replacement
+// (no epochs): at byte level a corpus holds millions of distinct windows and
+// a restart or relayout needs no shuffle state.
+//
+// Validation windows are fixed: window j starts at n_train + j*T (consecutive,
+// their inputs do not overlap), and validation batch k of size B holds
+// windows kB .. kB+B-1, wrapping round when the held-out part is exhausted.
+#include <cstdint>
+#include <vector>
+
+#include "io/dataset.hpp"
+
+namespace exa::io {
+
+// A contiguous run of sample indices within a global batch.
+struct SampleRange {
+  std::int64_t first = 0, count = 0;
+};
+
+// Rank `dp_rank`'s slice of a global batch of `global_batch` samples over
+// `dp` data-parallel ranks; exa::Error unless dp divides global_batch.
+SampleRange dp_slice(std::int64_t global_batch, int dp_rank, int dp);
+// Micro-batch `micro` (of `micro_batch` samples) of a rank's slice.
+SampleRange micro_slice(const SampleRange& slice, std::int64_t micro, std::int64_t micro_batch);
+
+// Host token batches, row-major [size, seq_len]; the trainer copies them to
+// the device.
+struct Batch {
+  std::int64_t size = 0, seq_len = 0;
+  std::vector<std::int32_t> inputs, targets;
+};
+
+class Sampler {
+ public:
+  Sampler(Dataset data, std::uint64_t seed);
+
+  const Dataset& data() const { return data_; }
+  std::uint64_t seed() const { return seed_; }
+
+  // Start of training sample `sample` of step `step`'s global batch.
+  std::int64_t train_offset(std::int64_t step, std::int64_t sample) const;
+  // Training samples `samples` of step `step`.
+  Batch train(std::int64_t step, SampleRange samples) const;
+  Batch train_batch(std::int64_t step, std::int64_t global_batch, int dp_rank, int dp) const {
+    return train(step, dp_slice(global_batch, dp_rank, dp));
+  }
+
+  // Number of distinct validation windows (0 without a validation split).
+  std::int64_t n_val_windows() const;
+  std::int64_t val_offset(std::int64_t sample) const;
+  // Validation samples `samples` (indices into the fixed validation sequence).
+  Batch val(SampleRange samples) const;
+  // Rank `dp_rank`'s slice of validation batch `index` of `global_batch` samples.
+  Batch val_batch(std::int64_t index, std::int64_t global_batch, int dp_rank, int dp) const;
+
+ private:
+  Dataset data_;
+  std::uint64_t seed_;
+};
+
+}  // namespace exa::io
