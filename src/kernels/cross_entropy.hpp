@@ -1,0 +1,154 @@
+#pragma once
+// Fused softmax cross-entropy over the vocabulary, without materialising the
+// probabilities:
+//   lse[n]  = logsumexp_j logits[n, j]            (saved for the backward)
+//   loss[n] = lse[n] - logits[n, target[n]]        (0 where target[n] < 0: ignored)
+//   forward = mean of loss over the non-ignored rows, summed in double
+// Backward given d(mean loss) = dloss:
+//   dlogits[n, :] = (softmax(logits[n, :]) - onehot(target[n])) * dloss / n_valid
+// (zero rows where ignored); dlogits may alias logits (in-place backward).
+// Pass the global n_valid when the mean runs over several ranks' tokens.
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "core/kokkos_shims.hpp"
+#include "core/types.hpp"
+
+namespace exa::kernels {
+
+struct CrossEntropySum {
+  double loss_sum = 0;  // sum of per-row losses over the non-ignored rows
+  index_t n_valid = 0;  // rows with target >= 0
+  double mean() const { return n_valid > 0 ? loss_sum / double(n_valid) : 0.0; }
+};
+
+namespace detail {
+
+inline void ce_check_shapes(index_t n, index_t v, index_t n_tgt, index_t n_lse, const char* what) {
+  EXA_REQUIRE(n_tgt == n && n_lse == n, "{}: logits have {} rows but targets {} and lse {}", what, n, n_tgt, n_lse);
+  EXA_REQUIRE(v > 0 || n == 0, "{}: empty vocabulary", what);
+}
+
+// logsumexp of row n of logits, computed by the whole team (max, then a
+// double sum of exp(l - max)); every thread of the team gets the result.
+template <class Member, class LV>
+KOKKOS_INLINE_FUNCTION double ce_row_lse(const Member& team, const LV& logits, index_t n) {
+  using T = typename LV::non_const_value_type;
+  const index_t V = logits.extent(1);
+  T mx;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, V), [&](const index_t j, T& m) { m = kx::max(m, T(logits(n, j))); },
+      Kokkos::Max<T>(mx));
+  double s = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, V),
+      [&](const index_t j, double& acc) { acc += double(kx::exp(T(logits(n, j)) - mx)); }, s);
+  return double(mx) + kx::log(s);
+}
+
+template <class TV>
+index_t ce_count_valid(const TV& targets) {
+  using Exec = typename TV::execution_space;
+  index_t cnt = 0;
+  Kokkos::parallel_reduce(
+      "exa::cross_entropy::count", Kokkos::RangePolicy<Exec>(0, targets.extent(0)),
+      KOKKOS_LAMBDA(const index_t n, index_t& acc) { acc += targets(n) >= 0 ? 1 : 0; }, cnt);
+  return cnt;
+}
+
+}  // namespace detail
+
+// Sum of the per-row losses and the count of non-ignored rows; saves lse[N].
+template <class LV, class TV, class LseV>
+CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, const LseV& lse) {
+  static_assert(LV::rank == 2 && TV::rank == 1 && LseV::rank == 1,
+                "exa::cross_entropy_forward: logits[N,V], targets[N], lse[N]");
+  using Exec = typename LV::execution_space;
+  using TL = typename LseV::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  const index_t n_rows = logits.extent(0);
+  detail::ce_check_shapes(n_rows, logits.extent(1), targets.extent(0), lse.extent(0), "exa::cross_entropy_forward");
+  CrossEntropySum out;
+  if (n_rows == 0) return out;
+  double total = 0;
+  Kokkos::parallel_reduce(
+      "exa::cross_entropy::forward", Policy(n_rows, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team, double& acc) {
+        const index_t n = team.league_rank();
+        const double l = detail::ce_row_lse(team, logits, n);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          lse(n) = TL(l);
+          const std::int64_t t = targets(n);
+          if (t >= 0) acc += l - double(logits(n, t));
+        });
+      },
+      total);
+  out.loss_sum = total;
+  out.n_valid = detail::ce_count_valid(targets);
+  return out;
+}
+
+// Mean loss over the non-ignored rows (0 when every row is ignored); saves lse[N].
+template <class LV, class TV, class LseV>
+double cross_entropy_forward(const LV& logits, const TV& targets, const LseV& lse) {
+  return cross_entropy_forward_sum(logits, targets, lse).mean();
+}
+
+// Per-row losses (evaluation): losses[n] = lse[n] - logits[n, target[n]], 0 where ignored; saves lse[N].
+template <class LV, class TV, class LseV, class LossV>
+void cross_entropy_rows(const LV& logits, const TV& targets, const LseV& lse, const LossV& losses) {
+  static_assert(LV::rank == 2 && TV::rank == 1 && LseV::rank == 1 && LossV::rank == 1,
+                "exa::cross_entropy_rows: logits[N,V], targets[N], lse[N], losses[N]");
+  using Exec = typename LV::execution_space;
+  using TL = typename LseV::non_const_value_type;
+  using TO = typename LossV::non_const_value_type;
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  const index_t n_rows = logits.extent(0);
+  detail::ce_check_shapes(n_rows, logits.extent(1), targets.extent(0), lse.extent(0), "exa::cross_entropy_rows");
+  EXA_REQUIRE(index_t(losses.extent(0)) == n_rows, "exa::cross_entropy_rows: losses has {} rows, logits {}",
+              losses.extent(0), n_rows);
+  if (n_rows == 0) return;
+  Kokkos::parallel_for(
+      "exa::cross_entropy::rows", Policy(n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const index_t n = team.league_rank();
+        const double l = detail::ce_row_lse(team, logits, n);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          lse(n) = TL(l);
+          const std::int64_t t = targets(n);
+          losses(n) = t >= 0 ? TO(l - double(logits(n, t))) : TO(0);
+        });
+      });
+}
+
+// dlogits = (softmax(logits) - onehot(target)) * dloss / n_valid, zero rows where
+// target < 0. dlogits may be logits itself.
+template <class LV, class TV, class LseV, class DLV>
+void cross_entropy_backward(const LV& logits, const TV& targets, const LseV& lse, double dloss, index_t n_valid,
+                            const DLV& dlogits) {
+  static_assert(LV::rank == 2 && TV::rank == 1 && LseV::rank == 1 && DLV::rank == 2,
+                "exa::cross_entropy_backward: logits[N,V], targets[N], lse[N], dlogits[N,V]");
+  using Exec = typename DLV::execution_space;
+  using T = typename DLV::non_const_value_type;
+  using TI = typename LV::non_const_value_type;
+  const index_t n_rows = logits.extent(0), V = logits.extent(1);
+  detail::ce_check_shapes(n_rows, V, targets.extent(0), lse.extent(0), "exa::cross_entropy_backward");
+  EXA_REQUIRE(index_t(dlogits.extent(0)) == n_rows && index_t(dlogits.extent(1)) == V,
+              "exa::cross_entropy_backward: dlogits is {}x{}, logits {}x{}", dlogits.extent(0), dlogits.extent(1),
+              n_rows, V);
+  const T scale = n_valid > 0 ? T(dloss / double(n_valid)) : T(0);
+  Kokkos::parallel_for(
+      "exa::cross_entropy::backward", Kokkos::RangePolicy<Exec>(0, n_rows * V), KOKKOS_LAMBDA(const index_t idx) {
+        const index_t r = idx / V, c = idx % V;
+        const std::int64_t t = targets(r);
+        if (t < 0) {
+          dlogits(r, c) = T(0);
+          return;
+        }
+        const T p = T(kx::exp(TI(logits(r, c)) - TI(lse(r))));
+        dlogits(r, c) = (c == t ? p - T(1) : p) * scale;
+      });
+}
+
+}  // namespace exa::kernels

@@ -1,0 +1,185 @@
+#pragma once
+// Dense matrix products through KokkosBlas::gemm, which hands them to the
+// vendor BLAS (OpenBLAS/MKL on host, cuBLAS on CUDA) when Kokkos Kernels was
+// built with that TPL, and to its own portable kernel otherwise.
+//
+// Every tensor is LayoutRight (row-major). Kokkos Kernels' BLAS TPL takes
+// all-LayoutRight operands directly: it calls the column-major BLAS on the
+// transposed problem (C^T = op(B)^T op(A)^T) without any copy, so no operand
+// swapping is needed here; bench/bench_gemm.cpp measures the wrapper against
+// raw cblas_sgemm on the model's shapes.
+//
+// Forms:
+//   gemm(ta, tb, alpha, A, B, beta, C)       C = alpha op(A) op(B) + beta C
+//   linear_forward(x, W, y)                  y = x W^T            (nn.Linear)
+//   linear_backward(x, W, dy, dx, dW, acc)   dx = dy W, dW (+)= dy^T x
+//   gemm_batched(...)                        one gemm per leading index of rank-3 Views
+//   grouped_linear_forward/backward(...)     rows of X grouped by expert (host
+//                                            offsets[E+1]), weights W[E,out,in]
+//
+// Unlike KokkosBlas::gemm (3.4), a product with an empty inner dimension
+// (K = 0, e.g. the weight gradient of an expert that received no tokens)
+// still applies beta to C, as BLAS does: C = beta C (C = 0 when beta = 0).
+#include <KokkosBlas3_gemm.hpp>
+
+#include <cstddef>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/types.hpp"
+
+namespace exa::kernels {
+
+namespace detail {
+
+inline bool gemm_trans_flag(char t, const char* which) {
+  EXA_REQUIRE(t == 'N' || t == 'n' || t == 'T' || t == 't',
+              "exa::gemm: {} = '{}' is not a transpose flag; use 'N' or 'T'", which, t);
+  return t == 'T' || t == 't';
+}
+
+// C = beta * C, with beta == 0 writing exact zeros (BLAS semantics: C is not read).
+template <class CV>
+void gemm_scale(const CV& C, typename CV::non_const_value_type beta) {
+  using T = typename CV::non_const_value_type;
+  using Exec = typename CV::execution_space;
+  const index_t m = C.extent(0), n = C.extent(1);
+  if (m == 0 || n == 0 || beta == T(1)) return;
+  Kokkos::parallel_for(
+      "exa::gemm::scale_c", Kokkos::RangePolicy<Exec>(0, m * n), KOKKOS_LAMBDA(index_t i) {
+        const index_t r = i / n, c = i % n;
+        C(r, c) = (beta == T(0)) ? T(0) : beta * C(r, c);
+      });
+}
+
+// Checks that offsets (E+1 entries) is non-decreasing from 0 and fits in `rows`.
+inline void check_group_offsets(const std::vector<index_t>& offsets, index_t experts, index_t rows,
+                                const char* what) {
+  EXA_REQUIRE(static_cast<index_t>(offsets.size()) == experts + 1,
+              "{}: offsets has {} entries, expected E+1 = {}", what, offsets.size(), experts + 1);
+  EXA_REQUIRE(offsets[0] == 0, "{}: offsets[0] = {}, expected 0", what, offsets[0]);
+  for (index_t e = 0; e < experts; ++e)
+    EXA_REQUIRE(offsets[e + 1] >= offsets[e], "{}: offsets decrease at expert {} ({} > {})", what, e,
+                offsets[e], offsets[e + 1]);
+  EXA_REQUIRE(offsets[experts] <= rows, "{}: offsets[E] = {} exceeds the {} rows of the token buffer",
+              what, offsets[experts], rows);
+}
+
+}  // namespace detail
+
+// C = alpha * op(A) * op(B) + beta * C, op = identity ('N') or transpose ('T').
+// Runs in C's execution space. A, B, C are rank-2 Views (any layout Kokkos
+// Kernels accepts; all-LayoutRight or all-LayoutLeft reach the BLAS TPL).
+template <class AV, class BV, class CV>
+void gemm(char transA, char transB, typename CV::const_value_type alpha, const AV& A, const BV& B,
+          typename CV::const_value_type beta, const CV& C) {
+  static_assert(AV::rank == 2 && BV::rank == 2 && CV::rank == 2, "exa::gemm: A, B, C must be rank-2 Views");
+  using T = typename CV::non_const_value_type;
+  const bool ta = detail::gemm_trans_flag(transA, "transA");
+  const bool tb = detail::gemm_trans_flag(transB, "transB");
+  const index_t m = ta ? A.extent(1) : A.extent(0);
+  const index_t k = ta ? A.extent(0) : A.extent(1);
+  const index_t kb = tb ? B.extent(1) : B.extent(0);
+  const index_t n = tb ? B.extent(0) : B.extent(1);
+  EXA_REQUIRE(k == kb && m == index_t(C.extent(0)) && n == index_t(C.extent(1)),
+              "exa::gemm: shapes do not match: op{}(A) is {}x{}, op{}(B) is {}x{}, C is {}x{}", transA, m, k,
+              transB, kb, n, C.extent(0), C.extent(1));
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == T(0)) {
+    detail::gemm_scale(C, beta);
+    return;
+  }
+  const char ta_s[2] = {ta ? 'T' : 'N', '\0'};
+  const char tb_s[2] = {tb ? 'T' : 'N', '\0'};
+  Kokkos::Profiling::pushRegion("exa::gemm");
+  KokkosBlas::gemm(ta_s, tb_s, alpha, A, B, beta, C);
+  Kokkos::Profiling::popRegion();
+}
+
+// y[N,out] = x[N,in] W[out,in]^T (+ y when accumulate).
+template <class XV, class WV, class YV>
+void linear_forward(const XV& x, const WV& W, const YV& y, bool accumulate = false) {
+  using T = typename YV::non_const_value_type;
+  gemm('N', 'T', T(1), x, W, accumulate ? T(1) : T(0), y);
+}
+
+// Backward of y = x W^T given dy:
+//   dx[N,in]    = dy W            (+= when accumulate_dx; skipped when dx has no data)
+//   dW[out,in] (+)= dy^T x        (+= when accumulate_dW)
+template <class XV, class WV, class DYV, class DXV, class DWV>
+void linear_backward(const XV& x, const WV& W, const DYV& dy, const DXV& dx, const DWV& dW, bool accumulate_dW,
+                     bool accumulate_dx = false) {
+  using T = typename DWV::non_const_value_type;
+  if (dx.data() != nullptr) gemm('N', 'N', T(1), dy, W, accumulate_dx ? T(1) : T(0), dx);
+  gemm('T', 'N', T(1), dy, x, accumulate_dW ? T(1) : T(0), dW);
+}
+
+// C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for rank-3 Views [batch, rows, cols].
+template <class AV, class BV, class CV>
+void gemm_batched(char transA, char transB, typename CV::const_value_type alpha, const AV& A, const BV& B,
+                  typename CV::const_value_type beta, const CV& C) {
+  static_assert(AV::rank == 3 && BV::rank == 3 && CV::rank == 3,
+                "exa::gemm_batched: A, B, C must be rank-3 Views [batch, rows, cols]");
+  EXA_REQUIRE(A.extent(0) == C.extent(0) && B.extent(0) == C.extent(0),
+              "exa::gemm_batched: batch sizes differ (A {}, B {}, C {})", A.extent(0), B.extent(0), C.extent(0));
+  Kokkos::Profiling::pushRegion("exa::gemm_batched");
+  for (std::size_t b = 0; b < C.extent(0); ++b) {
+    gemm(transA, transB, alpha, Kokkos::subview(A, b, Kokkos::ALL, Kokkos::ALL),
+         Kokkos::subview(B, b, Kokkos::ALL, Kokkos::ALL), beta, Kokkos::subview(C, b, Kokkos::ALL, Kokkos::ALL));
+  }
+  Kokkos::Profiling::popRegion();
+}
+
+// Grouped-by-expert linear: rows offsets[e] .. offsets[e+1] of X belong to
+// expert e (host offsets, E+1 entries, E = W.extent(0));
+//   Y[rows of e] = X[rows of e] W[e]^T        (+= when accumulate)
+// Rows at and beyond offsets[E] are not touched. Empty groups are fine.
+template <class XV, class WV, class YV>
+void grouped_linear_forward(const XV& X, const WV& W, const std::vector<index_t>& offsets, const YV& Y,
+                            bool accumulate = false) {
+  static_assert(XV::rank == 2 && WV::rank == 3 && YV::rank == 2,
+                "exa::grouped_linear_forward: X[rows,in], W[E,out,in], Y[rows,out]");
+  const index_t E = W.extent(0);
+  detail::check_group_offsets(offsets, E, X.extent(0), "exa::grouped_linear_forward");
+  EXA_REQUIRE(index_t(Y.extent(0)) >= offsets[E],
+              "exa::grouped_linear_forward: Y has {} rows, offsets[E] = {}", Y.extent(0), offsets[E]);
+  Kokkos::Profiling::pushRegion("exa::grouped_linear::forward");
+  for (index_t e = 0; e < E; ++e) {
+    const auto rows = Kokkos::make_pair(offsets[e], offsets[e + 1]);
+    if (rows.first == rows.second) continue;
+    linear_forward(Kokkos::subview(X, rows, Kokkos::ALL), Kokkos::subview(W, e, Kokkos::ALL, Kokkos::ALL),
+                   Kokkos::subview(Y, rows, Kokkos::ALL), accumulate);
+  }
+  Kokkos::Profiling::popRegion();
+}
+
+// Backward of grouped_linear_forward given dY:
+//   dX[rows of e]  = dY[rows of e] W[e]          (+= when accumulate_dx; skipped when dX has no data)
+//   dW[e]         (+)= dY[rows of e]^T X[rows of e]   (an empty group gives dW[e] = 0, or leaves it when accumulating)
+template <class XV, class WV, class DYV, class DXV, class DWV>
+void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std::vector<index_t>& offsets,
+                             const DXV& dX, const DWV& dW, bool accumulate_dW, bool accumulate_dx = false) {
+  static_assert(XV::rank == 2 && WV::rank == 3 && DYV::rank == 2 && DXV::rank == 2 && DWV::rank == 3,
+                "exa::grouped_linear_backward: X[rows,in], W[E,out,in], dY[rows,out], dX[rows,in], dW[E,out,in]");
+  const index_t E = W.extent(0);
+  detail::check_group_offsets(offsets, E, X.extent(0), "exa::grouped_linear_backward");
+  EXA_REQUIRE(index_t(dW.extent(0)) == E, "exa::grouped_linear_backward: dW has {} experts, W has {}",
+              dW.extent(0), E);
+  EXA_REQUIRE(index_t(dY.extent(0)) >= offsets[E], "exa::grouped_linear_backward: dY has {} rows, offsets[E] = {}",
+              dY.extent(0), offsets[E]);
+  const bool want_dx = dX.data() != nullptr;
+  Kokkos::Profiling::pushRegion("exa::grouped_linear::backward");
+  for (index_t e = 0; e < E; ++e) {
+    const auto rows = Kokkos::make_pair(offsets[e], offsets[e + 1]);
+    const auto We = Kokkos::subview(W, e, Kokkos::ALL, Kokkos::ALL);
+    const auto dWe = Kokkos::subview(dW, e, Kokkos::ALL, Kokkos::ALL);
+    const auto dYe = Kokkos::subview(dY, rows, Kokkos::ALL);
+    using T = typename DWV::non_const_value_type;
+    if (want_dx && rows.first != rows.second)
+      gemm('N', 'N', T(1), dYe, We, accumulate_dx ? T(1) : T(0), Kokkos::subview(dX, rows, Kokkos::ALL));
+    gemm('T', 'N', T(1), dYe, Kokkos::subview(X, rows, Kokkos::ALL), accumulate_dW ? T(1) : T(0), dWe);
+  }
+  Kokkos::Profiling::popRegion();
+}
+
+}  // namespace exa::kernels

@@ -1,0 +1,16 @@
+#include "kernels/rope.hpp"
+
+// fp32 training forms on the default device.
+namespace exa::kernels {
+template void rope_forward(const View4<float>&, double, index_t);
+template void rope_backward(const View4<float>&, double, index_t);
+template RopeTable<float, Device> make_rope_table<float, Device>(index_t, index_t, double);
+template void rope_forward(const View4<float>&, const RopeTable<float, Device>&, index_t);
+template void rope_backward(const View4<float>&, const RopeTable<float, Device>&, index_t);
+using BthdView = Kokkos::View<float****, Kokkos::LayoutRight, Device, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template void rope_forward(const BthdView&, double, index_t);
+template void rope_backward(const BthdView&, double, index_t);
+template void rope_forward(const BthdView&, const RopeTable<float, Device>&, index_t);
+template void rope_backward(const BthdView&, const RopeTable<float, Device>&, index_t);
+template BthdView view_as_bthd(const View2<float>&, index_t, index_t, index_t, index_t);
+}  // namespace exa::kernels

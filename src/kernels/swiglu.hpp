@@ -1,0 +1,58 @@
+#pragma once
+// SwiGLU gate (DESIGN.md FFN: w2(silu(w1 x) * w3 x)), elementwise on [N,F]:
+//   h = silu(a) * b,   silu(a) = a * sigmoid(a) = a / (1 + exp(-a))
+// Backward given dh:
+//   da = dh * b * sigmoid(a) * (1 + a * (1 - sigmoid(a)))
+//   db = dh * silu(a)
+// Each element is read before it is written, so h may alias a or b, and
+// da/db may alias a, b or dh (one each).
+#include "core/error.hpp"
+#include "core/kokkos_shims.hpp"
+#include "core/types.hpp"
+
+namespace exa::kernels {
+
+template <class AV, class BV, class HV>
+void swiglu_forward(const AV& a, const BV& b, const HV& h) {
+  static_assert(AV::rank == 2 && BV::rank == 2 && HV::rank == 2, "exa::swiglu_forward: a, b, h must be [N,F]");
+  using Exec = typename HV::execution_space;
+  using T = typename HV::non_const_value_type;
+  const index_t n = a.extent(0), f = a.extent(1);
+  EXA_REQUIRE(b.extent(0) == a.extent(0) && b.extent(1) == a.extent(1) && h.extent(0) == a.extent(0) &&
+                  h.extent(1) == a.extent(1),
+              "exa::swiglu_forward: shapes a {}x{}, b {}x{}, h {}x{} differ", n, f, b.extent(0), b.extent(1),
+              h.extent(0), h.extent(1));
+  Kokkos::parallel_for(
+      "exa::swiglu::forward", Kokkos::RangePolicy<Exec>(0, n * f), KOKKOS_LAMBDA(const index_t idx) {
+        const index_t r = idx / f, c = idx % f;
+        const T av = a(r, c);
+        const T bv = b(r, c);
+        h(r, c) = av / (T(1) + kx::exp(-av)) * bv;
+      });
+}
+
+template <class AV, class BV, class DHV, class DAV, class DBV>
+void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, const DBV& db) {
+  static_assert(AV::rank == 2 && BV::rank == 2 && DHV::rank == 2 && DAV::rank == 2 && DBV::rank == 2,
+                "exa::swiglu_backward: a, b, dh, da, db must be [N,F]");
+  using Exec = typename DAV::execution_space;
+  using T = typename DAV::non_const_value_type;
+  const index_t n = a.extent(0), f = a.extent(1);
+  const bool same = b.extent(0) == a.extent(0) && b.extent(1) == a.extent(1) && dh.extent(0) == a.extent(0) &&
+                    dh.extent(1) == a.extent(1) && da.extent(0) == a.extent(0) && da.extent(1) == a.extent(1) &&
+                    db.extent(0) == a.extent(0) && db.extent(1) == a.extent(1);
+  EXA_REQUIRE(same, "exa::swiglu_backward: a, b, dh, da, db must all be {}x{}", n, f);
+  Kokkos::parallel_for(
+      "exa::swiglu::backward", Kokkos::RangePolicy<Exec>(0, n * f), KOKKOS_LAMBDA(const index_t idx) {
+        const index_t r = idx / f, c = idx % f;
+        const T av = a(r, c);
+        const T bv = b(r, c);
+        const T g = dh(r, c);
+        const T sig = T(1) / (T(1) + kx::exp(-av));
+        const T silu = av * sig;
+        da(r, c) = g * bv * sig * (T(1) + av * (T(1) - sig));
+        db(r, c) = g * silu;
+      });
+}
+
+}  // namespace exa::kernels
