@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/runtime.hpp"
+#include "train/trainer.hpp"
 
 namespace {
 
@@ -63,8 +64,9 @@ int main(int argc, char** argv) {
     const auto config = exa::deck::Config::load(deck_path, overrides, ranks > 0 ? ranks : mpi.size());
     exa::log::info("{}", config.to_toml());
     if (check_only) return 0;
-    exa::log::info("examoe: training is not available in this build yet");
-    return 2;
+    exa::train::Trainer trainer(config, MPI_COMM_WORLD);
+    trainer.run();
+    return 0;
   } catch (const exa::Error& e) {
     if (mpi.rank() == 0) fmt::print(stderr, "examoe: error: {}\n", e.what());
     return 1;

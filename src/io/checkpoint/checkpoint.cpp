@@ -1,0 +1,761 @@
+// HDF5 checkpoints: collective MPI-IO writes and reads of every rank's shard
+// as a hyperslab of the global dataset, with layout-independent checksums.
+#include "io/checkpoint/checkpoint.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/build_info.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "io/checkpoint/checkpoint_fs.hpp"
+#include "io/checkpoint/flat_range.hpp"
+#include "io/checkpoint/h5.hpp"
+#include "kernels/checksum.hpp"
+
+namespace exa::io {
+
+namespace fs = std::filesystem;
+using HostFlat = Kokkos::View<float*, Kokkos::LayoutRight, Kokkos::HostSpace>;
+
+// ---- small pieces -------------------------------------------------------------
+
+std::string CheckpointLayout::to_json() const {
+  nlohmann::ordered_json j;
+  j["world_size"] = world_size;
+  j["pp"] = pp;
+  j["dp"] = dp;
+  j["cp"] = cp;
+  j["tp"] = tp;
+  j["ep"] = ep;
+  j["zero"] = zero;
+  return j.dump();
+}
+
+CheckpointLayout CheckpointLayout::from_json(const std::string& text) {
+  CheckpointLayout l;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    auto get = [&](const char* k, std::int64_t& v) {
+      if (j.contains(k)) v = j.at(k).get<std::int64_t>();
+    };
+    get("world_size", l.world_size);
+    get("pp", l.pp);
+    get("dp", l.dp);
+    get("cp", l.cp);
+    get("tp", l.tp);
+    get("ep", l.ep);
+    get("zero", l.zero);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("the checkpoint's layout attribute is not valid JSON ({}): {}", e.what(), text));
+  }
+  return l;
+}
+
+bool CheckpointLayout::operator==(const CheckpointLayout& o) const {
+  return world_size == o.world_size && pp == o.pp && dp == o.dp && cp == o.cp && tp == o.tp && ep == o.ep &&
+         zero == o.zero;
+}
+
+std::vector<CheckpointTensor> checkpoint_tensors(const model::ParameterStore& params) {
+  std::vector<CheckpointTensor> t;
+  t.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    t.push_back(CheckpointTensor{params.spec(i).name, params.spec(i).shape, params.shard(i), params.value(i)});
+  }
+  return t;
+}
+
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+std::int64_t numel(const std::vector<std::int64_t>& s) {
+  std::int64_t n = 1;
+  for (auto x : s) n *= x;
+  return n;
+}
+
+// ---- MPI helpers --------------------------------------------------------------
+
+int comm_rank(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+int comm_size(MPI_Comm c) {
+  int s = 1;
+  MPI_Comm_size(c, &s);
+  return s;
+}
+
+void bcast_string(std::string& s, int root, MPI_Comm comm) {
+  unsigned long long n = s.size();
+  MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm);
+  s.resize(static_cast<std::size_t>(n));
+  // Chunks below INT_MAX bytes.
+  for (std::size_t off = 0; off < s.size(); off += (1u << 30)) {
+    const int len = static_cast<int>(std::min<std::size_t>(1u << 30, s.size() - off));
+    MPI_Bcast(s.data() + off, len, MPI_CHAR, root, comm);
+  }
+}
+
+// Every rank learns whether any rank failed; all then throw the message of
+// the lowest failing rank.
+void agree(MPI_Comm comm, const std::string& local_error) {
+  const int me = comm_rank(comm);
+  int mine = local_error.empty() ? INT_MAX : me, first = INT_MAX;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == INT_MAX) return;
+  std::string msg = local_error;
+  bcast_string(msg, first, comm);
+  throw Error(msg);
+}
+
+// Runs f on every rank; if it throws on any, every rank throws the same error.
+template <class F>
+void phase(MPI_Comm comm, F&& f) {
+  std::string err;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    err = e.what();
+    if (err.empty()) err = "unknown error";
+  }
+  agree(comm, err);
+}
+
+// ---- what goes where ------------------------------------------------------------
+
+constexpr const char* kModelGroup = "/model";
+constexpr const char* kOptimGroup = "/optim";
+constexpr const char* kExpAvgGroup = "/optim/exp_avg";
+constexpr const char* kExpAvgSqGroup = "/optim/exp_avg_sq";
+
+// One dataset as this rank sees it.
+struct Item {
+  std::string group, name;  // "/model", "embed.weight"
+  std::vector<std::int64_t> shape;
+  model::Shard shard;
+  View1<float> view;
+  std::string path() const { return group + "/" + name; }
+};
+
+void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim) {
+  std::set<std::string> names;
+  for (const auto& t : tensors) {
+    EXA_REQUIRE(!t.name.empty() && t.name.find('/') == std::string::npos && t.name != "." && t.name != "..",
+                "checkpoint: tensor name '{}' cannot be an HDF5 dataset name (empty, '.', '..' or holding '/')", t.name);
+    EXA_REQUIRE(names.insert(t.name).second, "checkpoint: tensor '{}' is listed twice", t.name);
+    EXA_REQUIRE(!t.shape.empty(), "checkpoint: tensor '{}' has no dimensions (scalars are not supported)", t.name);
+    for (auto s : t.shape) EXA_REQUIRE(s >= 0, "checkpoint: tensor '{}' has a negative extent in {}", t.name, shape_str(t.shape));
+    const std::int64_t n = numel(t.shape);
+    EXA_REQUIRE(t.shard.global_offset >= 0 && t.shard.count >= 0 && t.shard.global_offset + t.shard.count <= n,
+                "checkpoint: the shard [{}, {}) of tensor '{}' lies outside its {} elements {}", t.shard.global_offset,
+                t.shard.global_offset + t.shard.count, t.name, n, shape_str(t.shape));
+    EXA_REQUIRE(static_cast<std::int64_t>(t.value.extent(0)) == t.shard.count,
+                "checkpoint: tensor '{}' holds {} values but its shard has {} elements", t.name, t.value.extent(0),
+                t.shard.count);
+    if (optim) {
+      auto it = optim->find(t.name);
+      EXA_REQUIRE(it != optim->end(), "checkpoint: the optimizer state has no moments for tensor '{}'", t.name);
+      EXA_REQUIRE(static_cast<std::int64_t>(it->second.exp_avg.extent(0)) == t.shard.count &&
+                      static_cast<std::int64_t>(it->second.exp_avg_sq.extent(0)) == t.shard.count,
+                  "checkpoint: the optimizer moments of '{}' hold {} and {} values but its shard has {} elements",
+                  t.name, it->second.exp_avg.extent(0), it->second.exp_avg_sq.extent(0), t.shard.count);
+    }
+  }
+  if (optim) {
+    for (const auto& [name, m] : *optim) {
+      EXA_REQUIRE(names.count(name) != 0, "checkpoint: the optimizer state names '{}', which is not a model tensor",
+                  name);
+    }
+  }
+}
+
+std::vector<Item> items_of(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim) {
+  std::vector<Item> items;
+  for (const auto& t : tensors) items.push_back(Item{kModelGroup, t.name, t.shape, t.shard, t.value});
+  if (optim) {
+    for (const auto& t : tensors) items.push_back(Item{kExpAvgGroup, t.name, t.shape, t.shard, optim->at(t.name).exp_avg});
+    for (const auto& t : tensors) {
+      items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, t.shard, optim->at(t.name).exp_avg_sq});
+    }
+  }
+  return items;
+}
+
+// Every rank must pass the same names, shapes and optimizer choice.
+void check_same_everywhere(const std::vector<Item>& items, MPI_Comm comm) {
+  std::string sig;
+  for (const auto& it : items) sig += it.path() + shape_str(it.shape) + ";";
+  const std::uint64_t h = kernels::checksum_leaf(sig, items.size());
+  std::uint64_t lo = 0, hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm);
+  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
+  EXA_REQUIRE(lo == hi,
+              "checkpoint: the ranks disagree on the tensor list (names, shapes or whether optimizer state is "
+              "included): every rank must pass the same tensors, each with its own shard");
+}
+
+// Every rank's [offset, offset + count) of every item: ranges[i][r].
+std::vector<std::vector<FlatRange>> gather_ranges(const std::vector<Item>& items, MPI_Comm comm) {
+  const int P = comm_size(comm);
+  const std::size_t T = items.size();
+  std::vector<long long> mine(2 * T), all(2 * T * static_cast<std::size_t>(P));
+  for (std::size_t i = 0; i < T; ++i) {
+    mine[2 * i] = items[i].shard.global_offset;
+    mine[2 * i + 1] = items[i].shard.global_offset + items[i].shard.count;
+  }
+  if (T > 0) {
+    MPI_Allgather(mine.data(), static_cast<int>(2 * T), MPI_LONG_LONG, all.data(), static_cast<int>(2 * T),
+                  MPI_LONG_LONG, comm);
+  }
+  std::vector<std::vector<FlatRange>> out(T, std::vector<FlatRange>(static_cast<std::size_t>(P)));
+  for (int r = 0; r < P; ++r) {
+    for (std::size_t i = 0; i < T; ++i) {
+      const std::size_t b = (static_cast<std::size_t>(r) * T + i) * 2;
+      out[i][static_cast<std::size_t>(r)] = FlatRange{all[b], all[b + 1]};
+    }
+  }
+  return out;
+}
+
+// ---- HDF5 selections --------------------------------------------------------------
+
+// Selects the union of flat ranges of an N-d dataspace (none when empty).
+void select_ranges(hid_t space, const std::vector<std::int64_t>& shape, const std::vector<FlatRange>& ranges) {
+  h5::check(H5Sselect_none(space), "H5Sselect_none");
+  const std::vector<hsize_t> ones(shape.size(), 1);
+  for (const auto& r : ranges) {
+    for (const auto& b : flat_range_blocks(shape, r.begin, r.size())) {
+      const std::vector<hsize_t> start(b.start.begin(), b.start.end()), block(b.count.begin(), b.count.end());
+      h5::check(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, ones.data(), block.data()),
+                "H5Sselect_hyperslab");
+    }
+  }
+}
+
+// A 1-D memory dataspace of n elements selecting the given ranges (local indices).
+h5::Id memory_space(std::int64_t n, const std::vector<FlatRange>& ranges) {
+  const hsize_t dim = static_cast<hsize_t>(std::max<std::int64_t>(n, 1));
+  h5::Id sp = h5::space(H5Screate_simple(1, &dim, nullptr), "H5Screate_simple");
+  select_ranges(sp, {static_cast<std::int64_t>(dim)}, ranges);
+  return sp;
+}
+
+std::vector<FlatRange> shifted(const std::vector<FlatRange>& r, std::int64_t by) {
+  std::vector<FlatRange> out;
+  out.reserve(r.size());
+  for (const auto& x : r) out.push_back({x.begin - by, x.end - by});
+  return out;
+}
+
+// Partial checksum of the given global ranges, taken from `buf`, whose first
+// element is global element `base`.
+std::uint64_t partial_checksum(const HostFlat& buf, std::int64_t base, const std::vector<FlatRange>& ranges) {
+  std::uint64_t sum = 0;
+  for (const auto& r : ranges) {
+    const auto lo = static_cast<std::size_t>(r.begin - base), hi = static_cast<std::size_t>(r.end - base);
+    sum = kernels::checksum_combine(
+        sum, kernels::checksum(Kokkos::subview(buf, Kokkos::make_pair(lo, hi)), r.begin));
+  }
+  return sum;
+}
+
+h5::Id file_access(MPI_Comm comm) {
+  h5::Id fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  h5::check(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+  // v1.8 object headers: dense attribute storage (a long deck fits), and
+  // every HDF5 >= 1.8 (h5py included) reads the file.
+  h5::check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18), "H5Pset_libver_bounds");
+  // Metadata is read by one rank and broadcast, written collectively: the
+  // program calls every metadata operation on all ranks in the same order.
+  h5::check(H5Pset_all_coll_metadata_ops(fapl, 1), "H5Pset_all_coll_metadata_ops");
+  h5::check(H5Pset_coll_metadata_write(fapl, 1), "H5Pset_coll_metadata_write");
+  return fapl;
+}
+
+h5::Id collective_transfer() {
+  h5::Id dxpl = h5::plist(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate");
+  h5::check(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+  return dxpl;
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> sorted_entries(std::vector<std::pair<std::string, std::uint64_t>> e) {
+  std::sort(e.begin(), e.end());
+  return e;
+}
+
+// ---- meta -----------------------------------------------------------------------
+
+constexpr const char* kLrPrefix = "lr_schedule.";
+
+std::string meta_to_json(const CheckpointMeta& m) {
+  nlohmann::json j;
+  j["step"] = m.step;
+  j["tokens_seen"] = m.tokens_seen;
+  j["data_cursor"] = m.data_cursor;
+  j["rng_state"] = m.rng_state;
+  j["lr_schedule"] = m.lr_schedule;
+  j["deck"] = m.deck;
+  j["config_json"] = m.config_json;
+  j["layout"] = m.layout.to_json();
+  return j.dump();
+}
+
+CheckpointMeta meta_from_json(const std::string& s) {
+  const auto j = nlohmann::json::parse(s);
+  CheckpointMeta m;
+  m.step = j.at("step").get<std::uint64_t>();
+  m.tokens_seen = j.at("tokens_seen").get<std::uint64_t>();
+  m.data_cursor = j.at("data_cursor").get<std::uint64_t>();
+  m.rng_state = j.at("rng_state").get<std::vector<std::uint64_t>>();
+  m.lr_schedule = j.at("lr_schedule").get<std::map<std::string, double>>();
+  m.deck = j.at("deck").get<std::string>();
+  m.config_json = j.at("config_json").get<std::string>();
+  m.layout = CheckpointLayout::from_json(j.at("layout").get<std::string>());
+  return m;
+}
+
+// XXH64 over the canonical JSON of the caller's metadata (sorted keys):
+// guards the attributes on "/" as the Merkle root guards the datasets.
+std::uint64_t meta_checksum(const CheckpointMeta& m) { return kernels::checksum_leaf(meta_to_json(m), 0); }
+
+void write_meta(hid_t root, const CheckpointMeta& m) {
+  h5::write_i64(root, "format_version", kCheckpointFormatVersion);
+  h5::write_u64(root, "step", m.step);
+  h5::write_u64(root, "tokens_seen", m.tokens_seen);
+  h5::write_u64(root, "data_cursor", m.data_cursor);
+  h5::write_u64s(root, "rng_state", m.rng_state);
+  for (const auto& [k, v] : m.lr_schedule) h5::write_f64(root, (kLrPrefix + k).c_str(), v);
+  h5::write_string(root, "deck", m.deck);
+  h5::write_string(root, "config_json", m.config_json);
+  h5::write_string(root, "layout", m.layout.to_json());
+  h5::write_string(root, "created_by", fmt::format("ExaMoE {} ({})", version_string(), git_hash()));
+  h5::write_u64(root, "meta_checksum", meta_checksum(m));
+}
+
+// Reads the format version first: a file from another program or version
+// must fail on that, not on some later attribute.
+CheckpointMeta read_meta(hid_t root, const std::string& file) {
+  CheckpointMeta m;
+  EXA_REQUIRE(h5::has_attr(root, "format_version"),
+              "{} is not an ExaMoE checkpoint: its root group has no 'format_version' attribute", file);
+  m.format_version = h5::read_i64(root, "format_version");
+  if (m.format_version != kCheckpointFormatVersion) {
+    const std::string by = h5::has_attr(root, "created_by") ? h5::read_string(root, "created_by") : "an unknown writer";
+    throw Error(fmt::format("{} has checkpoint format version {} (written by {}); this ExaMoE ({}) reads version {}: "
+                            "use a matching ExaMoE release",
+                            file, m.format_version, by, version_string(), kCheckpointFormatVersion));
+  }
+  m.step = h5::read_u64(root, "step");
+  m.tokens_seen = h5::read_u64(root, "tokens_seen");
+  m.data_cursor = h5::read_u64(root, "data_cursor");
+  m.rng_state = h5::read_u64s(root, "rng_state");
+  for (const auto& a : h5::attr_names(root)) {
+    if (a.compare(0, std::strlen(kLrPrefix), kLrPrefix) == 0) {
+      m.lr_schedule[a.substr(std::strlen(kLrPrefix))] = h5::read_f64(root, a.c_str());
+    }
+  }
+  m.deck = h5::read_string(root, "deck");
+  m.config_json = h5::read_string(root, "config_json");
+  m.layout = CheckpointLayout::from_json(h5::read_string(root, "layout"));
+  m.merkle_root = h5::read_u64(root, "merkle_root");
+  const std::uint64_t stored = h5::read_u64(root, "meta_checksum"), now = meta_checksum(m);
+  EXA_REQUIRE(stored == now,
+              "checkpoint file {} is corrupt: its attributes on / (step, tokens_seen, data_cursor, rng_state, "
+              "lr_schedule.*, deck, config_json, layout) have checksum {} but were written with {}; {}",
+              file, kernels::checksum_hex(now), kernels::checksum_hex(stored),
+              fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string()));
+  return m;
+}
+
+// Stored checksums of every dataset under /model and /optim (sorted by path)
+// and a check that their Merkle root matches the one on "/".
+std::vector<DatasetInfo> list_datasets(hid_t file) {
+  std::vector<DatasetInfo> out;
+  for (const char* g : {kModelGroup, kExpAvgGroup, kExpAvgSqGroup}) {
+    if (!h5::link_exists(file, g)) continue;
+    h5::Id grp = h5::group(H5Gopen2(file, g, H5P_DEFAULT), fmt::format("opening group {}", g));
+    for (const auto& name : h5::link_names(grp)) {
+      const std::string path = std::string(g) + "/" + name;
+      {
+        h5::Id obj = h5::check(H5Oopen(grp, name.c_str(), H5P_DEFAULT), H5Oclose, "opening " + path);
+        if (H5Iget_type(obj) != H5I_DATASET) continue;
+      }
+      h5::Id d = h5::dataset(H5Dopen2(grp, name.c_str(), H5P_DEFAULT), "opening " + path);
+      DatasetInfo info{path, h5::dataset_shape(d), 0};
+      EXA_REQUIRE(h5::has_attr(d, "checksum"), "dataset {} has no 'checksum' attribute", path);
+      info.checksum = h5::read_u64(d, "checksum");
+      out.push_back(std::move(info));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const DatasetInfo& a, const DatasetInfo& b) { return a.path < b.path; });
+  return out;
+}
+
+void verify_merkle(const std::vector<DatasetInfo>& ds, std::uint64_t stored, const std::string& file) {
+  std::vector<std::pair<std::string, std::uint64_t>> e;
+  for (const auto& d : ds) e.emplace_back(d.path, d.checksum);
+  const std::uint64_t root = kernels::checksum_merkle_root(e);
+  EXA_REQUIRE(root == stored,
+              "checkpoint file {} is corrupt: the Merkle root over its datasets' checksums is {} but the file "
+              "records {} (a dataset or its checksum attribute was altered, added or removed); {}",
+              file, kernels::checksum_hex(root), kernels::checksum_hex(stored),
+              fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string()));
+}
+
+h5::Id open_file(const std::string& file, hid_t fapl) {
+  const hid_t id = H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl);
+  if (id < 0) {
+    const std::string why = h5::error_stack();
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    throw Error(fmt::format("cannot read checkpoint file {} ({}): {}. The file is truncated or corrupt (a failed "
+                            "copy, a full disk or file-system damage); {}",
+                            file, ec ? std::string("size unknown") : fmt::format("{} bytes", size), why,
+                            fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string())));
+  }
+  return h5::Id(id, H5Fclose);
+}
+
+// Runs f; an HDF5 failure inside (a damaged file) becomes a message naming the
+// file and what to do.
+template <class F>
+void damaged_if_h5_fails(const std::string& file, F&& f) {
+  try {
+    f();
+  } catch (const h5::Failure& e) {
+    throw Error(fmt::format("checkpoint file {} is damaged ({}); {}", file, e.what(),
+                            fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string())));
+  }
+}
+
+// ---- write ------------------------------------------------------------------------
+
+void write_file(const std::string& file, const std::vector<Item>& items,
+                const std::vector<std::vector<FlatRange>>& ranges, const CheckpointMeta& meta, MPI_Comm comm) {
+  const int me = comm_rank(comm);
+  h5::Id fapl = file_access(comm);
+  h5::Id f = h5::file(H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), "creating " + file);
+  std::vector<h5::Id> groups;
+  const bool optim = std::any_of(items.begin(), items.end(), [](const Item& i) { return i.group != kModelGroup; });
+  std::vector<const char*> gnames = {kModelGroup};
+  if (optim) gnames.insert(gnames.end(), {kOptimGroup, kExpAvgGroup, kExpAvgSqGroup});
+  for (const char* g : gnames) {
+    groups.push_back(h5::group(H5Gcreate2(f, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), fmt::format("creating {}", g)));
+  }
+  h5::Id dxpl = collective_transfer();
+  h5::Id dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
+  h5::check(H5Pset_layout(dcpl, H5D_CONTIGUOUS), "H5Pset_layout");
+  h5::check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  h5::check(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
+
+  std::vector<h5::Id> dsets;
+  std::vector<std::uint64_t> partial(items.size(), 0), total(items.size(), 0);
+  float dummy = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
+    const auto owned = owned_ranges(ranges[i], me);
+    const std::vector<hsize_t> dims(it.shape.begin(), it.shape.end());
+    h5::Id fspace = h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple");
+    h5::Id d = h5::dataset(H5Dcreate2(f, it.path().c_str(), H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                           "creating dataset " + it.path());
+    // Device values go through a host copy; host ones are used in place.
+    HostFlat host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), it.view);
+    select_ranges(fspace, it.shape, owned);
+    h5::Id mspace = memory_space(it.shard.count, shifted(owned, it.shard.global_offset));
+    h5::check(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? host.data() : &dummy),
+              "writing dataset " + it.path());
+    partial[i] = partial_checksum(host, it.shard.global_offset, owned);
+    dsets.push_back(std::move(d));
+  }
+  // Each element was written (and its checksum term counted) by exactly one
+  // rank, so the sum over ranks is the whole tensor's checksum.
+  if (!items.empty()) {
+    MPI_Allreduce(partial.data(), total.data(), static_cast<int>(items.size()), MPI_UINT64_T, MPI_SUM, comm);
+  }
+  std::vector<std::pair<std::string, std::uint64_t>> entries;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    h5::write_u64(dsets[i], "checksum", total[i]);
+    entries.emplace_back(items[i].path(), total[i]);
+  }
+  dsets.clear();
+  h5::Id root = h5::group(H5Gopen2(f, "/", H5P_DEFAULT), "opening /");
+  write_meta(root, meta);
+  h5::write_u64(root, "merkle_root", kernels::checksum_merkle_root(sorted_entries(entries)));
+  root.reset();
+  groups.clear();
+  h5::check(f.close(), "closing (flushing) " + file);
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<CheckpointTensor>& tensors,
+                            const OptimizerState* optim, const CheckpointMeta& meta_in, MPI_Comm comm,
+                            const SaveOptions& options) {
+  h5::QuietErrors quiet;
+  const int me = comm_rank(comm);
+  phase(comm, [&] { validate(tensors, optim); });
+  const std::vector<Item> items = items_of(tensors, optim);
+  phase(comm, [&] { check_same_everywhere(items, comm); });
+  const auto ranges = gather_ranges(items, comm);
+  phase(comm, [&] {
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto gaps = uncovered_ranges(ranges[i], numel(items[i].shape));
+      EXA_REQUIRE(gaps.empty(),
+                  "checkpoint: no rank holds elements [{}, {}) of {} {}: the ranks' shards must together cover "
+                  "every tensor",
+                  gaps.front().begin, gaps.front().end, items[i].path(), shape_str(items[i].shape));
+    }
+  });
+  // The metadata of rank 0 is the one written.
+  std::string meta_text = meta_to_json(meta_in);
+  bcast_string(meta_text, 0, comm);
+  const CheckpointMeta meta = meta_from_json(meta_text);
+
+  std::string tmp, final_dir;
+  try {
+    phase(comm, [&] {
+      if (me != 0) return;
+      const fs::path dir(ckpt_dir);
+      fs::create_directories(dir);
+      const fs::path t = dir / fs_detail::temp_dir_name(meta.step, static_cast<long>(::getpid()));
+      fs::remove_all(t);
+      fs::create_directory(t);
+      tmp = t.string();
+    });
+    bcast_string(tmp, 0, comm);
+    const std::string file = (fs::path(tmp) / kCheckpointFile).string();
+    phase(comm, [&] { write_file(file, items, ranges, meta, comm); });
+    // Every rank has closed the file (the phase ends in an allreduce).
+    phase(comm, [&] {
+      if (me == 0) final_dir = fs_detail::publish(ckpt_dir, tmp, meta.step);
+    });
+  } catch (const Error& e) {
+    if (me == 0 && !tmp.empty()) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
+    throw Error(fmt::format("saving checkpoint step {} in {} failed: {} (earlier checkpoints are untouched)",
+                            meta.step, ckpt_dir, e.what()));
+  }
+  bcast_string(final_dir, 0, comm);
+
+  if (me == 0) {
+    // The new checkpoint is complete and `latest` names it: clean-up problems
+    // are warnings, never a failed save.
+    try {
+      for (const auto& d : fs_detail::apply_retention(ckpt_dir, options.keep, final_dir)) {
+        log::debug("checkpoint: deleted {} (keep = {})", d, options.keep);
+      }
+      if (options.remove_stale_temps) {
+        for (const auto& d : fs_detail::remove_stale_work(ckpt_dir)) log::info("checkpoint: removed leftover {}", d);
+      }
+    } catch (const std::exception& e) {
+      log::warn("checkpoint {} is saved, but cleaning up older ones failed: {}", final_dir, e.what());
+    }
+  }
+  MPI_Barrier(comm);
+  return final_dir;
+}
+
+std::string save_checkpoint(const std::string& ckpt_dir, const model::ParameterStore& params,
+                            const OptimizerState* optim, const CheckpointMeta& meta, MPI_Comm comm,
+                            const SaveOptions& options) {
+  return save_checkpoint(ckpt_dir, checkpoint_tensors(params), optim, meta, comm, options);
+}
+
+// ---- read -------------------------------------------------------------------------
+
+namespace {
+
+// The file `path` names, resolved on rank 0 and broadcast.
+std::string resolve_file(const std::string& path, MPI_Comm comm) {
+  std::string dir;
+  phase(comm, [&] {
+    if (comm_rank(comm) == 0) dir = resolve_checkpoint(path);
+  });
+  bcast_string(dir, 0, comm);
+  return (fs::path(dir) / kCheckpointFile).string();
+}
+
+void check_structure(hid_t f, const std::string& file, const std::vector<Item>& items, bool want_optim,
+                     const std::vector<DatasetInfo>& present) {
+  const std::string fix = "the checkpoint was written for a different model: load it with the deck it was written "
+                          "with (stored in the file: h5dump -a deck), or start from scratch";
+  if (want_optim && !h5::link_exists(f, kExpAvgGroup)) {
+    throw Error(fmt::format("{} holds no optimizer state (no {} group): it was saved without it. Load the model "
+                            "only (eval, generate, fine-tuning with fresh optimizer state)",
+                            file, kExpAvgGroup));
+  }
+  std::set<std::string> expected;
+  for (const auto& it : items) expected.insert(it.path());
+  for (const auto& it : items) {
+    if (!h5::link_exists(f, it.path())) {
+      throw Error(fmt::format("{} has no dataset {} {}, which the model needs; {}", file, it.path(),
+                              shape_str(it.shape), fix));
+    }
+  }
+  for (const auto& d : present) {
+    if (d.path.compare(0, std::strlen(kModelGroup) + 1, std::string(kModelGroup) + "/") == 0 &&
+        expected.count(d.path) == 0) {
+      throw Error(fmt::format("{} holds dataset {} {}, which this model does not have; {}", file, d.path,
+                              shape_str(d.shape), fix));
+    }
+  }
+  for (const auto& it : items) {
+    h5::Id d = h5::dataset(H5Dopen2(f, it.path().c_str(), H5P_DEFAULT), "opening " + it.path());
+    const auto shape = h5::dataset_shape(d);
+    if (shape != it.shape) {
+      throw Error(fmt::format("dataset {} in {} has shape {} but the model expects {}; {}", it.path(), file,
+                              shape_str(shape), shape_str(it.shape), fix));
+    }
+    EXA_REQUIRE(h5::is_f32(d), "dataset {} in {} holds {} values; ExaMoE checkpoints hold float32", it.path(), file,
+                h5::describe_type(d));
+  }
+}
+
+}  // namespace
+
+CheckpointMeta load_checkpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors,
+                               const OptimizerState* optim, MPI_Comm comm) {
+  h5::QuietErrors quiet;
+  const int me = comm_rank(comm);
+  phase(comm, [&] { validate(tensors, optim); });
+  const std::vector<Item> items = items_of(tensors, optim);
+  phase(comm, [&] { check_same_everywhere(items, comm); });
+  const auto ranges = gather_ranges(items, comm);
+  const std::string file = resolve_file(path, comm);
+
+  h5::Id fapl = file_access(comm);
+  h5::Id f;
+  phase(comm, [&] { f = open_file(file, fapl); });
+
+  CheckpointMeta meta;
+  std::vector<DatasetInfo> present;
+  phase(comm, [&] {
+    damaged_if_h5_fails(file, [&] {
+      h5::Id root = h5::group(H5Gopen2(f, "/", H5P_DEFAULT), "opening /");
+      meta = read_meta(root, file);
+      present = list_datasets(f);
+      verify_merkle(present, meta.merkle_root, file);
+      meta.has_optimizer = h5::link_exists(f, kExpAvgGroup);
+      check_structure(f, file, items, optim != nullptr, present);
+    });
+  });
+
+  // Read every shard into host buffers and checksum what this rank owns,
+  // plus (rank 0) the elements no rank asked for, so that the partials of
+  // all ranks add up to each dataset's whole checksum. Nothing reaches the
+  // caller's Views before every checksum has been verified.
+  std::vector<HostFlat> bufs(items.size());
+  std::vector<std::uint64_t> partial(items.size(), 0), total(items.size(), 0);
+  phase(comm, [&] { damaged_if_h5_fails(file, [&] {
+    h5::Id dxpl = collective_transfer();
+    float dummy = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const Item& it = items[i];
+      h5::Id d = h5::dataset(H5Dopen2(f, it.path().c_str(), H5P_DEFAULT), "opening " + it.path());
+      h5::Id fspace = h5::space(H5Dget_space(d), "H5Dget_space");
+      const FlatRange mine{it.shard.global_offset, it.shard.global_offset + it.shard.count};
+      bufs[i] = HostFlat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::read"),
+                         static_cast<std::size_t>(it.shard.count));
+      std::vector<FlatRange> sel;
+      if (mine.size() > 0) sel.push_back(mine);
+      select_ranges(fspace, it.shape, sel);
+      h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.global_offset));
+      h5::check(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? bufs[i].data() : &dummy),
+                fmt::format("reading dataset {} of {}", it.path(), file));
+      partial[i] = partial_checksum(bufs[i], it.shard.global_offset, owned_ranges(ranges[i], me));
+      // Elements nobody loads still count: rank 0 reads them for the checksum.
+      const auto gaps = uncovered_ranges(ranges[i], numel(it.shape));
+      if (!gaps.empty()) {  // the same decision on every rank
+        std::int64_t n = 0;
+        for (const auto& g : gaps) n += g.size();
+        HostFlat extra(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::gaps"),
+                       static_cast<std::size_t>(me == 0 ? n : 0));
+        std::vector<FlatRange> local, want = me == 0 ? gaps : std::vector<FlatRange>{};
+        std::int64_t at = 0;
+        for (const auto& g : want) {
+          local.push_back({at, at + g.size()});
+          at += g.size();
+        }
+        select_ranges(fspace, it.shape, want);
+        h5::Id ms = memory_space(me == 0 ? n : 0, local);
+        h5::check(H5Dread(d, H5T_NATIVE_FLOAT, ms, fspace, dxpl, me == 0 ? extra.data() : &dummy),
+                  fmt::format("reading dataset {} of {}", it.path(), file));
+        for (std::size_t k = 0; k < want.size(); ++k) {
+          partial[i] = kernels::checksum_combine(
+              partial[i],
+              kernels::checksum(Kokkos::subview(extra, Kokkos::make_pair(static_cast<std::size_t>(local[k].begin),
+                                                                         static_cast<std::size_t>(local[k].end))),
+                                want[k].begin));
+        }
+      }
+    }
+  }); });
+  if (!items.empty()) {
+    MPI_Allreduce(partial.data(), total.data(), static_cast<int>(items.size()), MPI_UINT64_T, MPI_SUM, comm);
+  }
+  phase(comm, [&] {
+    std::vector<std::string> bad;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto it = std::find_if(present.begin(), present.end(),
+                             [&](const DatasetInfo& d) { return d.path == items[i].path(); });
+      EXA_ASSERT(it != present.end());
+      if (it->checksum != total[i]) {
+        bad.push_back(fmt::format("{} (reads back with checksum {}, written with {})", items[i].path(),
+                                  kernels::checksum_hex(total[i]), kernels::checksum_hex(it->checksum)));
+      }
+    }
+    if (!bad.empty()) {
+      throw Error(fmt::format("checkpoint file {} is corrupt: the data of {} no longer match{} {} checksum{} "
+                              "recorded when it was written: {}; {}",
+                              file, bad.size() == 1 ? "dataset" : fmt::format("{} datasets", bad.size()),
+                              bad.size() == 1 ? "es" : "", bad.size() == 1 ? "its" : "their",
+                              bad.size() == 1 ? "" : "s", fmt::join(bad, ", "),
+                              fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string())));
+    }
+  });
+  f.reset();
+
+  for (std::size_t i = 0; i < items.size(); ++i) Kokkos::deep_copy(items[i].view, bufs[i]);
+  Kokkos::fence();
+  meta.directory = fs::path(file).parent_path().string();
+  return meta;
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, model::ParameterStore& params, const OptimizerState* optim,
+                               MPI_Comm comm) {
+  return load_checkpoint(path, checkpoint_tensors(params), optim, comm);
+}
+
+CheckpointInfo inspect_checkpoint(const std::string& path) {
+  h5::QuietErrors quiet;
+  const std::string file = (fs::path(resolve_checkpoint(path)) / kCheckpointFile).string();
+  h5::Id fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  h5::check(H5Pset_fapl_sec2(fapl), "H5Pset_fapl_sec2");
+  h5::Id f = open_file(file, fapl);
+  CheckpointInfo info;
+  damaged_if_h5_fails(file, [&] {
+    h5::Id root = h5::group(H5Gopen2(f, "/", H5P_DEFAULT), "opening /");
+    info.meta = read_meta(root, file);
+    info.datasets = list_datasets(f);
+    verify_merkle(info.datasets, info.meta.merkle_root, file);
+    info.meta.has_optimizer = h5::link_exists(f, kExpAvgGroup);
+  });
+  info.meta.directory = fs::path(file).parent_path().string();
+  return info;
+}
+
+}  // namespace exa::io

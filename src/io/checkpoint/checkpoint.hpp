@@ -1,0 +1,150 @@
+#pragma once
+// HDF5 checkpoints (DESIGN.md "Checkpoints", a contract; the file format is
+// described in src/io/checkpoint/README.md).
+//
+//   <ckpt>/step_00000100/state.h5     one complete checkpoint
+//   <ckpt>/latest -> step_00000100    symlink to the newest complete one
+//   <ckpt>/.step_00000200.tmp-4242/   a save in progress (or one a crash cut short)
+//
+// <ckpt> is normally <run>/ckpt (deck: output.run_dir, checkpoint.dir).
+//
+// Every tensor is one fp32 dataset under its global name with its global
+// shape (/model/<name>, /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>);
+// each rank writes and reads its Shard (a contiguous range of the tensor's
+// row-major elements) as a hyperslab, with collective MPI-IO transfers. So
+// any layout reads any checkpoint, and the file loads into PyTorch as is.
+//
+// All functions taking an MPI_Comm are collective over it: every rank of the
+// communicator calls them with the same tensor names and shapes (its own
+// shards) and the same metadata. Every failure throws exa::Error on every
+// rank of the communicator with the same message (problem and fix).
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/types.hpp"
+#include "model/parameter_store.hpp"
+
+namespace exa::io {
+
+inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+inline constexpr const char* kCheckpointFile = "state.h5";
+inline constexpr const char* kLatestLink = "latest";
+
+// The parallel layout that wrote a checkpoint (informational: any layout can
+// read any checkpoint). Stored as the JSON string attribute "layout".
+struct CheckpointLayout {
+  std::int64_t world_size = 1, pp = 1, dp = 1, cp = 1, tp = 1, ep = 1, zero = 0;
+  std::string to_json() const;
+  static CheckpointLayout from_json(const std::string& json);  // exa::Error when malformed
+  bool operator==(const CheckpointLayout& o) const;
+};
+
+// Everything besides tensors that a restart needs; the caller fills it on
+// save and gets it back on load. Stored as attributes on "/".
+struct CheckpointMeta {
+  std::uint64_t step = 0;         // optimizer steps completed
+  std::uint64_t tokens_seen = 0;  // training tokens consumed
+  std::uint64_t data_cursor = 0;  // the sampler's position
+  std::vector<std::uint64_t> rng_state;  // any generator state the caller keeps (may be empty)
+  // LR schedule state (step-based), e.g. {"lr": 3e-3, "warmup_steps": 30, ...}:
+  // stored as double attributes "lr_schedule.<key>".
+  std::map<std::string, double> lr_schedule;
+  std::string deck;         // deck::Config::deck_text(), verbatim
+  std::string config_json;  // deck::Config::to_json(), the resolved configuration
+  CheckpointLayout layout;
+
+  // Filled by load/inspect, ignored by save.
+  std::int64_t format_version = kCheckpointFormatVersion;
+  std::uint64_t merkle_root = 0;  // over every dataset's checksum, sorted by path
+  bool has_optimizer = false;     // the file holds /optim
+  std::string directory;          // the step directory that was read
+};
+
+// One tensor as this rank sees it: global name and shape, the owned range of
+// its row-major elements, and that range's values (shard.count elements, any
+// memory space). The optional moments have the same shard.
+struct CheckpointTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  model::Shard shard;
+  View1<float> value;
+};
+
+// AdamW moments by global tensor name, each View holding the same Shard as
+// the tensor's value.
+struct OptimizerMoments {
+  View1<float> exp_avg, exp_avg_sq;
+};
+using OptimizerState = std::map<std::string, OptimizerMoments>;
+
+// The tensors of a ParameterStore (its Views alias the store's values, so a
+// load fills the store).
+std::vector<CheckpointTensor> checkpoint_tensors(const model::ParameterStore& params);
+
+// ---- save -------------------------------------------------------------------
+
+struct SaveOptions {
+  // Newest complete checkpoints kept; older ones are deleted once the new one
+  // is complete and `latest` points at it. 0 keeps all.
+  int keep = 3;
+  // Also delete leftover ".step_*.tmp-*" directories (saves cut short by a
+  // crash) after a successful save.
+  bool remove_stale_temps = true;
+};
+
+// Writes <ckpt_dir>/step_<meta.step>/ (replacing an existing one for the same
+// step), points `latest` at it and applies retention. `optim` may be null
+// (no /optim group). Returns the new step directory.
+std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<CheckpointTensor>& tensors,
+                            const OptimizerState* optim, const CheckpointMeta& meta, MPI_Comm comm,
+                            const SaveOptions& options = {});
+std::string save_checkpoint(const std::string& ckpt_dir, const model::ParameterStore& params,
+                            const OptimizerState* optim, const CheckpointMeta& meta, MPI_Comm comm,
+                            const SaveOptions& options = {});
+
+// ---- load -------------------------------------------------------------------
+
+// The step directory `path` names: a step directory itself (holds state.h5),
+// a checkpoint directory (its `latest`, or when `latest` is missing or
+// dangling, the newest step_* directory) or a run directory holding ckpt/.
+// exa::Error listing what the directory holds when it has no complete
+// checkpoint. Rank-local (no MPI).
+std::string resolve_checkpoint(const std::string& path);
+
+// Complete checkpoints in a checkpoint directory, oldest first (step, path).
+std::vector<std::pair<std::uint64_t, std::string>> list_checkpoints(const std::string& ckpt_dir);
+
+// Reads the checkpoint `path` names (see resolve_checkpoint) into the given
+// tensors' Views (each rank its shard). Verifies the format version, that the
+// file's /model holds exactly these tensors with these global shapes, and
+// every checksum (data read back against each dataset's attribute, and the
+// Merkle root). `optim` null loads /model only (eval, generate).
+CheckpointMeta load_checkpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors,
+                               const OptimizerState* optim, MPI_Comm comm);
+CheckpointMeta load_checkpoint(const std::string& path, model::ParameterStore& params,
+                               const OptimizerState* optim, MPI_Comm comm);
+
+// ---- inspect ----------------------------------------------------------------
+
+struct DatasetInfo {
+  std::string path;  // "/model/embed.weight"
+  std::vector<std::int64_t> shape;
+  std::uint64_t checksum = 0;  // the stored attribute
+};
+struct CheckpointInfo {
+  CheckpointMeta meta;
+  std::vector<DatasetInfo> datasets;  // sorted by path
+};
+// Metadata and dataset list of a checkpoint without reading tensor data;
+// rank-local (opens the file with the serial driver). Checks the format
+// version and the Merkle root against the stored dataset checksums.
+CheckpointInfo inspect_checkpoint(const std::string& path);
+
+// "step_00000100"
+std::string checkpoint_dir_name(std::uint64_t step);
+
+}  // namespace exa::io

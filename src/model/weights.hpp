@@ -1,0 +1,148 @@
+#pragma once
+// Weights<T, D>: every model tensor as an unmanaged, correctly shaped View
+// onto memory someone else owns (the ParameterStore's flat fp32 buffers in
+// training, a flat double buffer in gradient checks). The same struct serves
+// values and gradients: the transformer reads one and accumulates into the
+// other.
+//
+// Binding goes through the parameter specs (parameter_specs.hpp), so the
+// shapes here can never drift from the checkpoint contract: bind_weights
+// asks a callback for the data pointer of each spec and checks the element
+// count against the shape it builds.
+//
+// With tie_embeddings there is no lm_head.weight: `lm_head` aliases `embed`
+// (same pointer), so the LM head's weight gradient lands in the embedding's
+// gradient.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/types.hpp"
+#include "model/model_config.hpp"
+#include "model/parameter_specs.hpp"
+
+namespace exa::model {
+
+template <class T, class D = Device>
+struct LayerWeights {
+  using U = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  using W1 = Kokkos::View<T*, Layout, D, U>;
+  using W2 = Kokkos::View<T**, Layout, D, U>;
+  using W3 = Kokkos::View<T***, Layout, D, U>;
+
+  W1 attn_norm;                 // [d]
+  W2 wq, wk, wv, wo;            // [H*hd,d], [Hkv*hd,d], [Hkv*hd,d], [d,H*hd]
+  W1 ffn_norm;                  // [d]
+  bool moe = false;             // MoE layer (router/experts/shared) or dense (mlp_*)
+  W2 router;                    // [E,d]
+  W3 w1, w3, w2;                // experts [E,F,d], [E,F,d], [E,d,F]
+  W3 shared_w1, shared_w3, shared_w2;  // [S,F,d], [S,F,d], [S,d,F]; empty when S = 0
+  W2 mlp_w1, mlp_w3, mlp_w2;    // dense SwiGLU [d_ff,d], [d_ff,d], [d,d_ff]
+};
+
+template <class T, class D = Device>
+struct Weights {
+  using W1 = typename LayerWeights<T, D>::W1;
+  using W2 = typename LayerWeights<T, D>::W2;
+  W2 embed;                              // [V,d]
+  std::vector<LayerWeights<T, D>> layers;
+  W1 norm;                               // [d]
+  W2 lm_head;                            // [V,d]; aliases embed when tie_embeddings
+};
+
+// Binds every tensor of `cfg`'s model. `ptr_of(spec)` returns the data
+// pointer of the whole tensor `spec` (spec.numel() contiguous row-major
+// elements of T in D's memory space).
+template <class T, class D = Device, class PtrOf>
+Weights<T, D> bind_weights(const ModelConfig& cfg, PtrOf&& ptr_of) {
+  using L = LayerWeights<T, D>;
+  std::unordered_map<std::string, std::pair<T*, std::int64_t>> p;
+  for (const auto& s : parameter_specs(cfg)) p[s.name] = {ptr_of(s), s.numel()};
+  auto get = [&](const std::string& name, std::int64_t numel) -> T* {
+    auto it = p.find(name);
+    EXA_REQUIRE(it != p.end(), "bind_weights: the model has no tensor '{}'", name);
+    EXA_REQUIRE(it->second.second == numel, "bind_weights: '{}' has {} elements, the model needs {}", name,
+                it->second.second, numel);
+    EXA_REQUIRE(it->second.first != nullptr || numel == 0, "bind_weights: '{}' has no data", name);
+    return it->second.first;
+  };
+  const std::int64_t V = cfg.vocab_size, d = cfg.d_model, hd = cfg.head_dim(), H = cfg.n_heads,
+                     Hkv = cfg.n_kv_heads, E = cfg.n_experts, F = cfg.d_expert, S = cfg.n_shared_experts,
+                     Fd = cfg.d_ff;
+  auto v1 = [&](const std::string& n, std::int64_t a) { return typename L::W1(get(n, a), a); };
+  auto v2 = [&](const std::string& n, std::int64_t a, std::int64_t b) {
+    return typename L::W2(get(n, a * b), a, b);
+  };
+  auto v3 = [&](const std::string& n, std::int64_t a, std::int64_t b, std::int64_t c) {
+    return typename L::W3(get(n, a * b * c), a, b, c);
+  };
+  Weights<T, D> w;
+  w.embed = v2("embed.weight", V, d);
+  for (std::int64_t i = 0; i < cfg.n_layers; ++i) {
+    const std::string pre = "layers." + std::to_string(i) + ".";
+    L l;
+    l.attn_norm = v1(pre + "attn_norm.weight", d);
+    l.wq = v2(pre + "attn.wq.weight", H * hd, d);
+    l.wk = v2(pre + "attn.wk.weight", Hkv * hd, d);
+    l.wv = v2(pre + "attn.wv.weight", Hkv * hd, d);
+    l.wo = v2(pre + "attn.wo.weight", d, H * hd);
+    l.ffn_norm = v1(pre + "ffn_norm.weight", d);
+    l.moe = cfg.is_moe_layer(i);
+    if (l.moe) {
+      l.router = v2(pre + "moe.router.weight", E, d);
+      l.w1 = v3(pre + "moe.experts.w1", E, F, d);
+      l.w3 = v3(pre + "moe.experts.w3", E, F, d);
+      l.w2 = v3(pre + "moe.experts.w2", E, d, F);
+      if (S > 0) {
+        l.shared_w1 = v3(pre + "moe.shared.w1", S, F, d);
+        l.shared_w3 = v3(pre + "moe.shared.w3", S, F, d);
+        l.shared_w2 = v3(pre + "moe.shared.w2", S, d, F);
+      }
+    } else {
+      l.mlp_w1 = v2(pre + "mlp.w1", Fd, d);
+      l.mlp_w3 = v2(pre + "mlp.w3", Fd, d);
+      l.mlp_w2 = v2(pre + "mlp.w2", d, Fd);
+    }
+    w.layers.push_back(l);
+  }
+  w.norm = v1("norm.weight", d);
+  w.lm_head = cfg.tie_embeddings ? w.embed : v2("lm_head.weight", V, d);
+  return w;
+}
+
+// Offsets of every spec in a flat buffer holding the whole tensors back to
+// back in spec order (the ParameterStore's layout at one rank), and the total.
+inline std::vector<std::int64_t> flat_offsets(const std::vector<ParamSpec>& specs, std::int64_t* total = nullptr) {
+  std::vector<std::int64_t> off;
+  std::int64_t t = 0;
+  for (const auto& s : specs) {
+    off.push_back(t);
+    t += s.numel();
+  }
+  if (total) *total = t;
+  return off;
+}
+
+// Binds onto a flat buffer of whole tensors in spec order (any T, any D):
+// e.g. a View1<double> of the model's total size for gradient checks.
+template <class T, class D>
+Weights<T, D> bind_flat(const ModelConfig& cfg, const Kokkos::View<T*, Layout, D>& flat) {
+  const auto specs = parameter_specs(cfg);
+  std::int64_t total = 0;
+  const auto off = flat_offsets(specs, &total);
+  EXA_REQUIRE(std::int64_t(flat.extent(0)) == total, "bind_flat: buffer has {} elements, the model has {}",
+              flat.extent(0), total);
+  std::unordered_map<std::string, std::int64_t> at;
+  for (std::size_t i = 0; i < specs.size(); ++i) at[specs[i].name] = off[i];
+  return bind_weights<T, D>(cfg, [&](const ParamSpec& s) { return flat.data() + at.at(s.name); });
+}
+
+class ParameterStore;
+// The store's fp32 values / gradients. Every tensor must be held whole on
+// this rank (single-rank layout, or after a ZeRO-3 gather into a whole copy).
+Weights<float, Device> bind_values(const ModelConfig& cfg, const ParameterStore& store);
+Weights<float, Device> bind_grads(const ModelConfig& cfg, const ParameterStore& store);
+
+}  // namespace exa::model

@@ -1,0 +1,83 @@
+#include "train/checkpoint_model.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/deck/schema.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "model/parameter_specs.hpp"
+#include "model/weights.hpp"
+
+namespace exa::train {
+
+namespace {
+
+// "section.key=value" for every resolved value the schema still knows.
+std::vector<std::string> overrides_from_json(const std::string& json_text, const std::string& where) {
+  std::vector<std::string> out;
+  if (json_text.empty()) return out;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: the stored configuration (attribute config_json) is not valid JSON: {}", where,
+                            e.what()));
+  }
+  EXA_REQUIRE(j.is_object(), "{}: the stored configuration (attribute config_json) is not a JSON object", where);
+  for (const auto& [section, keys] : j.items()) {
+    if (!keys.is_object()) continue;
+    for (const auto& [key, value] : keys.items()) {
+      if (!deck::find_key(section, key)) {
+        log::warn("{}: the stored configuration sets {}.{}, which this ExaMoE does not know; ignored", where,
+                  section, key);
+        continue;
+      }
+      std::string text;
+      if (value.is_string()) {
+        text = value.get<std::string>();
+      } else if (value.is_boolean() || value.is_number()) {
+        text = value.dump();  // shortest round-trip form for floats
+      } else {
+        continue;
+      }
+      out.push_back(section + "." + key + "=" + text);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+deck::Config config_from_checkpoint(const io::CheckpointMeta& meta) {
+  const std::string where = meta.directory.empty() ? std::string("checkpoint") : meta.directory;
+  EXA_REQUIRE(!meta.deck.empty() || !meta.config_json.empty(),
+              "{} stores no deck (attribute deck) and no configuration (attribute config_json), so its model "
+              "cannot be rebuilt; it was not written by `examoe` training",
+              where);
+  const auto overrides = overrides_from_json(meta.config_json, where);
+  const int world = static_cast<int>(std::max<std::int64_t>(1, meta.layout.world_size));
+  try {
+    return deck::Config::from_text(meta.deck, where + "/deck", overrides, world);
+  } catch (const Error& e) {
+    throw Error(fmt::format("cannot rebuild the model of checkpoint {} from its stored deck: {}", where, e.what()));
+  }
+}
+
+CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dropless) {
+  // Rank-local metadata read (every rank sees the same files, so all succeed
+  // or fail alike); the tensors are then read collectively.
+  meta_ = io::inspect_checkpoint(path).meta;
+  config_.emplace(config_from_checkpoint(meta_));
+  mcfg_ = model::ModelConfig::from_deck(*config_);
+  if (dropless) mcfg_.capacity_factor = 0.0;
+  store_ = std::make_unique<model::ParameterStore>(model::parameter_specs(mcfg_));
+  const std::string dir = meta_.directory;
+  meta_ = io::load_checkpoint(dir, *store_, nullptr, comm);
+  model_ = std::make_unique<model::Transformer<float>>(mcfg_);
+  w_ = model::bind_values(mcfg_, *store_);
+}
+
+}  // namespace exa::train

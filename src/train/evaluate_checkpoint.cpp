@@ -1,0 +1,165 @@
+#include "train/evaluate_checkpoint.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/profiling.hpp"
+#include "io/token_h5.hpp"
+#include "io/token_shard.hpp"
+#include "io/token_text.hpp"
+#include "train/checkpoint_model.hpp"
+
+namespace exa::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kHdf5Signature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+
+enum class FileKind { text, shard, hdf5 };
+
+bool starts_with_bytes(const std::string& path, const char* magic, std::size_t n) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> head(n, 0);
+  f.read(head.data(), static_cast<std::streamsize>(n));
+  return f.gcount() == static_cast<std::streamsize>(n) && std::memcmp(head.data(), magic, n) == 0;
+}
+
+FileKind kind_of(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (ext == ".tok") return FileKind::shard;
+  if (ext == ".h5" || ext == ".hdf5") return FileKind::hdf5;
+  if (starts_with_bytes(path, io::kShardMagic, sizeof io::kShardMagic)) return FileKind::shard;
+  if (starts_with_bytes(path, kHdf5Signature, sizeof kHdf5Signature)) return FileKind::hdf5;
+  return FileKind::text;
+}
+
+int comm_rank(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+int comm_size(MPI_Comm c) {
+  int s = 1;
+  MPI_Comm_size(c, &s);
+  return s;
+}
+
+}  // namespace
+
+io::TokenStore read_token_file(const std::string& path, std::int64_t vocab, const std::string& h5_dataset) {
+  const std::string kinds =
+      "pass a token shard (.tok, made by `examoe convert --text FILE --out FILE.tok`), an HDF5 file (.h5) with "
+      "a 1-D dataset \"tokens\", or a text file";
+  EXA_REQUIRE(!path.empty(), "no tokens file given: {}", kinds);
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  EXA_REQUIRE(fs::exists(st), "tokens file {} does not exist; {}", path, kinds);
+  EXA_REQUIRE(fs::is_regular_file(st), "tokens file {} is not a regular file; {}", path, kinds);
+  EXA_REQUIRE(fs::file_size(path, ec) > 0, "tokens file {} is empty; {}", path, kinds);
+  io::TokenStore t;
+  switch (kind_of(path)) {
+    case FileKind::shard: t = io::read_shard(path); break;
+    case FileKind::hdf5: t = io::read_h5_tokens(path, h5_dataset, vocab); break;
+    case FileKind::text: t = io::read_text_tokens(path); break;
+  }
+  EXA_REQUIRE(t.vocab() <= vocab,
+              "tokens file {} has vocabulary size {} but the checkpoint's model has model.vocab_size = {}; "
+              "evaluate it with a model trained on the same tokenisation",
+              path, t.vocab(), vocab);
+  return t;
+}
+
+EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
+  EXA_REQUIRE(opt.batch >= 0, "--batch must be at least 1, not {}", opt.batch);
+  EXA_REQUIRE(opt.seq_len >= 0, "--seq-len must be at least 1, not {}", opt.seq_len);
+  CheckpointModel m(opt.checkpoint, comm);
+  const auto& mc = m.model_config();
+  const std::int64_t T = opt.seq_len > 0 ? opt.seq_len : mc.seq_len;
+  const std::int64_t B = opt.batch > 0 ? opt.batch : std::max<std::int64_t>(1, m.config().get_int("train.micro_batch"));
+  const io::TokenStore tokens = read_token_file(opt.tokens_file, mc.vocab_size);
+  const std::int64_t N = tokens.size();
+  EXA_REQUIRE(N >= T + 1,
+              "tokens file {} holds {} tokens, too few for one window of seq_len {}: evaluation needs at least {} "
+              "tokens (seq_len + 1); pass a longer file or a smaller --seq-len",
+              opt.tokens_file, N, T, T + 1);
+
+  const std::int64_t full = (N - 1) / T, tail = (N - 1) % T;
+  const std::int64_t W = full + (tail > 0 ? 1 : 0);
+  const std::int64_t P = comm_size(comm), r = comm_rank(comm);
+  const std::int64_t lo = W * r / P, hi = W * (r + 1) / P;
+
+  using Tok = Kokkos::View<std::int32_t**, Layout, Device>;
+  Tok in, tg;
+  View1<float> ce;
+  double sum = 0;
+  std::int64_t count = 0;
+  auto run_batch = [&](std::int64_t first, std::int64_t nb, std::int64_t len) {
+    if (std::int64_t(in.extent(0)) != nb || std::int64_t(in.extent(1)) != len) {
+      in = Tok("exa::eval::inputs", nb, len);
+      tg = Tok("exa::eval::targets", nb, len);
+      ce = View1<float>("exa::eval::ce", nb * len);
+    }
+    auto hi_in = Kokkos::create_mirror_view(in);
+    auto hi_tg = Kokkos::create_mirror_view(tg);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int64_t start = (first + b) * T;
+      tokens.copy(start, len, &hi_in(b, 0));
+      tokens.copy(start + 1, len, &hi_tg(b, 0));
+    }
+    Kokkos::deep_copy(in, hi_in);
+    Kokkos::deep_copy(tg, hi_tg);
+    const auto s = m.model().eval(m.weights(), in, tg, ce);
+    sum += s.loss_sum;
+    count += s.n_valid;
+  };
+  {
+    ScopedRegion region("eval", true);
+    const std::int64_t full_hi = std::min(hi, full);
+    for (std::int64_t w = lo; w < full_hi; w += B) run_batch(w, std::min(B, full_hi - w), T);
+    if (tail > 0 && lo <= full && full < hi) run_batch(full, 1, tail);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &count, 1, MPI_INT64_T, MPI_SUM, comm);
+  EXA_ASSERT(count == N - 1);
+
+  EvalReport rep;
+  rep.checkpoint = m.directory();
+  rep.step = m.meta().step;
+  rep.tokens_file = opt.tokens_file;
+  rep.tokens = N;
+  rep.predicted = count;
+  rep.windows = W;
+  rep.seq_len = T;
+  rep.batch = B;
+  rep.ce_sum = sum;
+  rep.ce_nats_per_token = sum / double(count);
+  rep.ppl = std::exp(rep.ce_nats_per_token);
+  return rep;
+}
+
+std::string to_json_line(const EvalReport& r) {
+  nlohmann::ordered_json j;
+  j["checkpoint"] = r.checkpoint;
+  j["tokens_file"] = r.tokens_file;
+  j["tokens"] = r.tokens;
+  j["windows"] = r.windows;
+  j["seq_len"] = r.seq_len;
+  j["ce_nats_per_token"] = r.ce_nats_per_token;
+  j["ppl"] = r.ppl;
+  j["step"] = r.step;
+  j["predicted"] = r.predicted;
+  j["batch"] = r.batch;
+  return j.dump();
+}
+
+}  // namespace exa::train

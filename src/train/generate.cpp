@@ -1,0 +1,102 @@
+#include "train/generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "core/philox.hpp"
+#include "core/profiling.hpp"
+#include "io/token_text.hpp"
+#include "train/checkpoint_model.hpp"
+
+namespace exa::train {
+
+std::int32_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, double u) {
+  EXA_REQUIRE(!logits.empty(), "sample_token: no logits");
+  const std::int64_t V = static_cast<std::int64_t>(logits.size());
+  // Order: larger logit first, lower id first on ties (NaN sorts last).
+  auto before = [&](std::int32_t a, std::int32_t b) {
+    const float x = logits[static_cast<std::size_t>(a)], y = logits[static_cast<std::size_t>(b)];
+    if (std::isnan(x) != std::isnan(y)) return std::isnan(y);
+    if (x != y) return x > y;
+    return a < b;
+  };
+  if (temperature <= 0) {
+    std::int32_t best = 0;
+    for (std::int32_t i = 1; i < V; ++i)
+      if (before(i, best)) best = i;
+    return best;
+  }
+  const std::int64_t k = (top_k <= 0 || top_k >= V) ? V : top_k;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(V));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+  ids.resize(static_cast<std::size_t>(k));
+  const double top = logits[static_cast<std::size_t>(ids[0])];
+  EXA_REQUIRE(std::isfinite(top), "the model's logits are not finite (largest: {}); the checkpoint is broken", top);
+  std::vector<double> p(ids.size());
+  double total = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const double l = logits[static_cast<std::size_t>(ids[i])];
+    p[i] = std::isfinite(l) ? std::exp((l - top) / temperature) : 0.0;
+    total += p[i];
+  }
+  const double target = u * total;
+  double acc = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    acc += p[i];
+    if (acc >= target && p[i] > 0) return ids[i];
+  }
+  // Rounding left the cumulative sum a hair below u * total: the last
+  // candidate with non-zero probability.
+  for (std::size_t i = ids.size(); i-- > 0;)
+    if (p[i] > 0) return ids[i];
+  return ids[0];
+}
+
+std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
+  EXA_REQUIRE(!opt.prompt.empty(), "the prompt is empty: pass some text to continue, e.g. --prompt \"The \"");
+  EXA_REQUIRE(opt.max_new_tokens >= 0, "--max-new-tokens must be 0 or more, not {}", opt.max_new_tokens);
+  EXA_REQUIRE(std::isfinite(opt.temperature) && opt.temperature >= 0,
+              "--temperature must be 0 (greedy) or more, not {}", opt.temperature);
+  EXA_REQUIRE(opt.top_k >= 0, "--top-k must be 0 (no limit) or more, not {}", opt.top_k);
+
+  CheckpointModel m(opt.checkpoint, comm, /*dropless=*/true);
+  const auto& mc = m.model_config();
+  EXA_REQUIRE(mc.vocab_size == io::kByteVocab,
+              "checkpoint {} has model.vocab_size = {}, but examoe-generate works with byte-level tokens "
+              "(vocab_size = {}) only",
+              m.directory(), mc.vocab_size, io::kByteVocab);
+
+  std::vector<std::int32_t> tokens;
+  tokens.reserve(opt.prompt.size() + static_cast<std::size_t>(opt.max_new_tokens));
+  for (const unsigned char c : opt.prompt) tokens.push_back(c);
+  const std::int64_t total = static_cast<std::int64_t>(tokens.size()) + opt.max_new_tokens;
+  const std::int64_t Tw = std::min<std::int64_t>(mc.seq_len, total);
+
+  Kokkos::View<std::int32_t**, Layout, Device> in("exa::generate::inputs", 1, Tw);
+  View2<float> logits("exa::generate::logits", 1, mc.vocab_size);
+  auto h_in = Kokkos::create_mirror_view(in);
+  auto h_logits = Kokkos::create_mirror_view(logits);
+  std::vector<float> row(static_cast<std::size_t>(mc.vocab_size));
+  const PhiloxKey key = philox_key(opt.seed, "examoe-generate");
+
+  std::string out = opt.prompt;
+  ScopedRegion region("generate", true);
+  for (std::int64_t i = 0; i < opt.max_new_tokens; ++i) {
+    const std::int64_t n = static_cast<std::int64_t>(tokens.size());
+    const std::int64_t len = std::min(n, Tw);  // the context: the last len tokens
+    for (std::int64_t t = 0; t < Tw; ++t) h_in(0, t) = t < len ? tokens[static_cast<std::size_t>(n - len + t)] : 0;
+    Kokkos::deep_copy(in, h_in);
+    m.model().next_logits(m.weights(), in, logits, len - 1);
+    Kokkos::deep_copy(h_logits, logits);
+    for (std::int64_t v = 0; v < mc.vocab_size; ++v) row[static_cast<std::size_t>(v)] = h_logits(0, v);
+    const std::int32_t next = sample_token(row, opt.temperature, opt.top_k, philox_uniform(key, std::uint64_t(i)));
+    tokens.push_back(next);
+    out.push_back(static_cast<char>(static_cast<unsigned char>(next)));
+  }
+  return out;
+}
+
+}  // namespace exa::train

@@ -1,0 +1,28 @@
+#pragma once
+// What one logging interval reports, and its two renderings: the line rank 0
+// prints and the JSON object appended to metrics.jsonl.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace exa::train {
+
+struct StepLog {
+  std::int64_t step = 0, steps = 0;   // 1-based step just finished, of `steps`
+  std::int64_t tokens_seen = 0;
+  double loss = 0, ce = 0, aux = 0, z = 0;
+  std::optional<double> val_loss;     // when an evaluation ran at this step
+  double lr = 0, grad_norm = 0;
+  double tokens_per_s = 0, tflops = 0, mfu = 0;  // achieved rates over the interval
+  double imbalance = 1;               // expert load max/mean (worst MoE layer)
+  double t_compute = 0, t_comm = 0, t_io = 0, t_eval = 0;  // seconds per step, averaged over the interval
+  double mem_params = 0, mem_grads = 0, mem_optim = 0;     // bytes on this rank (own accounting)
+  double mem_peak_rss = 0;            // bytes, from the OS
+  bool skipped = false;               // non-finite gradient: update not applied
+};
+
+std::string format_line(const StepLog& s);
+nlohmann::json to_json(const StepLog& s);
+
+}  // namespace exa::train

@@ -1,0 +1,285 @@
+#include "train/trainer.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/memory.hpp"
+#include "core/profiling.hpp"
+#include "io/checkpoint/checkpoint.hpp"
+#include "io/dataset.hpp"
+#include "model/weights.hpp"
+#include "train/sgemm_peak.hpp"
+
+namespace exa::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+io::Dataset open_dataset(const deck::Config& cfg) {
+  io::DataSpec spec = io::data_spec_from_deck(cfg);
+  // A relative data.path is looked up from the working directory first,
+  // then from the source tree the binary was built from (so the quick start
+  // works from any directory).
+  if (fs::path(spec.path).is_relative() && !fs::exists(spec.path)) {
+    const fs::path alt = fs::path(EXAMOE_SOURCE_DIR) / spec.path;
+    if (fs::exists(alt)) spec.path = alt.string();
+  }
+  return io::Dataset::open(spec);
+}
+
+double phase_total(const char* prefix) {
+  double t = 0;
+  for (const auto& [name, s] : phase_timers().all())
+    if (name.rfind(prefix, 0) == 0) t += s;
+  return t;
+}
+
+}  // namespace
+
+Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
+    : cfg_(cfg),
+      world_(world),
+      dp_(world),
+      mcfg_(model::ModelConfig::from_deck(cfg)),
+      store_(model::parameter_specs(mcfg_)),
+      model_(mcfg_),
+      opt_(store_, cfg),
+      sampler_(open_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
+  require_supported_layout();
+  steps_ = cfg.get_int("train.steps");
+  micro_batch_ = cfg.get_int("train.micro_batch");
+  grad_accum_ = cfg.get_int("train.grad_accum");
+  global_batch_ = micro_batch_ * grad_accum_ * dp_.size();
+  store_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
+  w_ = model::bind_values(mcfg_, store_);
+  g_ = model::bind_grads(mcfg_, store_);
+  inputs_ = decltype(inputs_)("exa::inputs", micro_batch_, mcfg_.seq_len);
+  targets_ = decltype(targets_)("exa::targets", micro_batch_, mcfg_.seq_len);
+  flops_ = count_flops(mcfg_);
+
+  run_dir_ = cfg.get_string("output.run_dir");
+  if (dp_.rank() == 0) fs::create_directories(run_dir_);
+  MPI_Barrier(world_);
+  metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(), dp_.rank() == 0);
+  metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
+                                 {"config", nlohmann::json::parse(cfg.to_json())}});
+
+  if (cfg.get_bool("checkpoint.resume")) {
+    const auto found = io::list_checkpoints(checkpoint_dir());
+    if (!found.empty()) {
+      load(checkpoint_dir());
+    } else {
+      log::info("checkpoint.resume: no checkpoint under {} yet, starting from step 0", checkpoint_dir());
+    }
+  }
+  peak_gflops_ = measure_sgemm_gflops();
+}
+
+void Trainer::require_supported_layout() const {
+  // This build runs plain data parallelism; the other dimensions come with
+  // the distributed-runtime work. Say so before any work is done.
+  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep"}) {
+    EXA_REQUIRE(cfg_.get_int(k) == 1, "{} {} = {} is not available in this build yet (only data parallelism is); set {} = 1",
+                cfg_.locate({k}), k, cfg_.get_int(k), k);
+  }
+  EXA_REQUIRE(cfg_.get_int("parallel.zero") == 0,
+              "{} parallel.zero = {} is not available in this build yet; set parallel.zero = 0",
+              cfg_.locate({"parallel.zero"}), cfg_.get_int("parallel.zero"));
+  EXA_REQUIRE(cfg_.get_string("precision.compute") == "fp32",
+              "{} precision.compute = \"{}\" is not available in this build yet; set precision.compute = \"fp32\"",
+              cfg_.locate({"precision.compute"}), cfg_.get_string("precision.compute"));
+}
+
+std::string Trainer::checkpoint_dir() const {
+  const fs::path d = cfg_.get_string("checkpoint.dir");
+  return (d.is_absolute() ? d : fs::path(run_dir_) / d).string();
+}
+
+void Trainer::upload(const io::Batch& b) {
+  auto hi = Kokkos::create_mirror_view(inputs_);
+  auto ht = Kokkos::create_mirror_view(targets_);
+  for (std::int64_t i = 0; i < b.size; ++i)
+    for (std::int64_t t = 0; t < b.seq_len; ++t) {
+      hi(i, t) = b.inputs[static_cast<std::size_t>(i * b.seq_len + t)];
+      ht(i, t) = b.targets[static_cast<std::size_t>(i * b.seq_len + t)];
+    }
+  Kokkos::deep_copy(inputs_, hi);
+  Kokkos::deep_copy(targets_, ht);
+}
+
+StepResult Trainer::train_step(std::int64_t step) {
+  StepResult r;
+  const auto& acc = opt_.accumulation();
+  const auto slice = io::dp_slice(global_batch_, dp_.rank(), dp_.size());
+  store_.zero_grads();
+  double loss = 0, ce = 0, aux = 0, z = 0;
+  for (std::int64_t j = 0; j < grad_accum_; ++j) {
+    {
+      ScopedRegion io_region("io/batch");
+      upload(sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
+    }
+    ScopedRegion region("compute/micro_batch", true);
+    const auto fr = model_.forward(w_, inputs_, targets_);
+    model_.backward(w_, g_, acc.backward_seed());
+    loss += fr.loss.loss;
+    ce += fr.loss.ce;
+    aux += fr.loss.aux;
+    z += fr.loss.z;
+    r.imbalance = std::max(r.imbalance, fr.max_imbalance());
+  }
+  dp_.average(store_.grads());
+  const double n = double(grad_accum_) * dp_.size();
+  r.loss = dp_.sum(loss) / n;
+  r.ce = dp_.sum(ce) / n;
+  r.aux = dp_.sum(aux) / n;
+  r.z = dp_.sum(z) / n;
+  {
+    ScopedRegion region("compute/optimizer", true);
+    r.report = opt_.step(store_, step);
+  }
+  if (!r.report.finite() && cfg_.get_bool("resilience.nan_check")) optim::require_finite(r.report.clip, step + 1);
+  tokens_seen_ += global_batch_ * mcfg_.seq_len;
+  return r;
+}
+
+double Trainer::evaluate() {
+  ScopedRegion region("eval", true);
+  const std::int64_t n = cfg_.get_int("train.eval_batches");
+  if (sampler_.n_val_windows() == 0 || n == 0) return std::numeric_limits<double>::quiet_NaN();
+  Kokkos::View<float*, Layout, Device> ce("exa::eval_ce", static_cast<std::size_t>(micro_batch_ * mcfg_.seq_len));
+  double sum = 0;
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    upload(sampler_.val_batch(i, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
+    const auto s = model_.eval(w_, inputs_, targets_, ce);
+    sum += s.loss_sum;
+    count += s.n_valid;
+  }
+  sum = dp_.sum(sum);
+  count = dp_.sum(count);
+  return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string Trainer::save(std::int64_t steps_done) {
+  ScopedRegion region("io/checkpoint", true);
+  io::CheckpointMeta meta;
+  meta.step = static_cast<std::uint64_t>(steps_done);
+  meta.tokens_seen = static_cast<std::uint64_t>(tokens_seen_);
+  meta.data_cursor = static_cast<std::uint64_t>(steps_done);  // the sampler is a pure function of the step
+  meta.rng_state = {static_cast<std::uint64_t>(sampler_.seed())};
+  meta.lr_schedule = {{"lr", opt_.schedule().lr()},
+                      {"min_lr", opt_.schedule().min_lr()},
+                      {"warmup_steps", double(opt_.schedule().warmup_steps())},
+                      {"total_steps", double(opt_.schedule().total_steps())},
+                      {"next_step", double(steps_done)},
+                      {"adamw_step_count", double(opt_.adamw().step_count())}};
+  meta.deck = cfg_.deck_text();
+  meta.config_json = cfg_.to_json();
+  meta.layout.world_size = dp_.size();
+  meta.layout.dp = dp_.size();
+  io::OptimizerState state;
+  for (std::size_t i = 0; i < store_.size(); ++i)
+    state[store_.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+  io::SaveOptions so;
+  so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
+  const std::string dir = io::save_checkpoint(checkpoint_dir(), store_, &state, meta, world_, so);
+  log::info("checkpoint: wrote {}", dir);
+  return dir;
+}
+
+void Trainer::load(const std::string& path) {
+  ScopedRegion region("io/checkpoint", true);
+  io::OptimizerState state;
+  for (std::size_t i = 0; i < store_.size(); ++i)
+    state[store_.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+  const io::CheckpointMeta meta = io::load_checkpoint(path, store_, &state, world_);
+  step_ = static_cast<std::int64_t>(meta.step);
+  tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);
+  const auto it = meta.lr_schedule.find("adamw_step_count");
+  opt_.adamw().set_step_count(it != meta.lr_schedule.end() ? static_cast<std::int64_t>(it->second) : step_);
+  log::info("checkpoint: resumed from {} at step {}", meta.directory, step_);
+}
+
+void Trainer::log_interval(const StepResult& r, std::optional<double> val, double interval_s,
+                           std::int64_t steps_in_interval) {
+  StepLog s;
+  s.step = step_;
+  s.steps = steps_;
+  s.tokens_seen = tokens_seen_;
+  s.loss = r.loss;
+  s.ce = r.ce;
+  s.aux = r.aux;
+  s.z = r.z;
+  s.val_loss = val;
+  s.lr = r.report.lr;
+  s.grad_norm = r.report.clip.norm;
+  s.skipped = !r.report.applied;
+  const double tokens = double(global_batch_ * mcfg_.seq_len * steps_in_interval);
+  s.tokens_per_s = tokens / interval_s;
+  const double flops_per_rank = flops_.per_token_train * tokens / dp_.size() / interval_s;
+  s.tflops = flops_per_rank * dp_.size() * 1e-12;
+  s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
+  s.imbalance = r.imbalance;
+  const double k = 1.0 / double(steps_in_interval);
+  s.t_compute = phase_total("compute/") * k;
+  s.t_comm = phase_total("comm/") * k;
+  s.t_io = phase_total("io/") * k;
+  s.t_eval = phase_total("eval") * k;
+  s.mem_params = double(store_.values().span() * sizeof(float));
+  s.mem_grads = double(store_.grads().span() * sizeof(float));
+  s.mem_optim = double(opt_.bytes());
+  s.mem_peak_rss = double(peak_rss_bytes());
+  phase_timers().reset();
+  log::info("{}", format_line(s));
+  metrics_->write(to_json(s));
+}
+
+void Trainer::inject_fault(std::int64_t steps_done) const {
+  // Fault injection for the restart and failure tests: a hard exit, as a
+  // node failure would end the job, with no clean-up and no final save.
+  static const char* when = std::getenv("EXAMOE_FAULT_EXIT_AFTER_STEP");
+  if (when == nullptr || std::atoll(when) != steps_done) return;
+  log::warn("EXAMOE_FAULT_EXIT_AFTER_STEP={}: exiting abruptly after step {} (fault injection)", when, steps_done);
+  std::_Exit(86);
+}
+
+double Trainer::run() {
+  const std::int64_t log_every = cfg_.get_int("train.log_every");
+  const std::int64_t eval_every = cfg_.get_int("train.eval_every");
+  const std::int64_t ckpt_every = cfg_.get_int("checkpoint.every");
+  log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
+            "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank",
+            steps_, step_, global_batch_, mcfg_.seq_len, double(store_.local_numel()) / 1e6,
+            flops_.active_params / 1e6, peak_gflops_);
+  phase_timers().reset();
+  double t0 = wall_seconds();
+  std::int64_t since = 0;
+  std::optional<double> val;
+  double last_val = std::numeric_limits<double>::quiet_NaN();
+  while (step_ < steps_) {
+    const StepResult r = train_step(step_);
+    ++step_;
+    ++since;
+    if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
+      last_val = evaluate();
+      if (!std::isnan(last_val)) val = last_val;
+    }
+    if (step_ % log_every == 0 || step_ == steps_) {
+      log_interval(r, val, wall_seconds() - t0, since);
+      val.reset();
+      since = 0;
+      t0 = wall_seconds();
+    }
+    if ((ckpt_every > 0 && step_ % ckpt_every == 0) || (step_ == steps_ && ckpt_every > 0)) save(step_);
+    inject_fault(step_);
+  }
+  metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
+  return last_val;
+}
+
+}  // namespace exa::train

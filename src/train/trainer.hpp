@@ -1,0 +1,84 @@
+#pragma once
+// The Trainer: the step loop around one model replica.
+//
+// A step takes train.grad_accum micro-batches of train.micro_batch sequences
+// on each data-parallel rank (global batch = micro_batch * grad_accum * dp,
+// the same samples whatever the layout), accumulates their gradients,
+// averages them over the data-parallel group, clips by the global norm and
+// applies AdamW at the scheduled learning rate. Around that: evaluation on
+// the held-out split every train.eval_every steps, a log line and a
+// metrics.jsonl record every train.log_every steps, and a checkpoint every
+// checkpoint.every steps and at the end. checkpoint.resume continues from
+// the run's latest checkpoint, repeating the uninterrupted run's losses.
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/deck/config.hpp"
+#include "io/metrics_writer.hpp"
+#include "io/sampler.hpp"
+#include "model/parameter_store.hpp"
+#include "model/transformer.hpp"
+#include "optim/optimizer.hpp"
+#include "parallel/data_parallel.hpp"
+#include "train/flops.hpp"
+#include "train/step_log.hpp"
+
+namespace exa::train {
+
+struct StepResult {
+  double loss = 0, ce = 0, aux = 0, z = 0;  // means over the step's micro-batches and ranks
+  double imbalance = 1;                     // worst MoE layer, max over micro-batches
+  optim::StepReport report;
+};
+
+class Trainer {
+ public:
+  Trainer(const deck::Config& cfg, MPI_Comm world);
+
+  // Runs from the current step to train.steps; returns the final validation
+  // loss (NaN when there is no validation split).
+  double run();
+
+  // One optimizer step (exposed for tests): step index `step` (0-based).
+  StepResult train_step(std::int64_t step);
+  // Mean cross-entropy over train.eval_batches validation batches.
+  double evaluate();
+  // Writes a checkpoint of the state after `steps_done` steps.
+  std::string save(std::int64_t steps_done);
+  // Loads `path` (a step directory, a run's ckpt/ directory or its `latest`).
+  void load(const std::string& path);
+
+  std::int64_t step() const { return step_; }
+  const model::ParameterStore& store() const { return store_; }
+  const model::ModelConfig& model_config() const { return mcfg_; }
+  std::string run_dir() const { return run_dir_; }
+  std::string checkpoint_dir() const;
+
+ private:
+  void upload(const io::Batch& b);
+  void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
+  void require_supported_layout() const;
+  void inject_fault(std::int64_t steps_done) const;
+
+  const deck::Config& cfg_;
+  MPI_Comm world_;
+  parallel::DataParallel dp_;
+  model::ModelConfig mcfg_;
+  model::ParameterStore store_;
+  model::Transformer<float> model_;
+  model::Weights<float, Device> w_, g_;
+  optim::Optimizer opt_;
+  io::Sampler sampler_;
+  std::unique_ptr<io::MetricsWriter> metrics_;
+  FlopCount flops_;
+  double peak_gflops_ = 0;
+  std::string run_dir_;
+  std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
+  std::int64_t tokens_seen_ = 0;
+  Kokkos::View<std::int32_t**, Layout, Device> inputs_, targets_;
+};
+
+}  // namespace exa::train

@@ -1,0 +1,21 @@
+# losses_of(<metrics.jsonl> <out-var>): "step:loss;step:loss;..." of the step
+# records, in file order (event records carry no "loss" and are skipped).
+function(losses_of file out)
+  file(STRINGS ${file} lines)
+  set(res "")
+  foreach(line IN LISTS lines)
+    string(JSON loss ERROR_VARIABLE no_loss GET "${line}" loss)
+    if(no_loss STREQUAL "NOTFOUND")
+      string(JSON step GET "${line}" step)
+      list(APPEND res "${step}:${loss}")
+    endif()
+  endforeach()
+  set(${out} "${res}" PARENT_SCOPE)
+endfunction()
+
+function(run_checked)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+endfunction()
