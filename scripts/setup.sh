@@ -5,6 +5,7 @@
 #   scripts/setup.sh                 # Serial (Debian's Kokkos) -> build/
 #   scripts/setup.sh openmp          # OpenMP Kokkos built from Debian source -> build-openmp/
 #   scripts/setup.sh cuda            # CUDA Kokkos (nvcc 11.8, sm_80), compile only -> build-cuda/
+#                                    # (libraries, drivers, benchmarks; EXAMOE_CUDA_TESTS=ON adds the tests)
 #
 # Environment: JOBS (default 2), EXAMOE_CACHE (default ~/.cache/examoe),
 # BUILD_DIR (override the build directory), CMAKE_ARGS (extra cmake flags).
@@ -32,7 +33,8 @@ case "$backend" in
     export CUDA_ROOT=${CUDA_ROOT:-/usr} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr}
     export PATH=/usr/bin:$PATH; unset CUDA_HOME CUDA_PATH LIBRARY_PATH
     args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
-           -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11) ;;
+           -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11
+           -DEXAMOE_ENABLE_TESTS=${EXAMOE_CUDA_TESTS:-OFF}) ;;
   *) echo "setup.sh: unknown backend '$backend' (want serial, openmp or cuda)" >&2; exit 2 ;;
 esac
 
