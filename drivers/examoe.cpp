@@ -1,7 +1,15 @@
-// examoe: the training driver. Parses the command line, reads the deck,
-// builds objects and calls one function; nothing testable lives here.
+// examoe: the training driver, plus the `eval` and `convert` subcommands.
+// Parses the command line, reads the deck, builds objects and calls one
+// function; nothing testable lives here.
+//
+//   examoe DECK.toml [--set k=v]... [--check] [--ranks N] [--keys] [--version]
+//   examoe eval --checkpoint DIR --tokens FILE [--batch B] [--seq-len T]
+//   examoe convert --text FILE --out FILE.tok [--dtype uint16|uint32]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include "comm/mpi_env.hpp"
 #include "core/build_info.hpp"
@@ -10,6 +18,9 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/runtime.hpp"
+#include "driver_common.hpp"
+#include "io/token_shard.hpp"
+#include "train/evaluate_checkpoint.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -20,14 +31,65 @@ std::string version_text() {
                      exa::mpi_library_version());
 }
 
+struct EvalArgs {
+  exa::train::EvalOptions opt;
+};
+
+struct ConvertArgs {
+  std::string text, out, dtype = "uint16";
+};
+
+int run_eval(const EvalArgs& a, int rank) {
+  EXA_REQUIRE(!a.opt.checkpoint.empty(),
+              "no checkpoint given: pass --checkpoint DIR (a run directory, its ckpt/ directory or a step_<N> "
+              "directory)");
+  EXA_REQUIRE(!a.opt.tokens_file.empty(),
+              "no tokens file given: pass --tokens FILE (a token shard .tok, an HDF5 file .h5 or a text file)");
+  const auto report = exa::train::evaluate_checkpoint(a.opt, MPI_COMM_WORLD);
+  if (rank == 0) {
+    fmt::print("{}\n", exa::train::to_json_line(report));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// Rank 0 converts (one writer per file); every rank exits alike.
+int run_convert(const ConvertArgs& a, int rank) {
+  std::string error;
+  std::int64_t n = 0;
+  if (rank == 0) {
+    try {
+      EXA_REQUIRE(!a.text.empty(), "no input given: pass --text FILE (any text file; its bytes become the tokens)");
+      EXA_REQUIRE(!a.out.empty(), "no output given: pass --out FILE.tok");
+      // (io's own messages about text files speak of the deck's data.path.)
+      std::error_code ec;
+      EXA_REQUIRE(std::filesystem::is_regular_file(a.text, ec), "--text {}: no such file", a.text);
+      EXA_REQUIRE(std::filesystem::file_size(a.text, ec) > 0, "--text {}: the file is empty; there is nothing to convert",
+                  a.text);
+      n = exa::io::convert_text_to_shard(a.text, a.out, exa::io::parse_token_dtype(a.dtype));
+    } catch (const exa::Error& e) {
+      error = e.what();
+    }
+  }
+  int len = static_cast<int>(error.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  error.resize(static_cast<std::size_t>(len));
+  if (len > 0) MPI_Bcast(error.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (!error.empty()) throw exa::Error(error);
+  exa::log::info("examoe convert: wrote {} tokens ({}, vocabulary 256) from {} to {}", n, a.dtype, a.text, a.out);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   exa::MpiEnvironment mpi(argc, argv);
   exa::KokkosRuntime kokkos(argc, argv);
   CLI::App app{
-      "ExaMoE: pre-train Mixture-of-Experts transformers. Usage: examoe DECK.toml [--set k=v]... [--check] "
-      "[--ranks N]"};
+      "ExaMoE: pre-train Mixture-of-Experts transformers.\n"
+      "  examoe DECK.toml [--set k=v]... [--check] [--ranks N]    train (launch with mpiexec for more ranks)\n"
+      "  examoe eval --checkpoint DIR --tokens FILE [--batch B] [--seq-len T]\n"
+      "  examoe convert --text FILE --out FILE.tok [--dtype uint16|uint32]"};
   std::string deck_path;
   std::vector<std::string> overrides;
   bool check_only = false, version = false, keys = false;
@@ -41,11 +103,27 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 24));
   app.add_flag("--keys", keys, "list every deck key with its type, accepted values, default and meaning");
   app.add_flag("--version", version, "print version, git hash, Kokkos version and backends, MPI library");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return mpi.rank() == 0 ? app.exit(e) : (e.get_exit_code());
-  }
+
+  EvalArgs ev;
+  CLI::App* eval = app.add_subcommand(
+      "eval",
+      "mean cross-entropy (nats/token, no aux losses) of a checkpoint's model over a token file, as one JSON line");
+  eval->add_option("--checkpoint", ev.opt.checkpoint, "run directory, its ckpt/ directory or a step_<N> directory");
+  eval->add_option("--tokens", ev.opt.tokens_file,
+                   "token shard (.tok), HDF5 file (.h5/.hdf5, dataset \"tokens\") or text file (bytes)");
+  eval->add_option("--batch", ev.opt.batch, "windows per forward pass (default: the run's train.micro_batch)")
+      ->check(exa::driver::at_least(1));
+  eval->add_option("--seq-len", ev.opt.seq_len, "window length T (default: the model's seq_len)")
+      ->check(exa::driver::at_least(1));
+
+  ConvertArgs cv;
+  CLI::App* convert = app.add_subcommand("convert", "tokenise a text file at byte level into a token shard");
+  convert->add_option("--text", cv.text, "input text file");
+  convert->add_option("--out", cv.out, "output token shard, e.g. FILE.tok");
+  convert->add_option("--dtype", cv.dtype, "token width in the shard: uint16 (default) or uint32");
+  app.require_subcommand(0, 1);
+
+  if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe"); rc >= 0) return rc;
   if (version) {
     exa::log::info("{}", version_text());
     return 0;
@@ -55,6 +133,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    if (*eval || *convert) {
+      const char* sub = *eval ? "eval" : "convert";
+      EXA_REQUIRE(deck_path.empty() && overrides.empty() && !check_only && ranks == 0,
+                  "`examoe {}` takes no deck, --set, --check or --ranks (see examoe {} --help)", sub, sub);
+      return *eval ? run_eval(ev, mpi.rank()) : run_convert(cv, mpi.rank());
+    }
     EXA_REQUIRE(!deck_path.empty(), "no input deck given: run `examoe input/tiny.toml` (see examoe --help)");
     EXA_REQUIRE(ranks == 0 || check_only,
                 "--ranks {} only works with --check; to run on {} ranks, launch `mpiexec -n {} examoe ...`", ranks,
@@ -68,7 +152,7 @@ int main(int argc, char** argv) {
     trainer.run();
     return 0;
   } catch (const exa::Error& e) {
-    if (mpi.rank() == 0) fmt::print(stderr, "examoe: error: {}\n", e.what());
+    exa::driver::print_error(mpi.rank(), "examoe", e.what());
     return 1;
   }
 }

@@ -15,9 +15,12 @@
 // any layout reads any checkpoint, and the file loads into PyTorch as is.
 //
 // All functions taking an MPI_Comm are collective over it: every rank of the
-// communicator calls them with the same tensor names and shapes (its own
-// shards) and the same metadata. Every failure throws exa::Error on every
-// rank of the communicator with the same message (problem and fix).
+// communicator calls them with the same tensor names and shapes, each with
+// its own shard (shards may overlap: each element is written once, by the
+// lowest rank holding it; on save they must cover every element). The
+// metadata written is rank 0's. Every failure throws exa::Error on every
+// rank of the communicator with the same message (problem and fix); a
+// failed save leaves the earlier checkpoints as they were.
 #include <mpi.h>
 
 #include <cstdint>
@@ -46,9 +49,9 @@ struct CheckpointLayout {
 // Everything besides tensors that a restart needs; the caller fills it on
 // save and gets it back on load. Stored as attributes on "/".
 struct CheckpointMeta {
-  std::uint64_t step = 0;         // optimizer steps completed
-  std::uint64_t tokens_seen = 0;  // training tokens consumed
-  std::uint64_t data_cursor = 0;  // the sampler's position
+  std::uint64_t step = 0;                // optimizer steps completed
+  std::uint64_t tokens_seen = 0;         // training tokens consumed
+  std::uint64_t data_cursor = 0;         // the sampler's position
   std::vector<std::uint64_t> rng_state;  // any generator state the caller keeps (may be empty)
   // LR schedule state (step-based), e.g. {"lr": 3e-3, "warmup_steps": 30, ...}:
   // stored as double attributes "lr_schedule.<key>".
@@ -125,8 +128,8 @@ std::vector<std::pair<std::uint64_t, std::string>> list_checkpoints(const std::s
 // Merkle root). `optim` null loads /model only (eval, generate).
 CheckpointMeta load_checkpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors,
                                const OptimizerState* optim, MPI_Comm comm);
-CheckpointMeta load_checkpoint(const std::string& path, model::ParameterStore& params,
-                               const OptimizerState* optim, MPI_Comm comm);
+CheckpointMeta load_checkpoint(const std::string& path, model::ParameterStore& params, const OptimizerState* optim,
+                               MPI_Comm comm);
 
 // ---- inspect ----------------------------------------------------------------
 

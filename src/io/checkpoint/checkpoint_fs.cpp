@@ -3,6 +3,7 @@
 #include "io/checkpoint/checkpoint_fs.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -21,13 +21,13 @@ namespace exa::io {
 
 namespace fs = std::filesystem;
 
-std::string checkpoint_dir_name(std::uint64_t step) {
-  return fmt::format("step_{:08d}", step);
-}
+std::string checkpoint_dir_name(std::uint64_t step) { return fmt::format("step_{:08d}", step); }
 
 namespace fs_detail {
 
-std::string temp_dir_name(std::uint64_t step, long pid) { return fmt::format(".{}.tmp-{}", checkpoint_dir_name(step), pid); }
+std::string temp_dir_name(std::uint64_t step, long pid) {
+  return fmt::format(".{}.tmp-{}", checkpoint_dir_name(step), pid);
+}
 
 std::optional<std::uint64_t> parse_step_name(const std::string& name) {
   constexpr std::size_t P = 5;  // "step_"
@@ -126,9 +126,10 @@ std::string publish(const std::string& ckpt_dir, const std::string& tmp, std::ui
   const auto st = fs::symlink_status(link, ec);
   if (fs::exists(st) && !fs::is_symlink(st)) {
     fs::remove(link_tmp, ec);
-    throw Error(fmt::format("{} exists and is not a symlink (ExaMoE keeps `latest` as a symlink to the newest "
-                            "step_<N> directory): remove or rename it",
-                            link.string()));
+    throw Error(
+        fmt::format("{} exists and is not a symlink (ExaMoE keeps `latest` as a symlink to the newest "
+                    "step_<N> directory): remove or rename it",
+                    link.string()));
   }
   rename_or_throw(link_tmp.string(), link.string());
   fsync_path(ckpt.string());
@@ -222,8 +223,9 @@ std::vector<std::pair<std::uint64_t, std::string>> list_checkpoints(const std::s
 }
 
 std::string resolve_checkpoint(const std::string& path_in) {
-  EXA_REQUIRE(!path_in.empty(), "no checkpoint given: pass a run directory, its ckpt/ directory or a step_<N> "
-                                "checkpoint directory");
+  EXA_REQUIRE(!path_in.empty(),
+              "no checkpoint given: pass a run directory, its ckpt/ directory or a step_<N> "
+              "checkpoint directory");
   const fs::path path = fs::path(path_in).lexically_normal();
   std::error_code ec;
   const auto st = fs::status(path, ec);
@@ -233,9 +235,10 @@ std::string resolve_checkpoint(const std::string& path_in) {
   EXA_REQUIRE(fs::is_directory(st), "checkpoint {} is neither a directory nor a file", path.string());
 
   if (fs_detail::is_work_name(name)) {
-    throw Error(fmt::format("{} is not a complete checkpoint (a save that did not finish, or a replaced or deleted "
-                            "one): use {} or one of the step_<N> directories next to it",
-                            path.string(), (path.parent_path() / kLatestLink).string()));
+    throw Error(
+        fmt::format("{} is not a complete checkpoint (a save that did not finish, or a replaced or deleted "
+                    "one): use {} or one of the step_<N> directories next to it",
+                    path.string(), (path.parent_path() / kLatestLink).string()));
   }
   if (fs::is_regular_file(path / kCheckpointFile, ec)) return path.string();
 
@@ -252,9 +255,10 @@ std::string resolve_checkpoint(const std::string& path_in) {
   if (!all.empty()) return all.back().second;
   if (fs::is_directory(path / "ckpt", ec)) return resolve_checkpoint((path / "ckpt").string());
 
-  throw Error(fmt::format("{} holds no complete checkpoint (a complete one is a step_<N> directory with a {}); it "
-                          "holds: {}. Pass a run directory, its ckpt/ directory or a step_<N> directory",
-                          path.string(), kCheckpointFile, fs_detail::describe_contents(path.string())));
+  throw Error(
+      fmt::format("{} holds no complete checkpoint (a complete one is a step_<N> directory with a {}); it "
+                  "holds: {}. Pass a run directory, its ckpt/ directory or a step_<N> directory",
+                  path.string(), kCheckpointFile, fs_detail::describe_contents(path.string())));
 }
 
 }  // namespace exa::io

@@ -10,8 +10,8 @@ namespace {
 
 // Appends the blocks of [lo, hi) within the sub-array at dimension d whose
 // outer indices are fixed to `prefix` (prefix.size() == d).
-void split(const std::vector<std::int64_t>& shape, std::vector<std::int64_t>& prefix, std::int64_t lo,
-           std::int64_t hi, std::vector<Block>& out) {
+void split(const std::vector<std::int64_t>& shape, std::vector<std::int64_t>& prefix, std::int64_t lo, std::int64_t hi,
+           std::vector<Block>& out) {
   if (lo >= hi) return;
   const std::size_t n = shape.size(), d = prefix.size();
   auto block = [&](std::int64_t first, std::int64_t len) {
@@ -52,8 +52,7 @@ void split(const std::vector<std::int64_t>& shape, std::vector<std::int64_t>& pr
 
 }  // namespace
 
-std::vector<Block> flat_range_blocks(const std::vector<std::int64_t>& shape, std::int64_t offset,
-                                     std::int64_t count) {
+std::vector<Block> flat_range_blocks(const std::vector<std::int64_t>& shape, std::int64_t offset, std::int64_t count) {
   EXA_REQUIRE(!shape.empty(), "flat_range_blocks: a tensor needs at least one dimension");
   std::int64_t numel = 1;
   for (auto s : shape) {
@@ -61,8 +60,7 @@ std::vector<Block> flat_range_blocks(const std::vector<std::int64_t>& shape, std
     numel *= s;
   }
   EXA_REQUIRE(offset >= 0 && count >= 0 && offset + count <= numel,
-              "flat_range_blocks: range [{}, {}) lies outside a tensor of {} elements", offset, offset + count,
-              numel);
+              "flat_range_blocks: range [{}, {}) lies outside a tensor of {} elements", offset, offset + count, numel);
   std::vector<Block> out;
   std::vector<std::int64_t> prefix;
   split(shape, prefix, offset, offset + count, out);

@@ -20,8 +20,7 @@ struct Block {
 
 // Throws exa::Error unless 0 <= offset, 0 <= count and offset + count <=
 // numel(shape), and for a rank-0 shape. An empty range gives no blocks.
-std::vector<Block> flat_range_blocks(const std::vector<std::int64_t>& shape, std::int64_t offset,
-                                     std::int64_t count);
+std::vector<Block> flat_range_blocks(const std::vector<std::int64_t>& shape, std::int64_t offset, std::int64_t count);
 
 // Half-open range [begin, end) of flat element indices.
 struct FlatRange {

@@ -8,9 +8,9 @@
 
 namespace exa::io::h5 {
 
-#define H5_REQUIRE(cond, ...)                                 \
-  do {                                                        \
-    if (!(cond)) throw Failure(::fmt::format(__VA_ARGS__));   \
+#define H5_REQUIRE(cond, ...)                               \
+  do {                                                      \
+    if (!(cond)) throw Failure(::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 QuietErrors::QuietErrors() {
@@ -196,9 +196,9 @@ std::vector<std::string> link_names(hid_t g) {
     const ssize_t n = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
     check(static_cast<hid_t>(n), "listing a group");
     std::string s(static_cast<std::size_t>(n) + 1, '\0');
-    check(static_cast<hid_t>(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size(),
-                                                H5P_DEFAULT)),
-          "listing a group");
+    check(
+        static_cast<hid_t>(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, s.data(), s.size(), H5P_DEFAULT)),
+        "listing a group");
     s.resize(static_cast<std::size_t>(n));
     names.push_back(std::move(s));
   }
@@ -242,10 +242,14 @@ std::string describe_type(hid_t dset) {
   Id t = type(H5Dget_type(dset), "reading a dataset's type");
   const std::size_t bits = 8 * H5Tget_size(t);
   switch (H5Tget_class(t)) {
-    case H5T_FLOAT: return fmt::format("float{}", bits);
-    case H5T_INTEGER: return fmt::format("{}int{}", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", bits);
-    case H5T_STRING: return "string";
-    default: return fmt::format("a non-numeric {}-bit type", bits);
+    case H5T_FLOAT:
+      return fmt::format("float{}", bits);
+    case H5T_INTEGER:
+      return fmt::format("{}int{}", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", bits);
+    case H5T_STRING:
+      return "string";
+    default:
+      return fmt::format("a non-numeric {}-bit type", bits);
   }
 }
 

@@ -25,7 +25,7 @@ class Id {
  public:
   using Closer = herr_t (*)(hid_t);
   Id() = default;
-  Id(hid_t id, Closer close) : id_(id), close_(close) {}
+  Id(hid_t id, Closer closer) : id_(id), close_(closer) {}
   Id(Id&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
   Id& operator=(Id&& o) noexcept {
     if (this != &o) {

@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Checks an ExaMoE checkpoint against the DESIGN.md contract with h5py alone.
+
+Runs the fixture writer (under mpiexec, sharded), then opens the newest
+checkpoint with h5py and checks, independently of the C++ code:
+  * the directory layout (step_<NNNNNNNN>/state.h5, `latest` symlink);
+  * every tensor name and [out, in] shape that DESIGN.md lists, derived here
+    from the resolved configuration stored in the file, in /model and both
+    /optim groups, all float32;
+  * the attributes on "/" (format version, step, tokens, cursor, RNG and LR
+    state, deck, configuration, layout, Merkle root);
+  * each dataset's "checksum" attribute, recomputed with numpy from the
+    documented formula (kernels/checksum.hpp), the Merkle root over them and
+    the metadata checksum (XXH64 in pure Python, README.md's byte layouts);
+  * with PyTorch: a module tree written from DESIGN.md takes /model through
+    load_state_dict(strict=True), i.e. without renames or transposes, and its
+    nn.Linear layers compute x @ W^T with the stored [out, in] matrices.
+Exit 77 (skipped) when h5py or numpy is missing.
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+try:
+    import h5py
+    import numpy as np
+except ImportError as e:  # pragma: no cover
+    print(f"skipped: {e} (Debian: python3-h5py)")
+    sys.exit(77)
+
+M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def fmix64(z):
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def checksum(arr):
+    """sum_i fmix(fmix(bits_i ^ fmix(i + G)) ^ (i*K + G)) mod 2^64, i = flat row-major index."""
+    G = np.uint64(0x9E3779B97F4A7C15)
+    K = np.uint64(0xD6E8FEB86659FD93)
+    flat = np.ascontiguousarray(arr, dtype="<f4").reshape(-1)
+    bits = flat.view("<u4").astype(np.uint64)
+    i = np.arange(flat.size, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = fmix64(bits ^ fmix64(i + G))
+        terms = fmix64(h ^ (i * K + G))
+        return int(np.sum(terms, dtype=np.uint64))
+
+
+# XXH64 (seed 0) in pure Python, for the Merkle root and the metadata checksum.
+P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
+                      0x27D4EB2F165667C5)
+MASK = (1 << 64) - 1
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & MASK
+
+
+def _round(acc, lane):
+    return (_rotl((acc + lane * P2) & MASK, 31) * P1) & MASK
+
+
+def xxh64(data, seed=0):
+    n, i = len(data), 0
+    u64 = lambda k: int.from_bytes(data[k:k + 8], "little")
+    if n >= 32:
+        v = [(seed + P1 + P2) & MASK, (seed + P2) & MASK, seed, (seed - P1) & MASK]
+        while i + 32 <= n:
+            v = [_round(v[j], u64(i + 8 * j)) for j in range(4)]
+            i += 32
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & MASK
+        for x in v:
+            h = ((h ^ _round(0, x)) * P1 + P4) & MASK
+    else:
+        h = (seed + P5) & MASK
+    h = (h + n) & MASK
+    while i + 8 <= n:
+        h = (_rotl(h ^ _round(0, u64(i)), 27) * P1 + P4) & MASK
+        i += 8
+    if i + 4 <= n:
+        h = (_rotl(h ^ ((int.from_bytes(data[i:i + 4], "little") * P1) & MASK), 23) * P2 + P3) & MASK
+        i += 4
+    while i < n:
+        h = (_rotl(h ^ ((data[i] * P5) & MASK), 11) * P1) & MASK
+        i += 1
+    h ^= h >> 33
+    h = (h * P2) & MASK
+    h ^= h >> 29
+    h = (h * P3) & MASK
+    return h ^ (h >> 32)
+
+
+def u64le(x):
+    return int(x).to_bytes(8, "little")
+
+
+def leaf(name_bytes, c):
+    return xxh64(b"\x00" + u64le(len(name_bytes)) + name_bytes + u64le(c))
+
+
+def merkle_root(entries):
+    """entries: (path, checksum) sorted by path (kernels/checksum.hpp)."""
+    if not entries:
+        return xxh64(b"\x02")
+    level = [leaf(p.encode(), c) for p, c in entries]
+    while len(level) > 1:
+        up = [xxh64(b"\x01" + u64le(level[k]) + u64le(level[k + 1])) for k in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            up.append(level[-1])
+        level = up
+    return level[0]
+
+
+def meta_checksum(at):
+    """The metadata checksum of src/io/checkpoint/README.md, from the stored attributes."""
+    s = lambda b: u64le(len(b)) + b
+    raw = lambda v: v if isinstance(v, (bytes, np.bytes_)) else str(v).encode()
+    b = b"examoe-meta-1" + u64le(at["step"]) + u64le(at["tokens_seen"]) + u64le(at["data_cursor"])
+    rng = [int(x) for x in np.atleast_1d(at["rng_state"])] if at.get("rng_state") is not None else []
+    b += u64le(len(rng)) + b"".join(u64le(x) for x in rng)
+    lr = sorted((k[len("lr_schedule."):].encode(), float(v)) for k, v in at.items() if k.startswith("lr_schedule."))
+    b += u64le(len(lr)) + b"".join(s(k) + np.float64(v).tobytes() for k, v in lr)
+    b += s(bytes(raw(at["deck"]))) + s(bytes(raw(at["config_json"]))) + s(bytes(raw(at["layout"])))
+    return leaf(b, 0)
+
+
+def expected_shapes(cfg):
+    m, moe = cfg["model"], cfg["moe"]
+    V, d, L, H = m["vocab_size"], m["d_model"], m["n_layers"], m["n_heads"]
+    Hkv = m["n_kv_heads"] or H
+    hd = d // H
+    E, F, S = moe["n_experts"], moe["d_expert"], moe["n_shared_experts"]
+    every = moe["moe_every"]
+    s = {"embed.weight": (V, d)}
+    for i in range(L):
+        p = f"layers.{i}."
+        s[p + "attn_norm.weight"] = (d,)
+        s[p + "attn.wq.weight"] = (H * hd, d)
+        s[p + "attn.wk.weight"] = (Hkv * hd, d)
+        s[p + "attn.wv.weight"] = (Hkv * hd, d)
+        s[p + "attn.wo.weight"] = (d, H * hd)
+        s[p + "ffn_norm.weight"] = (d,)
+        if every > 0 and (i + 1) % every == 0:  # every moe_every-th layer
+            s[p + "moe.router.weight"] = (E, d)
+            s[p + "moe.experts.w1"] = (E, F, d)
+            s[p + "moe.experts.w3"] = (E, F, d)
+            s[p + "moe.experts.w2"] = (E, d, F)
+            if S > 0:
+                s[p + "moe.shared.w1"] = (S, F, d)
+                s[p + "moe.shared.w3"] = (S, F, d)
+                s[p + "moe.shared.w2"] = (S, d, F)
+        else:
+            s[p + "mlp.w1"] = (m["d_ff"], d)
+            s[p + "mlp.w3"] = (m["d_ff"], d)
+            s[p + "mlp.w2"] = (d, m["d_ff"])
+    s["norm.weight"] = (d,)
+    if not m["tie_embeddings"]:
+        s["lm_head.weight"] = (V, d)
+    return s
+
+
+def text(v):
+    return v.decode("utf-8") if isinstance(v, (bytes, np.bytes_)) else str(v)
+
+
+def torch_check(cfg, tensors):
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        print("PyTorch not installed: skipping the load_state_dict check")
+        return
+    m, moe = cfg["model"], cfg["moe"]
+    V, d, L, H = m["vocab_size"], m["d_model"], m["n_layers"], m["n_heads"]
+    Hkv = m["n_kv_heads"] or H
+    hd = d // H
+    E, F, S = moe["n_experts"], moe["d_expert"], moe["n_shared_experts"]
+
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq = nn.Linear(d, H * hd, bias=False)
+            self.wk = nn.Linear(d, Hkv * hd, bias=False)
+            self.wv = nn.Linear(d, Hkv * hd, bias=False)
+            self.wo = nn.Linear(H * hd, d, bias=False)
+
+    class Experts(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.w1 = nn.Parameter(torch.empty(n, F, d))
+            self.w3 = nn.Parameter(torch.empty(n, F, d))
+            self.w2 = nn.Parameter(torch.empty(n, d, F))
+
+    class MoE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.router = nn.Linear(d, E, bias=False)
+            self.experts = Experts(E)
+            if S > 0:
+                self.shared = Experts(S)
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Parameter(torch.empty(m["d_ff"], d))
+            self.w3 = nn.Parameter(torch.empty(m["d_ff"], d))
+            self.w2 = nn.Parameter(torch.empty(d, m["d_ff"]))
+
+    class Block(nn.Module):
+        def __init__(self, i):
+            super().__init__()
+            self.attn_norm = Norm()
+            self.attn = Attn()
+            self.ffn_norm = Norm()
+            if moe["moe_every"] > 0 and (i + 1) % moe["moe_every"] == 0:
+                self.moe = MoE()
+            else:
+                self.mlp = Mlp()
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(V, d)
+            self.layers = nn.ModuleList([Block(i) for i in range(L)])
+            self.norm = Norm()
+            if not m["tie_embeddings"]:
+                self.lm_head = nn.Linear(d, V, bias=False)
+
+    model = Model()
+    state = {k: torch.from_numpy(v) for k, v in tensors.items()}
+    model.load_state_dict(state, strict=True)  # raises on any name or shape mismatch
+    # nn.Linear computes x W^T with W = the stored [out, in] matrix, as is.
+    x = torch.randn(3, d, dtype=torch.float32)
+    w = tensors["layers.0.attn.wq.weight"]
+    ref = x.numpy().astype(np.float64) @ w.astype(np.float64).T
+    got = model.layers[0].attn.wq(x).detach().numpy()
+    assert np.allclose(got, ref, rtol=1e-5, atol=1e-6), "wq does not act as x @ W^T"
+    print(f"PyTorch {torch.__version__}: load_state_dict(strict=True) took all {len(state)} tensors")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--writer", required=True)
+    ap.add_argument("--launcher", default="")
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+
+    shutil.rmtree(a.workdir, ignore_errors=True)
+    os.makedirs(a.workdir)
+    ckpt = os.path.join(a.workdir, "ckpt")
+    subprocess.run(shlex.split(a.launcher) + [a.writer, ckpt], check=True)
+
+    step_dir = os.path.join(ckpt, "step_00000003")
+    assert os.path.islink(os.path.join(ckpt, "latest")), "latest is not a symlink"
+    assert os.readlink(os.path.join(ckpt, "latest")) == "step_00000003"
+    assert not [n for n in os.listdir(ckpt) if n.startswith(".")], os.listdir(ckpt)
+    path = os.path.join(ckpt, "latest", "state.h5")
+
+    with h5py.File(path, "r") as f:
+        at = f.attrs
+        assert int(at["format_version"]) == 1
+        assert int(at["step"]) == 3 and int(at["tokens_seen"]) == 192 and int(at["data_cursor"]) == 12
+        assert list(at["rng_state"]) == [1, 2, 3]
+        assert float(at["lr_schedule.lr"]) == 1e-3 and float(at["lr_schedule.warmup_steps"]) == 2
+        assert text(at["deck"]).startswith("# checkpoint fixture deck")
+        cfg = json.loads(text(at["config_json"]))
+        layout = json.loads(text(at["layout"]))
+        assert set(layout) >= {"world_size", "pp", "dp", "cp", "tp", "ep", "zero"}, layout
+        assert int(at["meta_checksum"]) == meta_checksum(at), "meta_checksum does not match the attributes"
+
+        want = expected_shapes(cfg)
+        tensors = {}
+        for group in ("model", "optim/exp_avg", "optim/exp_avg_sq"):
+            g = f[group]
+            assert set(g.keys()) == set(want), f"/{group}: {sorted(set(g.keys()) ^ set(want))}"
+            for name, shape in want.items():
+                ds = g[name]
+                assert ds.shape == shape, f"/{group}/{name}: {ds.shape} != {shape}"
+                assert ds.dtype == np.dtype("<f4"), f"/{group}/{name}: {ds.dtype}"
+                arr = ds[()]
+                c = checksum(arr)
+                assert int(ds.attrs["checksum"]) == c, f"/{group}/{name}: checksum {ds.attrs['checksum']} != {c}"
+                if group == "model":
+                    tensors[name] = arr
+        entries = sorted((f"/{g}/{n}", int(f[g][n].attrs["checksum"]))
+                         for g in ("model", "optim/exp_avg", "optim/exp_avg_sq") for n in f[g])
+        assert int(at["merkle_root"]) == merkle_root(entries), "Merkle root does not match the dataset checksums"
+        assert np.all(f["model/norm.weight"][()] == 1.0)
+        assert np.all(f["optim/exp_avg/embed.weight"][()] == 0.5)
+        print(f"h5py {h5py.__version__}: {3 * len(want)} datasets with contract names, shapes and checksums")
+    torch_check(cfg, tensors)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
