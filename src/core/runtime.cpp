@@ -1,10 +1,23 @@
 #include "core/runtime.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <cstring>
+#include <vector>
 
 namespace exa {
 
-KokkosRuntime::KokkosRuntime(int& argc, char** argv) { Kokkos::initialize(argc, argv); }
+KokkosRuntime::KokkosRuntime(int& argc, char** argv) {
+  // Kokkos answers --help/-h with its own option list; the driver's help is
+  // the one a user asked for, so Kokkos does not see those flags.
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0)) continue;
+    args.push_back(argv[i]);
+  }
+  int n = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  Kokkos::initialize(n, args.data());
+}
 
 KokkosRuntime::~KokkosRuntime() {
   if (Kokkos::is_initialized()) Kokkos::finalize();
