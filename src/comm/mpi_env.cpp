@@ -19,6 +19,18 @@ MpiEnvironment::~MpiEnvironment() {
   if (!finalized) MPI_Finalize();
 }
 
+int comm_rank(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+
+int comm_size(MPI_Comm comm) {
+  int s = 1;
+  MPI_Comm_size(comm, &s);
+  return s;
+}
+
 std::string mpi_library_version() {
   char buf[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;

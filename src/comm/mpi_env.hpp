@@ -22,6 +22,10 @@ class MpiEnvironment {
   int size_ = 1;
 };
 
+// Rank and size of a communicator, as values.
+int comm_rank(MPI_Comm comm);
+int comm_size(MPI_Comm comm);
+
 // "MPICH Version: 4.0.2 ..." (first line of MPI_Get_library_version).
 std::string mpi_library_version();
 

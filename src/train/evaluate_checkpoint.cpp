@@ -9,6 +9,7 @@
 #include <fstream>
 #include <vector>
 
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "io/token_h5.hpp"
@@ -43,16 +44,6 @@ FileKind kind_of(const std::string& path) {
   return FileKind::text;
 }
 
-int comm_rank(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-int comm_size(MPI_Comm c) {
-  int s = 1;
-  MPI_Comm_size(c, &s);
-  return s;
-}
 
 }  // namespace
 

@@ -6,21 +6,12 @@
 #include <vector>
 
 #include "comm/mpi_env.hpp"
-#include "core/runtime.hpp"
 #include "kernels/global_norm.hpp"
 
 namespace {
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+int world_rank() { return exa::comm_rank(MPI_COMM_WORLD); }
+int world_size() { return exa::comm_size(MPI_COMM_WORLD); }
 
 TEST(MpiSmoke, KokkosReductionMeetsOverAllreduce) {
   const int r = world_rank(), n = world_size();
@@ -46,21 +37,3 @@ TEST(MpiSmoke, RingExchangeCloses) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  exa::MpiEnvironment mpi(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  if (mpi.rank() != 0) {
-    // Keep one rank's report on screen; failures on any rank still fail the run.
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = 0;
-  {
-    exa::KokkosRuntime kokkos(argc, argv);
-    rc = RUN_ALL_TESTS();
-  }
-  int any = 0;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any;
-}

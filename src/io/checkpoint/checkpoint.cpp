@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/build_info.hpp"
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint/checkpoint_fs.hpp"
@@ -86,16 +87,6 @@ std::int64_t numel(const std::vector<std::int64_t>& s) {
 
 // ---- MPI helpers --------------------------------------------------------------
 
-int comm_rank(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-int comm_size(MPI_Comm c) {
-  int s = 1;
-  MPI_Comm_size(c, &s);
-  return s;
-}
 
 void bcast_string(std::string& s, int root, MPI_Comm comm) {
   unsigned long long n = s.size();
