@@ -1,0 +1,59 @@
+// examoe-bench: the training-step benchmark (DESIGN.md, "Performance
+// method"). On one rank: warmup steps, the sgemm peak of one core, timed
+// steps, a per-phase and per-kernel breakdown, then PyTorch training the same
+// model on the same batches (tests/reference/bench_torch.py, one thread) and
+// the ratio of the two. The last stdout line is one JSON object with it all.
+//
+//   examoe-bench DECK.toml [--set k=v]... [--steps 5] [--warmup 2] [--no-torch]
+//                [--no-kernels] [--python /usr/bin/python3] [--torch-script PATH]
+//                [--workdir DIR]
+//
+// Run it with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 (scripts/bench.sh
+// does); it pins OpenBLAS to one thread itself when it can.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "comm/mpi_env.hpp"
+#include "core/deck/config.hpp"
+#include "core/error.hpp"
+#include "core/runtime.hpp"
+#include "driver_common.hpp"
+#include "train/bench_runner.hpp"
+
+int main(int argc, char** argv) {
+  exa::MpiEnvironment mpi(argc, argv);
+  exa::KokkosRuntime kokkos(argc, argv);
+  CLI::App app{"examoe-bench: time ExaMoE's training step on one rank and compare with PyTorch on the same config"};
+  std::string deck;
+  std::vector<std::string> overrides;
+  exa::train::BenchOptions opt;
+  bool no_torch = false, no_kernels = false;
+  app.add_option("deck", deck, "TOML input deck, e.g. input/bench.toml")->required();
+  app.add_option("--set", overrides, "override a deck key, e.g. --set train.micro_batch=4 (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--steps", opt.steps, "timed steps (default 5)")->check(exa::driver::at_least(1));
+  app.add_option("--warmup", opt.warmup, "untimed steps before (default 2)")->check(exa::driver::at_least(0));
+  app.add_flag("--no-torch", no_torch, "skip the PyTorch comparison");
+  app.add_flag("--no-kernels", no_kernels, "skip the per-kernel table (Kokkos Tools callbacks)");
+  app.add_option("--python", opt.python, "interpreter for the PyTorch side (default /usr/bin/python3)");
+  app.add_option("--torch-script", opt.torch_script, "default: <source>/tests/reference/bench_torch.py");
+  app.add_option("--workdir", opt.workdir, "where cfg.json and tokens.bin for PyTorch go (kept; default: a "
+                                           "temporary directory, removed)");
+  if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe-bench"); rc >= 0) return rc;
+  opt.torch = !no_torch;
+  opt.kernels = !no_kernels;
+  try {
+    EXA_REQUIRE(mpi.size() == 1, "examoe-bench runs on one rank, not {}: launch it without mpiexec", mpi.size());
+    const auto cfg = exa::deck::Config::load(deck, overrides, 1);
+    const auto r = exa::train::run_bench(cfg, opt);
+    std::fputs(exa::train::format_report(r).c_str(), stdout);
+    std::fputs((exa::train::to_json_line(r) + "\n").c_str(), stdout);
+    std::fflush(stdout);
+    return 0;
+  } catch (const exa::Error& e) {
+    exa::driver::print_error(mpi.rank(), "examoe-bench", e.what());
+    return 1;
+  }
+}

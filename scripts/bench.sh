@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The performance benchmark of DESIGN.md ("Performance method"): ExaMoE's
+# training step on one rank and one core against PyTorch on the same config,
+# batches and core, measured in one run (drivers/examoe_bench.cpp).
+#
+#   scripts/bench.sh [DECK] [examoe-bench options...]
+#     DECK      default input/bench.toml
+#     options   --steps N (5) --warmup N (2) --set k=v ... --no-torch
+#   BUILD=dir   build directory holding bin/examoe-bench (default: build),
+#               configured and built (examoe-bench only) when missing
+#   OUT=file    also append the result's JSON line to this file
+#
+# One thread everywhere (OpenMP, OpenBLAS, MKL), Debian's /usr/bin/python3
+# for torch. On a shared machine read the CPU-time columns (see the report
+# header); the load average is printed before and after.
+#
+# BLAS kernels. Debian's OpenBLAS (0.3.21, DYNAMIC_ARCH) does not recognise
+# some recent CPUs (e.g. Sapphire Rapids under a hypervisor) and falls back
+# to its generic "Prescott" SSE3 kernels, ~5x slower than its AVX-512 ones on
+# the same core. ExaMoE and PyTorch share that library, so both are affected
+# alike, but the benchmark would then measure a machine nobody runs on. When
+# OPENBLAS_CORETYPE is unset and OpenBLAS picks Prescott on a CPU with
+# AVX-512 (AVX2), this script sets OPENBLAS_CORETYPE=SkylakeX (Haswell) and
+# says so; set OPENBLAS_CORETYPE yourself to choose, or BLAS_AUTODETECT=1 to
+# keep OpenBLAS's own choice.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+deck=${1:-$here/input/bench.toml}
+[ $# -gt 0 ] && shift
+build=${BUILD:-$here/build}
+exe=$build/bin/examoe-bench
+python=/usr/bin/python3
+if [ ! -x "$exe" ]; then
+  echo "[bench] building examoe-bench in $build" >&2
+  cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  make -C "$build" -j"${JOBS:-1}" examoe-bench >/dev/null
+fi
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1
+
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${BLAS_AUTODETECT:-0}" != 1 ]; then
+  core=$(OPENBLAS_VERBOSE=2 "$python" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" 2>&1 | sed -n 's/^Core: //p' || true)
+  flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+  want=""
+  case " $flags " in
+    *" avx512f "*) want=SkylakeX ;;
+    *" avx2 "*) want=Haswell ;;
+  esac
+  if [ "$core" = Prescott ] && [ -n "$want" ]; then
+    export OPENBLAS_CORETYPE=$want
+    echo "[bench] OpenBLAS chose its generic Prescott kernels on this $want-class CPU:" \
+         "setting OPENBLAS_CORETYPE=$want for both ExaMoE and PyTorch (BLAS_AUTODETECT=1 to keep Prescott)" >&2
+  fi
+fi
+
+echo "[bench] $(date -u +%FT%TZ) $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+     "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<auto>}" >&2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+"$exe" "$deck" --python "$python" "$@" | tee "$log"
+if [ -n "${OUT:-}" ]; then
+  grep '^{' "$log" | tail -n 1 >>"$OUT"
+fi
