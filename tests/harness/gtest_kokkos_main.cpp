@@ -4,7 +4,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "harness/gpu_guard.hpp"
+
 int main(int argc, char** argv) {
+  if (exa::test::gpu_required_but_missing()) return exa::test::kSkipReturnCode;
   ::testing::InitGoogleTest(&argc, argv);
   Kokkos::initialize(argc, argv);
   int rc = RUN_ALL_TESTS();

@@ -5,9 +5,11 @@
 
 #include "comm/mpi_env.hpp"
 #include "core/runtime.hpp"
+#include "harness/gpu_guard.hpp"
 
 int main(int argc, char** argv) {
   exa::MpiEnvironment mpi(argc, argv);
+  if (exa::test::gpu_required_but_missing()) return exa::test::kSkipReturnCode;
   ::testing::InitGoogleTest(&argc, argv);
   if (mpi.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
