@@ -26,6 +26,13 @@
 // and dout tiles in scratch, summing over the query heads of the group in a
 // fixed order).
 //
+// Those team kernels are the device (e.g. CUDA) path. Views whose execution
+// space is a host space take the gemm-based path of attention_host.hpp
+// instead (same results up to rounding, same lse); the choice is made at
+// compile time in attention_forward/attention_backward. The team kernels stay
+// reachable as attention_detail::forward_team/backward_team (tests compare
+// both paths on host).
+//
 // All tensors must be LayoutRight (the head dimension is contiguous).
 // Accumulation is in the output's scalar type.
 #include <cmath>
@@ -42,6 +49,9 @@ namespace exa::kernels {
 struct AttentionTiles {
   int block_q = 32;
   int block_k = 32;
+  // Host path (gemm-based): query rows per tile (bounds the score scratch to
+  // host_block_q x T per head).
+  int host_block_q = 64;
 };
 
 namespace attention_detail {
@@ -124,16 +134,25 @@ Shape check_shapes(const Q& q, const K& k, const V& v) {
 }
 
 inline void check_tiles(const AttentionTiles& t) {
-  EXA_REQUIRE(t.block_q > 0 && t.block_k > 0, "exa::kernels::attention: tile sizes must be positive (got {}x{})",
-              t.block_q, t.block_k);
+  EXA_REQUIRE(t.block_q > 0 && t.block_k > 0 && t.host_block_q > 0,
+              "exa::kernels::attention: tile sizes must be positive (got {}x{}, host {})", t.block_q, t.block_k,
+              t.host_block_q);
 }
 
 }  // namespace attention_detail
 
-// out = softmax(scale q k^T + causal mask) v, per head; lse[b,h,i] saved.
+}  // namespace exa::kernels
+
+#include "kernels/attention_host.hpp"
+
+namespace exa::kernels {
+
+namespace attention_detail {
+
+// Team-kernel (device) forward; also runs on host backends (tests compare it
+// with the host path).
 template <class Q, class K, class V, class O, class L>
-void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L& lse,
-                       AttentionTiles tiles = {}) {
+void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse, AttentionTiles tiles) {
   namespace ad = attention_detail;
   using Exec = exec_of<O>;
   using T = scalar_of<O>;
@@ -233,11 +252,10 @@ void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L
       });
 }
 
-// Gradients of sum(out * dout) with respect to q, k and v. dq, dk, dv are
-// overwritten. `out` and `lse` are the forward's results.
+// Team-kernel (device) backward.
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
-void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse,
-                        const DQ& dq, const DK& dk, const DV& dv, AttentionTiles tiles = {}) {
+void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
+                   const DK& dk, const DV& dv, AttentionTiles tiles) {
   namespace ad = attention_detail;
   using Exec = exec_of<DQ>;
   using T = scalar_of<DQ>;
@@ -397,6 +415,54 @@ void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, cons
           }
         });
   }
+}
+
+// Host execution spaces take the gemm path (attention_host.hpp); device
+// spaces the team kernels above.
+template <class View>
+constexpr bool use_host_path() {
+  using Exec = typename View::execution_space;
+  return Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible &&
+         Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename View::memory_space>::accessible;
+}
+
+}  // namespace attention_detail
+
+// out = softmax(scale q k^T + causal mask) v, per head; lse[b,h,i] saved.
+template <class Q, class K, class V, class O, class L>
+void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L& lse,
+                       AttentionTiles tiles = {}) {
+  namespace ad = attention_detail;
+  ad::require_layout_right<Q>();
+  ad::require_layout_right<K>();
+  ad::require_layout_right<V>();
+  ad::require_layout_right<O>();
+  ad::check_tiles(tiles);
+  if constexpr (ad::use_host_path<O>())
+    ad::forward_host(q, k, v, out, lse, tiles);
+  else
+    ad::forward_team(q, k, v, out, lse, tiles);
+}
+
+// Gradients of sum(out * dout) with respect to q, k and v. dq, dk, dv are
+// overwritten. `out` and `lse` are the forward's results.
+template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
+void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse,
+                        const DQ& dq, const DK& dk, const DV& dv, AttentionTiles tiles = {}) {
+  namespace ad = attention_detail;
+  ad::require_layout_right<DO>();
+  ad::require_layout_right<Q>();
+  ad::require_layout_right<K>();
+  ad::require_layout_right<V>();
+  ad::require_layout_right<O>();
+  ad::require_layout_right<DQ>();
+  ad::require_layout_right<DK>();
+  ad::require_layout_right<DV>();
+  ad::check_tiles(tiles);
+  if constexpr (ad::use_host_path<DQ>())
+    ad::backward_host(dout, q, k, v, out, lse, dq, dk, dv, tiles);
+  else
+    ad::backward_team(dout, q, k, v, out, lse, dq, dk, dv, tiles);
 }
 
 }  // namespace exa::kernels

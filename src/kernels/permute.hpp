@@ -36,6 +36,19 @@
 
 namespace exa::kernels {
 
+namespace detail {
+// (row, column) grid for the row gathers below, columns innermost, so no
+// element pays for a 64-bit divide and each row is walked contiguously.
+template <class Exec>
+using PermuteRows2 =
+    Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
+                          Kokkos::IndexType<index_t>>;
+template <class Exec>
+using PermuteRows3 =
+    Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
+                          Kokkos::IndexType<index_t>>;
+}  // namespace detail
+
 template <class D = Device>
 struct PermutePlan {
   index_t n_tokens = 0;
@@ -157,9 +170,10 @@ void permute_forward(const X& x, const R& token_of, const XP& xp) {
   const index_t d = static_cast<index_t>(xp.extent(1));
   EXA_REQUIRE(x.extent(1) == xp.extent(1) && token_of.extent(0) == xp.extent(0),
               "exa::kernels::permute_forward: shapes disagree");
+  if (M == 0 || d == 0) return;
   Kokkos::parallel_for(
-      "exa::permute::forward", Kokkos::RangePolicy<Exec>(0, M * d), KOKKOS_LAMBDA(const index_t i) {
-        const index_t r = i / d, c = i % d;
+      "exa::permute::forward", detail::PermuteRows2<Exec>({0, 0}, {M, d}),
+      KOKKOS_LAMBDA(const index_t r, const index_t c) {
         xp(r, c) = T(x(token_of(r), c));
       });
 }
@@ -174,9 +188,10 @@ void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx) {
   const int K = static_cast<int>(row_of.extent(1));
   EXA_REQUIRE(dxp.extent(1) == dx.extent(1) && row_of.extent(0) == dx.extent(0),
               "exa::kernels::permute_backward: shapes disagree");
+  if (N == 0 || d == 0) return;
   Kokkos::parallel_for(
-      "exa::permute::backward", Kokkos::RangePolicy<Exec>(0, N * d), KOKKOS_LAMBDA(const index_t i) {
-        const index_t n = i / d, c = i % d;
+      "exa::permute::backward", detail::PermuteRows2<Exec>({0, 0}, {N, d}),
+      KOKKOS_LAMBDA(const index_t n, const index_t c) {
         T s = 0;
         for (int j = 0; j < K; ++j) {
           const int r = row_of(n, j);
@@ -197,9 +212,10 @@ void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& 
   EXA_REQUIRE(yp.extent(1) == y.extent(1) && row_of.extent(0) == y.extent(0) && gates.extent(0) == y.extent(0) &&
                   gates.extent(1) == row_of.extent(1),
               "exa::kernels::unpermute_forward: shapes disagree");
+  if (N == 0 || d == 0) return;
   Kokkos::parallel_for(
-      "exa::unpermute::forward", Kokkos::RangePolicy<Exec>(0, N * d), KOKKOS_LAMBDA(const index_t i) {
-        const index_t n = i / d, c = i % d;
+      "exa::unpermute::forward", detail::PermuteRows2<Exec>({0, 0}, {N, d}),
+      KOKKOS_LAMBDA(const index_t n, const index_t c) {
         T s = 0;
         for (int j = 0; j < K; ++j) {
           const int r = row_of(n, j);
@@ -228,14 +244,14 @@ void unpermute_backward(const DY& dy, const YP& yp, const G& gates, const R2& ro
               "exa::kernels::unpermute_backward: shapes disagree");
   EXA_REQUIRE(N * K < (index_t(1) << 31), "exa::kernels::unpermute_backward: too many assignments");
   // Each row of the permuted buffer comes from exactly one kept (n, j).
-  Kokkos::parallel_for(
-      "exa::unpermute::backward_rows", Kokkos::RangePolicy<Exec>(0, N * K * d), KOKKOS_LAMBDA(const index_t i) {
-        const index_t a = i / d, c = i % d;
-        const index_t n = a / K;
-        const int j = static_cast<int>(a % K);
-        const int r = row_of(n, j);
-        if (r >= 0) dyp(r, c) = T(gates(n, j)) * T(dy(n, c));
-      });
+  if (N > 0 && K > 0 && d > 0)
+    Kokkos::parallel_for(
+        "exa::unpermute::backward_rows", detail::PermuteRows3<Exec>({0, 0, 0}, {N, index_t(K), d}),
+        KOKKOS_LAMBDA(const index_t n, const index_t jj, const index_t c) {
+          const int j = static_cast<int>(jj);
+          const int r = row_of(n, j);
+          if (r >= 0) dyp(r, c) = T(gates(n, j)) * T(dy(n, c));
+        });
   Kokkos::parallel_for(
       "exa::unpermute::backward_gates", Kokkos::TeamPolicy<Exec>(static_cast<int>(N * K), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {

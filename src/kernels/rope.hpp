@@ -53,20 +53,22 @@ void rope_apply(const char* label, const XV& x, index_t pos_offset, int sign, co
   using T = typename XV::non_const_value_type;
   const index_t nb = x.extent(0), nt = x.extent(1), nh = x.extent(2), half = x.extent(3) / 2;
   const T sg = T(sign);
+  if (nb == 0 || nt == 0 || nh == 0 || half == 0) return;
+  // (b, t, h) on a 3-D grid, the contiguous pair index i innermost: no
+  // per-element integer division, and each cos/sin row is read in order.
+  using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
+                                       Kokkos::IndexType<index_t>>;
   Kokkos::parallel_for(
-      label, Kokkos::RangePolicy<Exec>(0, nb * nt * nh * half), KOKKOS_LAMBDA(const index_t idx) {
-        const index_t i = idx % half;
-        index_t rest = idx / half;
-        const index_t h = rest % nh;
-        rest /= nh;
-        const index_t t = rest % nt;
-        const index_t b = rest / nt;
-        T c, s;
-        cs(t + pos_offset, i, c, s);
-        s = sg * s;
-        const T x1 = x(b, t, h, i), x2 = x(b, t, h, i + half);
-        x(b, t, h, i) = x1 * c - x2 * s;
-        x(b, t, h, i + half) = x2 * c + x1 * s;
+      label, Policy({0, 0, 0}, {nb, nt, nh}), KOKKOS_LAMBDA(const index_t b, const index_t t, const index_t h) {
+        const index_t pos = t + pos_offset;
+        for (index_t i = 0; i < half; ++i) {
+          T c, s;
+          cs(pos, i, c, s);
+          s = sg * s;
+          const T x1 = x(b, t, h, i), x2 = x(b, t, h, i + half);
+          x(b, t, h, i) = x1 * c - x2 * s;
+          x(b, t, h, i + half) = x2 * c + x1 * s;
+        }
       });
 }
 
@@ -120,9 +122,11 @@ RopeTable<T, D> make_rope_table(index_t max_pos, index_t head_dim, double theta 
   auto c = tab.cos;
   auto s = tab.sin;
   const detail::RopeDirect<T> direct{head_dim, theta};
+  if (max_pos == 0 || half == 0) return tab;
+  using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
+                                       Kokkos::IndexType<index_t>>;
   Kokkos::parallel_for(
-      "exa::rope::table", Kokkos::RangePolicy<Exec>(0, max_pos * half), KOKKOS_LAMBDA(const index_t idx) {
-        const index_t pos = idx / half, i = idx % half;
+      "exa::rope::table", Policy({0, 0}, {max_pos, half}), KOKKOS_LAMBDA(const index_t pos, const index_t i) {
         T cv, sv;
         direct(pos, i, cv, sv);
         c(pos, i) = cv;

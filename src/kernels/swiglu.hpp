@@ -6,11 +6,26 @@
 //   db = dh * silu(a)
 // Each element is read before it is written, so h may alias a or b, and
 // da/db may alias a, b or dh (one each).
+//
+// Both passes run over a 2-D (row, column) MDRangePolicy, so no element pays
+// for a 64-bit divide, the innermost loop walks a contiguous row (column
+// halves of a wider tensor are fine: only the row stride differs), and the
+// GPU backends get a 2-D grid.
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
 
 namespace exa::kernels {
+
+namespace detail {
+// [n, f] iteration space, rows outer, columns inner (LayoutRight order).
+template <class Exec>
+Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
+                      Kokkos::IndexType<index_t>>
+swiglu_policy(index_t n, index_t f) {
+  return {{0, 0}, {n, f}};
+}
+}  // namespace detail
 
 template <class AV, class BV, class HV>
 void swiglu_forward(const AV& a, const BV& b, const HV& h) {
@@ -22,9 +37,9 @@ void swiglu_forward(const AV& a, const BV& b, const HV& h) {
                   h.extent(1) == a.extent(1),
               "exa::swiglu_forward: shapes a {}x{}, b {}x{}, h {}x{} differ", n, f, b.extent(0), b.extent(1),
               h.extent(0), h.extent(1));
+  if (n == 0 || f == 0) return;
   Kokkos::parallel_for(
-      "exa::swiglu::forward", Kokkos::RangePolicy<Exec>(0, n * f), KOKKOS_LAMBDA(const index_t idx) {
-        const index_t r = idx / f, c = idx % f;
+      "exa::swiglu::forward", detail::swiglu_policy<Exec>(n, f), KOKKOS_LAMBDA(const index_t r, const index_t c) {
         const T av = a(r, c);
         const T bv = b(r, c);
         h(r, c) = av / (T(1) + kx::exp(-av)) * bv;
@@ -42,9 +57,9 @@ void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, con
                     dh.extent(1) == a.extent(1) && da.extent(0) == a.extent(0) && da.extent(1) == a.extent(1) &&
                     db.extent(0) == a.extent(0) && db.extent(1) == a.extent(1);
   EXA_REQUIRE(same, "exa::swiglu_backward: a, b, dh, da, db must all be {}x{}", n, f);
+  if (n == 0 || f == 0) return;
   Kokkos::parallel_for(
-      "exa::swiglu::backward", Kokkos::RangePolicy<Exec>(0, n * f), KOKKOS_LAMBDA(const index_t idx) {
-        const index_t r = idx / f, c = idx % f;
+      "exa::swiglu::backward", detail::swiglu_policy<Exec>(n, f), KOKKOS_LAMBDA(const index_t r, const index_t c) {
         const T av = a(r, c);
         const T bv = b(r, c);
         const T g = dh(r, c);

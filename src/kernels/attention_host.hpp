@@ -1,0 +1,227 @@
+#pragma once
+// Host path of causal GQA attention (see attention.hpp for the maths): the
+// products go through the gemm wrapper (vendor BLAS), only the softmax and the
+// copies are element loops.
+//
+// q, k, v are [B,T,H,hd], so one head's rows are strided (row stride H*hd).
+// Each head's Q (and K/V of its kv head) is first copied into contiguous
+// [T,hd] scratch, so every gemm operand is a plain LayoutRight matrix that
+// Kokkos Kernels hands straight to BLAS; the copies are O(T hd) against the
+// O(T^2 hd) products.
+//
+// Queries are processed in tiles of `host_block_q` rows. A tile [i0,i1) only
+// needs keys [0,i1), so key tiles fully in the future are skipped, and the
+// score scratch is bounded by host_block_q x T.
+//
+// Forward, per (b, h, query tile), m = i1 - i0, n = i1:
+//   S[m,n] = scale Q_t K[0:n]^T                    gemm
+//   P = softmax over j <= i (row max, exp, sum)    lse_i = max + log(sum)
+//   O_t = P V[0:n]                                 gemm
+// Backward, per (b, kv head g): dK_g, dV_g accumulate in contiguous scratch
+// over the query heads of the group and their query tiles in a fixed order
+// (gemm with beta = 1), then are copied out; no atomics, bit-reproducible for
+// a given BLAS and thread count. Per (h, tile):
+//   P  = exp(scale Q_t K^T - lse) (0 for j > i)
+//   dV += P^T dO_t                                 gemm
+//   dP = dO_t V^T                                  gemm
+//   dS = P (dP - D),  D_i = dO_i . O_i
+//   dQ_t = scale dS K                              gemm
+//   dK += scale dS^T Q_t                           gemm
+//
+// The gemm calls are issued from the host, one after another (KokkosBlas::gemm
+// may not be called inside a parallel region); the element loops are
+// RangePolicy parallel_for over rows in the views' (host) execution space.
+// No profiling region is pushed here: the bench's profiler treats every
+// region other than exa::gemm* / exa::grouped_linear* as a phase, so the
+// kernels and gemms stay attributed to the caller's forward/attn and
+// backward/attn phases.
+#include <cmath>
+
+#include "kernels/gemm.hpp"
+
+namespace exa::kernels::attention_detail {
+
+// Contiguous row-major scratch/matrix in the memory of view type Like.
+template <class Like, class T>
+using HostMat = Kokkos::View<T**, Kokkos::LayoutRight, typename Like::device_type,
+                             Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// Copy head `h` of x [B,T,H,hd] at batch b into contiguous dst [T,hd].
+template <class Exec, class X, class T>
+void host_gather_head(const char* label, const X& x, int b, int h, T* dst) {
+  const int Tn = static_cast<int>(x.extent(1)), hd = static_cast<int>(x.extent(3));
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(0, Tn), [=](const int i) {
+    const auto* src = &x(b, i, h, 0);
+    T* d = dst + static_cast<std::size_t>(i) * hd;
+    for (int c = 0; c < hd; ++c) d[c] = T(src[c]);
+  });
+}
+
+// Copy contiguous src [rows,hd] into rows i0.. of head h of x [B,T,H,hd] at batch b.
+template <class Exec, class X, class T>
+void host_scatter_head(const char* label, const T* src, int rows, const X& x, int b, int i0, int h) {
+  const int hd = static_cast<int>(x.extent(3));
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(0, rows), [=](const int r) {
+    auto* d = &x(b, i0 + r, h, 0);
+    const T* s = src + static_cast<std::size_t>(r) * hd;
+    for (int c = 0; c < hd; ++c) d[c] = s[c];
+  });
+}
+
+inline int host_block(const AttentionTiles& t, int Tn) {
+  check_tiles(t);
+  return t.host_block_q < Tn ? t.host_block_q : Tn;
+}
+
+template <class Q, class K, class V, class O, class L>
+void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse, const AttentionTiles& tiles) {
+  using Exec = exec_of<O>;
+  using T = scalar_of<O>;
+  using M = HostMat<O, T>;
+  using Buf = Kokkos::View<T*, typename O::device_type>;
+  const Shape sh = check_shapes(q, k, v);
+  EXA_REQUIRE(same_shape4(out, q) && lse_shape_ok(q, lse),
+              "exa::kernels::attention_forward: out must be shaped like q and lse [B,H,T]");
+  const int B = sh.B, Tn = sh.T, H = sh.H, hd = sh.hd, rep = sh.rep;
+  if (B == 0 || Tn == 0 || H == 0) return;
+  const int bq = host_block(tiles, Tn);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const std::size_t th = static_cast<std::size_t>(Tn) * hd;
+  Buf buf(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::attention::host_fwd_scratch"),
+          3 * th + static_cast<std::size_t>(bq) * Tn + static_cast<std::size_t>(bq) * hd);
+  T* Qc = buf.data();
+  T* Kc = Qc + th;
+  T* Vc = Kc + th;
+  T* Sc = Vc + th;
+  T* Oc = Sc + static_cast<std::size_t>(bq) * Tn;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const int g = h / rep;
+      if (h % rep == 0) {
+        host_gather_head<Exec>("exa::attention::host_gather_kv", k, b, g, Kc);
+        host_gather_head<Exec>("exa::attention::host_gather_kv", v, b, g, Vc);
+      }
+      host_gather_head<Exec>("exa::attention::host_gather_q", q, b, h, Qc);
+      for (int i0 = 0; i0 < Tn; i0 += bq) {
+        const int m = bq < Tn - i0 ? bq : Tn - i0;
+        const int n = i0 + m;  // keys 0..n-1 reach this tile
+        const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
+        const M Kn(Kc, n, hd), Vn(Vc, n, hd);
+        const M S(Sc, m, n), Ot(Oc, m, hd);
+        gemm('N', 'T', scale, Qt, Kn, T(0), S);
+        Kokkos::parallel_for(
+            "exa::attention::host_softmax", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+              const int i = i0 + r;
+              T* s = Sc + static_cast<std::size_t>(r) * n;
+              T mx = s[0];
+              for (int j = 1; j <= i; ++j) mx = s[j] > mx ? s[j] : mx;
+              T sum = 0;
+              for (int j = 0; j <= i; ++j) {
+                const T p = std::exp(s[j] - mx);
+                s[j] = p;
+                sum += p;
+              }
+              const T inv = T(1) / sum;
+              for (int j = 0; j <= i; ++j) s[j] *= inv;
+              for (int j = i + 1; j < n; ++j) s[j] = T(0);
+              lse(b, h, i) = mx + std::log(sum);
+            });
+        gemm('N', 'N', T(1), S, Vn, T(0), Ot);
+        host_scatter_head<Exec>("exa::attention::host_scatter_out", Oc, m, out, b, i0, h);
+      }
+    }
+}
+
+template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
+void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
+                   const DK& dk, const DV& dv, const AttentionTiles& tiles) {
+  using Exec = exec_of<DQ>;
+  using T = scalar_of<DQ>;
+  using M = HostMat<DQ, T>;
+  using Buf = Kokkos::View<T*, typename DQ::device_type>;
+  const Shape sh = check_shapes(q, k, v);
+  EXA_REQUIRE(same_shape4(dout, q) && same_shape4(out, q) && same_shape4(dq, q) && same_shape4(dk, k) &&
+                  same_shape4(dv, k) && lse_shape_ok(q, lse),
+              "exa::kernels::attention_backward: dout, out, dq must be shaped like q, dk and dv like k, lse [B,H,T]");
+  const int B = sh.B, Tn = sh.T, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, rep = sh.rep;
+  if (B == 0 || Tn == 0 || H == 0) return;
+  const int bq = host_block(tiles, Tn);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const std::size_t th = static_cast<std::size_t>(Tn) * hd;
+  const std::size_t tile_s = static_cast<std::size_t>(bq) * Tn;
+  // Q, dO, K, V, dK, dV [T,hd]; P, dP [bq,T]; dQ tile [bq,hd]; D [T].
+  Buf buf(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::attention::host_bwd_scratch"),
+          6 * th + 2 * tile_s + static_cast<std::size_t>(bq) * hd + Tn);
+  T* Qc = buf.data();
+  T* DOc = Qc + th;
+  T* Kc = DOc + th;
+  T* Vc = Kc + th;
+  T* DKc = Vc + th;
+  T* DVc = DKc + th;
+  T* Pc = DVc + th;
+  T* DPc = Pc + tile_s;
+  T* DQc = DPc + tile_s;
+  T* Dc = DQc + static_cast<std::size_t>(bq) * hd;
+  for (int b = 0; b < B; ++b)
+    for (int g = 0; g < Hkv; ++g) {
+      host_gather_head<Exec>("exa::attention::host_gather_kv", k, b, g, Kc);
+      host_gather_head<Exec>("exa::attention::host_gather_kv", v, b, g, Vc);
+      for (int hr = 0; hr < rep; ++hr) {
+        const int h = g * rep + hr;
+        host_gather_head<Exec>("exa::attention::host_gather_q", q, b, h, Qc);
+        host_gather_head<Exec>("exa::attention::host_gather_dout", dout, b, h, DOc);
+        Kokkos::parallel_for(
+            "exa::attention::host_delta", Kokkos::RangePolicy<Exec>(0, Tn),
+            [=](const int i) { Dc[i] = dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), hd); });
+        for (int i0 = 0; i0 < Tn; i0 += bq) {
+          const int m = bq < Tn - i0 ? bq : Tn - i0;
+          const int n = i0 + m;
+          const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
+          const M DOt(DOc + static_cast<std::size_t>(i0) * hd, m, hd);
+          const M Kn(Kc, n, hd), Vn(Vc, n, hd), DKn(DKc, n, hd), DVn(DVc, n, hd);
+          const M P(Pc, m, n), DP(DPc, m, n), DQt(DQc, m, hd);
+          // The first contribution to dK/dV rows 0..n-1 overwrites (beta 0):
+          // tile i0 == 0 of the group's first head covers rows 0..m-1, and each
+          // later tile of that head first reaches rows i0..n-1, which are zeroed
+          // explicitly below before accumulating.
+          const bool first_head = hr == 0;
+          gemm('N', 'T', scale, Qt, Kn, T(0), P);
+          Kokkos::parallel_for(
+              "exa::attention::host_probs", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+                const int i = i0 + r;
+                T* p = Pc + static_cast<std::size_t>(r) * n;
+                const T l = lse(b, h, i);
+                for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - l);
+                for (int j = i + 1; j < n; ++j) p[j] = T(0);
+              });
+          if (first_head)
+            Kokkos::parallel_for(
+                "exa::attention::host_zero_dkdv", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+                  T* a = DKc + static_cast<std::size_t>(i0 + r) * hd;
+                  T* c = DVc + static_cast<std::size_t>(i0 + r) * hd;
+                  for (int e = 0; e < hd; ++e) {
+                    a[e] = T(0);
+                    c[e] = T(0);
+                  }
+                });
+          gemm('T', 'N', T(1), P, DOt, T(1), DVn);
+          gemm('N', 'T', T(1), DOt, Vn, T(0), DP);
+          Kokkos::parallel_for(
+              "exa::attention::host_dscores", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+                const int i = i0 + r;
+                const T* p = Pc + static_cast<std::size_t>(r) * n;
+                T* d = DPc + static_cast<std::size_t>(r) * n;
+                const T di = Dc[i];
+                for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks j > i
+              });
+          gemm('N', 'N', scale, DP, Kn, T(0), DQt);
+          gemm('T', 'N', scale, DP, Qt, T(1), DKn);
+          host_scatter_head<Exec>("exa::attention::host_scatter_dq", DQc, m, dq, b, i0, h);
+        }
+      }
+      host_scatter_head<Exec>("exa::attention::host_scatter_dk", DKc, Tn, dk, b, 0, g);
+      host_scatter_head<Exec>("exa::attention::host_scatter_dv", DVc, Tn, dv, b, 0, g);
+    }
+}
+
+}  // namespace exa::kernels::attention_detail
