@@ -67,7 +67,13 @@ if(EXAMOE_ENABLE_CUDA AND EXAMOE_ENABLE_NCCL)
     set(EXAMOE_HAVE_NCCL ON)
     add_library(ExaMoE_nccl INTERFACE)
     add_library(ExaMoE::nccl ALIAS ExaMoE_nccl)
-    target_include_directories(ExaMoE_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+    # nccl.h may sit next to a newer CUDA's headers (/usr/local/cuda/include)
+    # than the CUDA compiler's; putting that directory on the include path
+    # would shadow the compiler's own cuda_runtime.h. Copy nccl.h alone into
+    # the build tree and include it from there.
+    set(_exa_nccl_inc ${PROJECT_BINARY_DIR}/nccl-include)
+    configure_file(${NCCL_INCLUDE_DIR}/nccl.h ${_exa_nccl_inc}/nccl.h COPYONLY)
+    target_include_directories(ExaMoE_nccl SYSTEM INTERFACE ${_exa_nccl_inc})
     target_link_libraries(ExaMoE_nccl INTERFACE ${NCCL_LIBRARY})
   endif()
 endif()
