@@ -44,13 +44,18 @@ double phase_total(const char* prefix) {
 Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     : cfg_(cfg),
       world_(world),
-      dp_(world),
+      // The layout check runs first, so an unsupported layout gets its own
+      // message before any communicator is built.
+      grid_([&] {
+        require_supported_layout();
+        return comm::ProcessGrid::from_deck(cfg, world);
+      }()),
+      dp_(grid_, cfg.get_bool("parallel.hierarchical")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
       store_(model::parameter_specs(mcfg_)),
       model_(mcfg_),
       opt_(store_, cfg),
       sampler_(open_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
-  require_supported_layout();
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");

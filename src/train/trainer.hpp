@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "comm/process_grid.hpp"
 #include "core/deck/config.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/sampler.hpp"
@@ -65,6 +66,7 @@ class Trainer {
 
   const deck::Config& cfg_;
   MPI_Comm world_;
+  comm::ProcessGrid grid_;  // the deck's [parallel] layout over world_
   parallel::DataParallel dp_;
   model::ModelConfig mcfg_;
   model::ParameterStore store_;
