@@ -25,6 +25,7 @@
 #include "model/transformer.hpp"
 #include "model/weights.hpp"
 #include "optim/optimizer.hpp"
+#include "train/device_batch.hpp"
 #include "train/flops.hpp"
 #include "kernels/gemm.hpp"
 
@@ -137,7 +138,7 @@ struct Step {
   optim::Optimizer opt;
   io::Sampler sampler;
   std::int64_t micro_batch, grad_accum;
-  Kokkos::View<std::int32_t**, Layout, Device> inputs, targets;
+  DeviceBatch batch;
   std::vector<std::int32_t> tokens_log;  // every micro-batch's inputs then targets, for PyTorch
 
   explicit Step(const deck::Config& c)
@@ -149,23 +150,14 @@ struct Step {
         sampler(open_dataset(c), static_cast<std::uint64_t>(c.get_int("train.seed"))),
         micro_batch(c.get_int("train.micro_batch")),
         grad_accum(c.get_int("train.grad_accum")),
-        inputs("exa::bench::inputs", micro_batch, mcfg.seq_len),
-        targets("exa::bench::targets", micro_batch, mcfg.seq_len) {
+        batch(micro_batch, mcfg.seq_len) {
     store.initialize(static_cast<std::uint64_t>(c.get_int("train.seed")));
     w = model::bind_values(mcfg, store);
     g = model::bind_grads(mcfg, store);
   }
 
   void upload(const io::Batch& b) {
-    auto hi = Kokkos::create_mirror_view(inputs);
-    auto ht = Kokkos::create_mirror_view(targets);
-    for (std::int64_t i = 0; i < b.size; ++i)
-      for (std::int64_t t = 0; t < b.seq_len; ++t) {
-        hi(i, t) = b.inputs[static_cast<std::size_t>(i * b.seq_len + t)];
-        ht(i, t) = b.targets[static_cast<std::size_t>(i * b.seq_len + t)];
-      }
-    Kokkos::deep_copy(inputs, hi);
-    Kokkos::deep_copy(targets, ht);
+    batch.upload(b);
     tokens_log.insert(tokens_log.end(), b.inputs.begin(), b.inputs.end());
     tokens_log.insert(tokens_log.end(), b.targets.begin(), b.targets.end());
   }
@@ -182,7 +174,7 @@ struct Step {
       }
       {
         ScopedRegion r(kForward, true);
-        const auto fr = model.forward(w, inputs, targets);
+        const auto fr = model.forward(w, batch.inputs, batch.targets);
         loss += fr.loss.loss;
         imbalance = std::max(imbalance, fr.max_imbalance());
       }

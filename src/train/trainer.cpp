@@ -63,8 +63,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   store_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
   w_ = model::bind_values(mcfg_, store_);
   g_ = model::bind_grads(mcfg_, store_);
-  inputs_ = decltype(inputs_)("exa::inputs", micro_batch_, mcfg_.seq_len);
-  targets_ = decltype(targets_)("exa::targets", micro_batch_, mcfg_.seq_len);
+  batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
   flops_ = count_flops(mcfg_);
 
   run_dir_ = cfg.get_string("output.run_dir");
@@ -105,18 +104,6 @@ std::string Trainer::checkpoint_dir() const {
   return (d.is_absolute() ? d : fs::path(run_dir_) / d).string();
 }
 
-void Trainer::upload(const io::Batch& b) {
-  auto hi = Kokkos::create_mirror_view(inputs_);
-  auto ht = Kokkos::create_mirror_view(targets_);
-  for (std::int64_t i = 0; i < b.size; ++i)
-    for (std::int64_t t = 0; t < b.seq_len; ++t) {
-      hi(i, t) = b.inputs[static_cast<std::size_t>(i * b.seq_len + t)];
-      ht(i, t) = b.targets[static_cast<std::size_t>(i * b.seq_len + t)];
-    }
-  Kokkos::deep_copy(inputs_, hi);
-  Kokkos::deep_copy(targets_, ht);
-}
-
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
   const auto& acc = opt_.accumulation();
@@ -126,10 +113,10 @@ StepResult Trainer::train_step(std::int64_t step) {
   for (std::int64_t j = 0; j < grad_accum_; ++j) {
     {
       ScopedRegion io_region("io/batch");
-      upload(sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
+      batch_.upload(sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
     }
     ScopedRegion region("compute/micro_batch", true);
-    const auto fr = model_.forward(w_, inputs_, targets_);
+    const auto fr = model_.forward(w_, batch_.inputs, batch_.targets);
     model_.backward(w_, g_, acc.backward_seed());
     loss += fr.loss.loss;
     ce += fr.loss.ce;
@@ -160,8 +147,8 @@ double Trainer::evaluate() {
   double sum = 0;
   std::int64_t count = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    upload(sampler_.val_batch(i, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
-    const auto s = model_.eval(w_, inputs_, targets_, ce);
+    batch_.upload(sampler_.val_batch(i, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
+    const auto s = model_.eval(w_, batch_.inputs, batch_.targets, ce);
     sum += s.loss_sum;
     count += s.n_valid;
   }

@@ -24,6 +24,7 @@
 #include "model/transformer.hpp"
 #include "optim/optimizer.hpp"
 #include "parallel/data_parallel.hpp"
+#include "train/device_batch.hpp"
 #include "train/flops.hpp"
 #include "train/step_log.hpp"
 
@@ -59,7 +60,6 @@ class Trainer {
   std::string checkpoint_dir() const;
 
  private:
-  void upload(const io::Batch& b);
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
   void require_supported_layout() const;
   void inject_fault(std::int64_t steps_done) const;
@@ -80,7 +80,7 @@ class Trainer {
   std::string run_dir_;
   std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
   std::int64_t tokens_seen_ = 0;
-  Kokkos::View<std::int32_t**, Layout, Device> inputs_, targets_;
+  DeviceBatch batch_;
 };
 
 }  // namespace exa::train

@@ -1,0 +1,23 @@
+#include "train/device_batch.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace exa::train {
+
+DeviceBatch::DeviceBatch(std::int64_t batch, std::int64_t seq_len)
+    : inputs("exa::inputs", batch, seq_len), targets("exa::targets", batch, seq_len) {}
+
+void DeviceBatch::upload(const io::Batch& b) {
+  EXA_ASSERT(b.size == std::int64_t(inputs.extent(0)) && b.seq_len == std::int64_t(inputs.extent(1)));
+  // LayoutRight [B,T] is the Batch's own row-major order: one flat copy each.
+  auto hi = Kokkos::create_mirror_view(inputs);
+  auto ht = Kokkos::create_mirror_view(targets);
+  std::copy(b.inputs.begin(), b.inputs.end(), hi.data());
+  std::copy(b.targets.begin(), b.targets.end(), ht.data());
+  Kokkos::deep_copy(inputs, hi);
+  Kokkos::deep_copy(targets, ht);
+}
+
+}  // namespace exa::train
