@@ -115,6 +115,23 @@ struct BlockCache {
   V2 xp, ea, eb, eh, yp;    // permuted rows (first plan.rows of N*k): [.,d], [.,F] x3, [.,d]
   V3 sa, sb, sh;            // shared experts [S,N,F]
   kernels::RouterLosses router_losses;
+
+  // Bytes held for the backward pass (the memory activation recomputation
+  // would give back).
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    auto add = [&n](const auto& v) { n += v.span() * sizeof(typename std::decay_t<decltype(v)>::value_type); };
+    for (const auto* v2 : {&x, &attn_xn, &q, &k, &v, &attn_o, &x_mid, &ffn_xn, &a, &b, &h, &router_logits, &probs,
+                           &gates, &xp, &ea, &eb, &eh, &yp})
+      add(*v2);
+    for (const auto* v1 : {&attn_rstd, &ffn_rstd, &router_lse}) add(*v1);
+    for (const auto* v3 : {&attn_lse, &sa, &sb, &sh}) add(*v3);
+    add(topk);
+    add(counts);
+    add(plan.row_of);
+    add(plan.token_of);
+    return n;
+  }
 };
 
 template <class T, class D = Device>
@@ -154,6 +171,13 @@ class Transformer {
   const BlockCache<T, D>& cache(std::int64_t l) const { return blocks_.at(static_cast<std::size_t>(l)); }
   // After forward(): the input of the final RMSNorm [N,d].
   V2 final_hidden() const { return h_final_; }
+  // Bytes of activations kept for backward (every block's cache, the final
+  // norm and the logits), for the memory report.
+  std::size_t activation_bytes() const {
+    std::size_t n = (h_final_.span() + hf_.span() + logits_.span() + rstd_f_.span() + ce_lse_.span()) * sizeof(T);
+    for (const auto& c : blocks_) n += c.bytes();
+    return n;
+  }
 
  private:
   using I1 = Kokkos::View<const std::int32_t*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;

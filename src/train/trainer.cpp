@@ -225,6 +225,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.mem_params = double(store_.values().span() * sizeof(float));
   s.mem_grads = double(store_.grads().span() * sizeof(float));
   s.mem_optim = double(opt_.bytes());
+  s.mem_activations = double(model_.activation_bytes());
   s.mem_peak_rss = double(peak_rss_bytes());
   phase_timers().reset();
   log::info("{}", format_line(s));
