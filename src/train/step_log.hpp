@@ -11,7 +11,7 @@ namespace exa::train {
 struct StepLog {
   std::int64_t step = 0, steps = 0;   // 1-based step just finished, of `steps`
   std::int64_t tokens_seen = 0;
-  double loss = 0, ce = 0, aux = 0, z = 0;
+  double loss = 0, ce = 0, aux = 0, z = 0;  // means over the interval's steps
   std::optional<double> val_loss;     // when an evaluation ran at this step
   double lr = 0, grad_norm = 0;
   double tokens_per_s = 0, tflops = 0, mfu = 0;  // achieved rates over the interval

@@ -252,18 +252,32 @@ double Trainer::run() {
   phase_timers().reset();
   double t0 = wall_seconds();
   std::int64_t since = 0;
+  StepResult interval;  // losses summed over the logging interval, worst imbalance, last report
   std::optional<double> val;
   double last_val = std::numeric_limits<double>::quiet_NaN();
   while (step_ < steps_) {
     const StepResult r = train_step(step_);
     ++step_;
     ++since;
+    interval.loss += r.loss;
+    interval.ce += r.ce;
+    interval.aux += r.aux;
+    interval.z += r.z;
+    interval.imbalance = std::max(interval.imbalance, r.imbalance);
+    interval.report = r.report;
     if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
       last_val = evaluate();
       if (!std::isnan(last_val)) val = last_val;
     }
     if (step_ % log_every == 0 || step_ == steps_) {
-      log_interval(r, val, wall_seconds() - t0, since);
+      // Losses are reported as the interval's mean (as Megatron-LM logs them).
+      const double k = 1.0 / double(since);
+      interval.loss *= k;
+      interval.ce *= k;
+      interval.aux *= k;
+      interval.z *= k;
+      log_interval(interval, val, wall_seconds() - t0, since);
+      interval = StepResult{};
       val.reset();
       since = 0;
       t0 = wall_seconds();
