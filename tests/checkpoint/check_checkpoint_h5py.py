@@ -18,6 +18,7 @@ checkpoint with h5py and checks, independently of the C++ code:
 Exit 77 (skipped) when h5py or numpy is missing.
 """
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -133,38 +134,15 @@ def meta_checksum(at):
 
 
 def expected_shapes(cfg):
-    m, moe = cfg["model"], cfg["moe"]
-    V, d, L, H = m["vocab_size"], m["d_model"], m["n_layers"], m["n_heads"]
-    Hkv = m["n_kv_heads"] or H
-    hd = d // H
-    E, F, S = moe["n_experts"], moe["d_expert"], moe["n_shared_experts"]
-    every = moe["moe_every"]
-    s = {"embed.weight": (V, d)}
-    for i in range(L):
-        p = f"layers.{i}."
-        s[p + "attn_norm.weight"] = (d,)
-        s[p + "attn.wq.weight"] = (H * hd, d)
-        s[p + "attn.wk.weight"] = (Hkv * hd, d)
-        s[p + "attn.wv.weight"] = (Hkv * hd, d)
-        s[p + "attn.wo.weight"] = (d, H * hd)
-        s[p + "ffn_norm.weight"] = (d,)
-        if every > 0 and (i + 1) % every == 0:  # every moe_every-th layer
-            s[p + "moe.router.weight"] = (E, d)
-            s[p + "moe.experts.w1"] = (E, F, d)
-            s[p + "moe.experts.w3"] = (E, F, d)
-            s[p + "moe.experts.w2"] = (E, d, F)
-            if S > 0:
-                s[p + "moe.shared.w1"] = (S, F, d)
-                s[p + "moe.shared.w3"] = (S, F, d)
-                s[p + "moe.shared.w2"] = (S, d, F)
-        else:
-            s[p + "mlp.w1"] = (m["d_ff"], d)
-            s[p + "mlp.w3"] = (m["d_ff"], d)
-            s[p + "mlp.w2"] = (d, m["d_ff"])
-    s["norm.weight"] = (d,)
-    if not m["tie_embeddings"]:
-        s["lm_head.weight"] = (V, d)
-    return s
+    """Contract names and shapes, from the PyTorch reference's table (loaded by
+    path: the examoe_ref package itself imports torch, which this check does
+    not need)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "examoe_ref", "config.py")
+    spec = importlib.util.spec_from_file_location("examoe_ref_config", path)
+    ref = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = ref  # dataclasses look their module up by name
+    spec.loader.exec_module(ref)
+    return dict(ref.param_shapes(ref.Config.from_dict(cfg)))
 
 
 def text(v):
