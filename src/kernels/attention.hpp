@@ -133,6 +133,19 @@ Shape check_shapes(const Q& q, const K& k, const V& v) {
   return s;
 }
 
+// The (batch, query head, query tile) that a team of the forward and dq
+// kernels owns: league index = (b * H + h) * n_tiles + tile; g is the kv head.
+struct QueryTile {
+  int b, h, g, i0, i1, nrows;
+  KOKKOS_INLINE_FUNCTION QueryTile(int league, int n_tiles, int H, int rep, int bq, int T)
+      : b(league / (n_tiles * H)),
+        h((league / n_tiles) % H),
+        g(h / rep),
+        i0((league % n_tiles) * bq),
+        i1(kx::min(i0 + bq, T)),
+        nrows(i1 - i0) {}
+};
+
 inline void check_tiles(const AttentionTiles& t) {
   EXA_REQUIRE(t.block_q > 0 && t.block_k > 0 && t.host_block_q > 0,
               "exa::kernels::attention: tile sizes must be positive (got {}x{}, host {})", t.block_q, t.block_k,
@@ -180,14 +193,8 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
 
   Kokkos::parallel_for(
       "exa::attention::forward", policy, KOKKOS_LAMBDA(const Member& team) {
-        const int lid = team.league_rank();
-        const int qt = lid % nqt;
-        const int h = (lid / nqt) % H;
-        const int b = lid / (nqt * H);
-        const int g = h / rep;
-        const int i0 = qt * bq;
-        const int nrows = kx::min(bq, Tn - i0);
-        const int i1 = i0 + nrows;
+        const ad::QueryTile tile(team.league_rank(), nqt, H, rep, bq, Tn);
+        const int b = tile.b, h = tile.h, g = tile.g, i0 = tile.i0, i1 = tile.i1, nrows = tile.nrows;
         S2 Ks(team.team_scratch(lvl), bk, hd);
         S2 Vs(team.team_scratch(lvl), bk, hd);
         S2 Sc(team.team_scratch(lvl), bq, bk);
@@ -304,14 +311,8 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
     policy.set_scratch_size(lvl, Kokkos::PerTeam(bytes));
     Kokkos::parallel_for(
         "exa::attention::backward_dq", policy, KOKKOS_LAMBDA(const Member& team) {
-          const int lid = team.league_rank();
-          const int qt = lid % nqt;
-          const int h = (lid / nqt) % H;
-          const int b = lid / (nqt * H);
-          const int g = h / rep;
-          const int i0 = qt * bq;
-          const int nrows = kx::min(bq, Tn - i0);
-          const int i1 = i0 + nrows;
+          const ad::QueryTile tile(team.league_rank(), nqt, H, rep, bq, Tn);
+          const int b = tile.b, h = tile.h, g = tile.g, i0 = tile.i0, i1 = tile.i1, nrows = tile.nrows;
           S2 Ks(team.team_scratch(lvl), bk, hd);
           S2 Vs(team.team_scratch(lvl), bk, hd);
           const int nk = (i1 - 1) / bk + 1;
