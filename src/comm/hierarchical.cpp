@@ -1,6 +1,12 @@
 #include "comm/hierarchical.hpp"
 
+#include <cstdint>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/types.hpp"
@@ -46,6 +52,110 @@ void zero(const Communicator& c, char* dst, std::size_t bytes) {
   }
 }
 
+void require_same_memory(const Communicator& local, const Communicator& inter, const char* what) {
+  EXA_REQUIRE(local.device_memory() == inter.device_memory(),
+              "{}: node-local ({}) and inter-node ({}) communicators use different memory; build both with the "
+              "same Backend",
+              what, local.backend(), inter.backend());
+}
+
+// Byte ranges [a, a+na) and [b, b+nb) share memory.
+bool overlaps(const void* a, std::size_t na, const void* b, std::size_t nb) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + nb && y < x + na;
+}
+
+// ---- Posting order -----------------------------------------------------
+// A hierarchical operation posts its later stages from test() / wait(), once
+// the stage before has completed: at different moments on different ranks,
+// and interleaved differently with the other operations in flight (a ZeRO
+// step has reduce-scatters, allgathers and allreduces out together). But MPI
+// and NCCL match the collectives on a communicator by the order in which each
+// rank posts them, so a plain chain per operation can pair bucket j's
+// inter-node stage with bucket j+1's and mix their data. Instead every stage
+// takes its place in its communicator's queue when the operation is created
+// (program order: the same on every rank), and is posted only from the head
+// of that queue, once its operation's previous stage has completed. Any
+// test() / wait() of a hierarchical Request advances all queues.
+// The price: a stage waits for the earlier operations' stages on the same
+// communicator (bucket j+1's node-local reduce-scatter is posted after bucket
+// j's node-local allgather of the allreduce).
+
+using Post = std::pair<Communicator*, std::function<Request()>>;
+
+struct Op {
+  std::vector<Post> stages;
+  std::size_t posted = 0;  // stages posted so far, in order
+  Request current;         // the last stage posted
+};
+
+using Slot = std::pair<std::shared_ptr<Op>, std::size_t>;  // (operation, stage index)
+
+// One queue per communicator. Touched from the thread that drives MPI only
+// (MPI_THREAD_FUNNELED), like the communicators themselves.
+std::map<const Communicator*, std::deque<Slot>>& queues() {
+  static std::map<const Communicator*, std::deque<Slot>> q;
+  return q;
+}
+
+// Posts every stage that heads its queue and whose previous stage is
+// complete, until nothing moves. Empty queues are dropped so that a freed
+// communicator's address can be reused.
+void advance() {
+  auto& qs = queues();
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (auto it = qs.begin(); it != qs.end();) {
+      auto& q = it->second;
+      while (!q.empty()) {
+        const std::shared_ptr<Op> op = q.front().first;
+        const std::size_t k = q.front().second;
+        if (op->posted != k || !op->current.test()) break;
+        // Dequeued only once posted: a post that throws is retried (and
+        // throws again) on the next test() / wait() instead of hanging it.
+        op->current = op->stages[k].second();
+        ++op->posted;
+        q.pop_front();
+        moved = true;
+      }
+      it = q.empty() ? qs.erase(it) : std::next(it);
+    }
+  }
+}
+
+bool queues_empty() { return queues().empty(); }
+
+class SequencedImpl final : public RequestImpl {
+ public:
+  explicit SequencedImpl(std::shared_ptr<Op> op) : op_(std::move(op)) {}
+  bool test() override {
+    advance();
+    return op_->posted == op_->stages.size() && op_->current.test();
+  }
+  void wait() override {
+    while (!test()) {
+      // Blocking on our own posted stage is safe only when nothing is left to
+      // post here: otherwise another rank may need a stage that only our
+      // advance() posts before it can finish the one we would block on.
+      if (queues_empty()) op_->current.wait();
+    }
+  }
+
+ private:
+  std::shared_ptr<Op> op_;
+};
+
+// The Request of an operation made of `stages`, run one after another, each
+// on its communicator in the order described above.
+Request sequenced(std::vector<Post> stages) {
+  if (stages.empty()) return Request();
+  auto op = std::make_shared<Op>();
+  op->stages = std::move(stages);
+  for (std::size_t k = 0; k < op->stages.size(); ++k) queues()[op->stages[k].first].emplace_back(op, k);
+  advance();  // posts the first stage unless earlier operations hold its communicator
+  return Request(std::make_unique<SequencedImpl>(std::move(op)));
+}
+
 }  // namespace
 
 Request ihierarchical_allreduce(Communicator& local, Communicator& inter, const void* send, void* recv,
@@ -55,7 +165,9 @@ Request ihierarchical_allreduce(Communicator& local, Communicator& inter, const 
               local.backend(), inter.backend());
   if (count == 0) return Request();
   const std::size_t L = static_cast<std::size_t>(local.size());
-  if (L == 1) return inter.iallreduce(send, recv, count, t, op);
+  Communicator* lp = &local;
+  Communicator* ip = &inter;
+  if (L == 1) return sequenced({{ip, [=]() { return ip->iallreduce(send, recv, count, t, op); }}});
   const std::size_t es = dtype_size(t);
   char* out = static_cast<char*>(recv);
   copy(local, out, static_cast<const char*>(send), count * es);
@@ -71,19 +183,97 @@ Request ihierarchical_allreduce(Communicator& local, Communicator& inter, const 
   char* shard = nullptr;
   Bytes shard_hold = scratch(local, block * es, &shard);
 
-  Communicator* lp = &local;
-  Communicator* ip = &inter;
-  std::vector<std::function<Request()>> stages;
-  stages.emplace_back([=]() { return lp->ireduce_scatter(buf, shard, block, t, op); });
-  if (inter.size() > 1) stages.emplace_back([=]() { return ip->iallreduce(shard, shard, block, t, op); });
-  stages.emplace_back([=]() { return lp->iallgather(shard, buf, block, t); });
-  Request r = chain(std::move(stages));
+  std::vector<Post> stages;
+  stages.emplace_back(lp, [=]() { return lp->ireduce_scatter(buf, shard, block, t, op); });
+  if (inter.size() > 1) stages.emplace_back(ip, [=]() { return ip->iallreduce(shard, shard, block, t, op); });
+  stages.emplace_back(lp, [=]() { return lp->iallgather(shard, buf, block, t); });
+  Request r = sequenced(std::move(stages));
   r.keep(shard_hold);
   if (pad_hold) {
     r.keep(pad_hold);
     r.then([lp, out, buf, bytes = count * es]() { copy(*lp, out, buf, bytes); });
   }
   return r;
+}
+
+std::size_t hierarchical_block_index(const Communicator& local, const Communicator& inter) {
+  return static_cast<std::size_t>(local.rank()) * static_cast<std::size_t>(inter.size()) +
+         static_cast<std::size_t>(inter.rank());
+}
+
+Request ihierarchical_reduce_scatter(Communicator& local, Communicator& inter, const void* send, void* recv,
+                                     std::size_t block, DType t, ReduceOp op) {
+  require_same_memory(local, inter, "hierarchical_reduce_scatter");
+  if (block == 0) return Request();
+  const std::size_t L = static_cast<std::size_t>(local.size()), I = static_cast<std::size_t>(inter.size());
+  const std::size_t es = dtype_size(t), bytes = block * es;
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  const std::size_t index = hierarchical_block_index(local, inter);
+  const bool in_place = out == in + index * bytes;
+  EXA_REQUIRE(in_place || !overlaps(in, L * I * bytes, out, bytes),
+              "hierarchical_reduce_scatter: recv overlaps send but is not this rank's own block of it "
+              "(element {} = hierarchical_block_index * block); pass a separate buffer or exactly that block",
+              index * block);
+
+  if (L == 1 || I == 1) {
+    // One stage: with one side of size 1 the other's rank order is the block index.
+    Communicator* cp = L == 1 ? &inter : &local;
+    if (!in_place) return sequenced({{cp, [=]() { return cp->ireduce_scatter(send, recv, block, t, op); }}});
+    // The backends' reduce-scatter does not take recv inside send (MPI forbids
+    // the aliasing): reduce into scratch and copy the block back.
+    char* tmp = nullptr;
+    Bytes hold = scratch(*cp, bytes, &tmp);
+    Request r = sequenced({{cp, [=]() { return cp->ireduce_scatter(send, tmp, block, t, op); }}});
+    r.keep(hold);
+    r.then([cp, out, tmp, bytes]() { copy(*cp, out, tmp, bytes); });
+    return r;
+  }
+
+  // The run of I blocks this local rank reduces over the node. recv cannot
+  // serve (it holds one block) and send is read-only, hence scratch; recv may
+  // alias send because stage 1 has finished reading send when stage 2 writes.
+  char* run = nullptr;
+  Bytes run_hold = scratch(local, I * bytes, &run);
+  Communicator* lp = &local;
+  Communicator* ip = &inter;
+  std::vector<Post> stages;
+  stages.emplace_back(lp, [=]() { return lp->ireduce_scatter(send, run, I * block, t, op); });
+  stages.emplace_back(ip, [=]() { return ip->ireduce_scatter(run, recv, block, t, op); });
+  Request r = sequenced(std::move(stages));
+  r.keep(run_hold);
+  return r;
+}
+
+Request ihierarchical_allgather(Communicator& local, Communicator& inter, const void* send, void* recv,
+                                std::size_t block, DType t) {
+  require_same_memory(local, inter, "hierarchical_allgather");
+  if (block == 0) return Request();
+  const std::size_t L = static_cast<std::size_t>(local.size()), I = static_cast<std::size_t>(inter.size());
+  const std::size_t es = dtype_size(t), bytes = block * es;
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  const std::size_t index = hierarchical_block_index(local, inter);
+  EXA_REQUIRE(in == out + index * bytes || !overlaps(in, bytes, out, L * I * bytes),
+              "hierarchical_allgather: send lies inside recv but is not this rank's own block of it "
+              "(element {} = hierarchical_block_index * block); pass a separate buffer or exactly that block",
+              index * block);
+  Communicator* lp = &local;
+  Communicator* ip = &inter;
+  if (L == 1 || I == 1) {
+    Communicator* cp = L == 1 ? ip : lp;
+    return sequenced({{cp, [=]() { return cp->iallgather(send, recv, block, t); }}});
+  }
+
+  // This local rank's run of I blocks has its final place in recv, so the
+  // inter-node stage gathers straight into it and the node-local stage runs
+  // in place: no scratch and no copies. A send that is already this rank's
+  // block of recv is also that stage's in-place case.
+  char* run = out + static_cast<std::size_t>(local.rank()) * I * bytes;
+  std::vector<Post> stages;
+  stages.emplace_back(ip, [=]() { return ip->iallgather(send, run, block, t); });
+  stages.emplace_back(lp, [=]() { return lp->iallgather(run, recv, I * block, t); });
+  return sequenced(std::move(stages));
 }
 
 HierarchicalComms make_hierarchical(const ProcessGrid& grid, Group over, Backend backend) {

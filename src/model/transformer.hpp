@@ -44,6 +44,7 @@
 #include "kernels/rope.hpp"
 #include "kernels/router.hpp"
 #include "model/model_config.hpp"
+#include "model/unit_hooks.hpp"
 #include "model/weights.hpp"
 
 namespace exa::model {
@@ -145,6 +146,9 @@ class Transformer {
   explicit Transformer(const ModelConfig& cfg, ModelOptions opt = {});
 
   const ModelConfig& config() const { return cfg_; }
+  // Called at unit boundaries (unit_hooks.hpp); nullptr (default) = none.
+  // Not owned.
+  void set_hooks(UnitHooks* hooks) { hooks_ = hooks ? hooks : &no_unit_hooks(); }
 
   // Loss of the micro-batch inputs [B,T] -> targets [B,T] (target < 0:
   // ignored). Keeps the activations for backward(). B and T may change from
@@ -198,6 +202,7 @@ class Transformer {
 
   ModelConfig cfg_;
   ModelOptions opt_;
+  UnitHooks* hooks_ = &no_unit_hooks();
   std::int64_t B_ = 0, T_ = 0, N_ = 0;
   kernels::RopeTable<T, D> rope_;
   std::vector<BlockCache<T, D>> blocks_;

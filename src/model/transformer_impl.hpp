@@ -292,6 +292,7 @@ kernels::RouterLosses Transformer<T, D>::forward_body(const W& w, const I1& tok,
   EXA_REQUIRE(std::int64_t(w.layers.size()) == cfg_.n_layers, "Transformer: weights have {} layers, the model {}",
               w.layers.size(), cfg_.n_layers);
   {
+    hooks_->before_forward(0);
     ScopedRegion region("forward/embed", opt_.fence_phases);
     Kokkos::deep_copy(tok_, tok);
     const index_t bad = transformer_detail::count_out_of_range(tok_, 0, cfg_.vocab_size);
@@ -302,6 +303,7 @@ kernels::RouterLosses Transformer<T, D>::forward_body(const W& w, const I1& tok,
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     auto& c = blocks_[l];
     const auto& lw = w.layers[l];
+    hooks_->before_forward(static_cast<int>(l) + 1);
     EXA_REQUIRE(lw.moe == cfg_.is_moe_layer(std::int64_t(l)), "Transformer: weights of layer {} are {} but the "
                 "model's layer is {}", l, lw.moe ? "MoE" : "dense", lw.moe ? "dense" : "MoE");
     attn_forward(lw, c);
@@ -319,6 +321,7 @@ kernels::RouterLosses Transformer<T, D>::forward_body(const W& w, const I1& tok,
 
 template <class T, class D>
 void Transformer<T, D>::final_norm_forward(const W& w) {
+  hooks_->before_forward(static_cast<int>(cfg_.n_layers) + 1);
   kernels::rmsnorm_forward(h_final_, w.norm, hf_, rstd_f_, cfg_.norm_eps);
   kernels::linear_forward(hf_, w.lm_head, logits_);
 }
@@ -444,6 +447,8 @@ void Transformer<T, D>::backward(const W& w, const W& g, double loss_scale) {
               "Transformer::backward: weights and gradients have {} and {} layers, the model {}", w.layers.size(),
               g.layers.size(), cfg_.n_layers);
   have_grad_state_ = false;
+  const int head = static_cast<int>(cfg_.n_layers) + 1;
+  hooks_->before_backward(head);
   {
     ScopedRegion region("backward/head", opt_.fence_phases);
     // logits_ becomes d(loss)/d(logits) in place.
@@ -451,18 +456,23 @@ void Transformer<T, D>::backward(const W& w, const W& g, double loss_scale) {
     K::linear_backward(hf_, w.lm_head, logits_, dxn_, g.lm_head, /*accumulate_dW=*/true);
     K::rmsnorm_backward(h_final_, w.norm, rstd_f_, dxn_, dres_, g.norm, true, /*accumulate_dx=*/false);
   }
+  hooks_->after_backward(head);
   for (std::size_t l = blocks_.size(); l-- > 0;) {
     auto& c = blocks_[l];
+    hooks_->before_backward(static_cast<int>(l) + 1);
     if (w.layers[l].moe)
       moe_backward(w.layers[l], g.layers[l], c, loss_scale);
     else
       dense_backward(w.layers[l], g.layers[l], c);
     attn_backward(w.layers[l], g.layers[l], c);
+    hooks_->after_backward(static_cast<int>(l) + 1);
   }
+  hooks_->before_backward(0);
   {
     ScopedRegion region("backward/embed", opt_.fence_phases);
     K::embedding_backward(tok_, dres_, g.embed, /*accumulate=*/true);
   }
+  hooks_->after_backward(0);
 }
 
 template <class T, class D>
@@ -503,6 +513,7 @@ void Transformer<T, D>::next_logits(const W& w, const Tokens& inputs, const V2& 
   V2 h("exa::model::next_h", B, cfg_.d_model), hn("exa::model::next_hn", B, cfg_.d_model);
   V1 rstd("exa::model::next_rstd", B);
   transformer_detail::gather_position(h_final_, Tn, pos, h);
+  hooks_->before_forward(static_cast<int>(cfg_.n_layers) + 1);
   kernels::rmsnorm_forward(h, w.norm, hn, rstd, cfg_.norm_eps);
   kernels::linear_forward(hn, w.lm_head, out);
 }

@@ -1,47 +1,328 @@
 #include "parallel/data_parallel.hpp"
 
+#include "core/deck/config.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/profiling.hpp"
 
 namespace exa::parallel {
 
-DataParallel::DataParallel(const comm::ProcessGrid& grid, bool hierarchical)
-    : size_(grid.sizes().dp),
-      rank_(grid.coords().dp),
-      group_size_(grid.size(comm::Group::Data)),
-      flat_(comm::make_mpi_communicator(grid.comm(comm::Group::Data))) {
-  if (hierarchical) {
-    hier_ = comm::make_hierarchical(grid, comm::Group::Data, comm::Backend::Mpi);
-    log::info("data parallel: hierarchical allreduce over dp {} ({} node-local x {} inter-node)", size_,
-              hier_.local->size(), hier_.inter->size());
+namespace {
+
+using Flat = DataParallel::Flat;
+
+Flat range(const Flat& v, std::int64_t lo, std::int64_t n) {
+  return Kokkos::subview(v, Kokkos::make_pair(std::size_t(lo), std::size_t(lo + n)));
+}
+
+Flat alloc(const char* name, std::int64_t n) { return Flat(std::string(name), static_cast<std::size_t>(n)); }
+
+void scale(const Flat& v, float s) {
+  Kokkos::parallel_for(
+      "exa::dp_scale", Kokkos::RangePolicy<ExecSpace>(0, v.extent(0)),
+      KOKKOS_LAMBDA(const std::size_t i) { v(i) *= s; });
+}
+
+double bytes(const Flat& v) { return double(v.span() * sizeof(float)); }
+
+}  // namespace
+
+DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
+  DataParallelOptions o;
+  o.zero = static_cast<int>(cfg.get_int("parallel.zero"));
+  o.hierarchical = cfg.get_bool("parallel.hierarchical");
+  o.overlap = cfg.get_bool("comm.overlap");
+  o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
+  return o;
+}
+
+DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, DataParallelOptions opt)
+    : opt_(opt),
+      mcfg_(mcfg),
+      group_(grid, opt.hierarchical, kChannels),
+      layout_(model::parameter_specs(mcfg), mcfg.n_layers, opt.zero > 0 ? group_.size() : 1,
+              opt.zero > 0 ? group_.block_index() : 0),
+      tied_(mcfg.tie_embeddings),
+      store_(model::parameter_specs(mcfg), opt.zero > 0 ? layout_.shards()
+                                                        : model::whole_shards(model::parameter_specs(mcfg))) {
+  EXA_REQUIRE(opt_.zero >= 0 && opt_.zero <= 3, "parallel.zero = {} does not exist; use 0, 1, 2 or 3", opt_.zero);
+  const int z = opt_.zero;
+  // Where each tensor of the working copies lives: a unit's slot buffer or
+  // its place in a whole padded buffer.
+  auto in_whole = [&](const Flat& buf) {
+    return [this, buf](const model::ParamSpec& s) {
+      const std::size_t i = store_.index(s.name);
+      return buf.data() + layout_.unit(layout_.unit_of_spec(i)).work_offset + layout_.offset_in_unit(i);
+    };
+  };
+  auto in_slots = [&](const std::array<Flat, kSlots>& slots) {
+    return [this, slots](const model::ParamSpec& s) {
+      const std::size_t i = store_.index(s.name);
+      return slots[static_cast<std::size_t>(slot_of(layout_.unit_of_spec(i)))].data() + layout_.offset_in_unit(i);
+    };
+  };
+  auto unit_slots = [&](const char* name) {
+    std::array<Flat, kSlots> s;
+    s[0] = alloc(name, layout_.max_padded());
+    s[1] = alloc(name, layout_.max_padded());
+    if (tied_) s[2] = alloc(name, layout_.unit(0).padded);
+    return s;
+  };
+  if (z >= 2) {
+    grad_slot_ = unit_slots("exa::dp::grad_slot");
+    for (int s = 0; s < kSlots; ++s)
+      if (grad_slot_[s].extent(0) > 0) recv_[s] = alloc("exa::dp::recv", layout_.max_block());
+  }
+  if (z == 3) {
+    param_slot_ = unit_slots("exa::dp::param_slot");
+    for (int s = 0; s < kSlots; ++s)
+      if (param_slot_[s].extent(0) > 0) staging_[s] = alloc("exa::dp::staging", layout_.max_block());
+  }
+  if (z == 1 || z == 2) work_params_ = alloc("exa::dp::params", layout_.padded_total());
+  if (z == 1) work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
+
+  switch (z) {
+    case 0:
+      w_ = model::bind_values(mcfg_, store_);
+      g_ = model::bind_grads(mcfg_, store_);
+      break;
+    case 1:
+      w_ = model::bind_weights<float, Device>(mcfg_, in_whole(work_params_));
+      g_ = model::bind_weights<float, Device>(mcfg_, in_whole(work_grads_));
+      break;
+    case 2:
+      w_ = model::bind_weights<float, Device>(mcfg_, in_whole(work_params_));
+      g_ = model::bind_weights<float, Device>(mcfg_, in_slots(grad_slot_));
+      break;
+    default:
+      w_ = model::bind_weights<float, Device>(mcfg_, in_slots(param_slot_));
+      g_ = model::bind_weights<float, Device>(mcfg_, in_slots(grad_slot_));
+      break;
+  }
+  if (group_.size() > 1 || z > 0)
+    log::info("data parallel: dp {}, zero {}, {}, gradient {}{}", group_.size(), z, group_.describe(),
+              z >= 2 ? "reduce-scatter per unit" : "allreduce in buckets of ",
+              z >= 2 ? std::string() : fmt::format("{:.1f} MiB", opt_.bucket_bytes / 1048576.0),
+              opt_.overlap ? ", overlapped with backward" : ", after backward (comm.overlap = false)");
+}
+
+DataParallel::~DataParallel() {
+  // Requests in flight reference the buffers: let them finish first.
+  try {
+    for (auto& r : gather_req_) r.wait();
+    for (auto& r : reduce_req_) r.wait();
+    for (auto& r : buckets_) r.wait();
+  } catch (...) {
   }
 }
 
-void DataParallel::average(const View1<float>& grads) const {
-  if (group_size_ == 1) return;
-  ScopedRegion region("comm/dp_allreduce", true);
-  if (hier_.local) {
-    comm::hierarchical_allreduce(*hier_.local, *hier_.inter, grads);
-  } else {
-    flat_->allreduce(grads);
+Flat DataParallel::part_values(int unit) const {
+  const Unit& u = layout_.unit(unit);
+  return range(store_.values(), u.local_offset, u.local_count);
+}
+
+Flat DataParallel::part_grads(int unit) const {
+  const Unit& u = layout_.unit(unit);
+  return range(store_.grads(), u.local_offset, u.local_count);
+}
+
+Flat DataParallel::padded(const Flat& whole, int unit) const {
+  const Unit& u = layout_.unit(unit);
+  return range(whole, u.work_offset, u.padded);
+}
+
+Flat DataParallel::slot_range(const Flat& slot, int unit) const { return range(slot, 0, layout_.unit(unit).padded); }
+
+void DataParallel::progress() {
+  for (auto& r : gather_req_) DataGroup::test(r);
+  for (auto& r : reduce_req_) DataGroup::test(r);
+  for (auto& r : buckets_) DataGroup::test(r);
+}
+
+void DataParallel::initialize(std::uint64_t seed) {
+  store_.initialize(seed);
+  params_updated();
+}
+
+comm::Request DataParallel::gather(int unit, const Flat& dst, const Flat& staging, int channel) {
+  const Unit& u = layout_.unit(unit);
+  Flat src = part_values(unit);
+  if (u.local_count < u.block) {
+    // The last parts of a unit are short: pad them to a whole block.
+    Flat pad = range(staging, 0, u.block);
+    Kokkos::deep_copy(pad, 0.0f);
+    Kokkos::deep_copy(range(pad, 0, u.local_count), src);
+    src = pad;
   }
-  const float inv = 1.0f / static_cast<float>(size_);
-  Kokkos::parallel_for(
-      "exa::dp_scale", Kokkos::RangePolicy<ExecSpace>(0, grads.extent(0)),
-      KOKKOS_LAMBDA(const std::size_t i) { grads(i) *= inv; });
+  return group_.iallgather(src, dst, channel);
+}
+
+void DataParallel::params_updated() {
+  if (opt_.zero == 0) return;
+  if (opt_.zero == 3) {
+    drop_gathered();
+    return;
+  }
+  std::vector<comm::Request> reqs;
+  std::vector<Flat> pads;
+  for (int u = 0; u < layout_.size(); ++u) {
+    if (u >= kInFlight) DataGroup::wait(reqs[std::size_t(u - kInFlight)]);  // frees its channel
+    pads.push_back(layout_.unit(u).local_count < layout_.unit(u).block ? alloc("exa::dp::pad", layout_.unit(u).block)
+                                                                       : Flat());
+    reqs.push_back(gather(u, padded(work_params_, u), pads.back(), kFirstBulkChannel + u % kInFlight));
+  }
+  for (auto& r : reqs) DataGroup::wait(r);
+}
+
+void DataParallel::drop_gathered() {
+  for (auto& r : gather_req_) DataGroup::wait(r);
+  slot_unit_.fill(-1);
+}
+
+void DataParallel::ensure_params(int unit) {
+  const int s = slot_of(unit);
+  if (slot_unit_[s] != unit) {
+    DataGroup::wait(gather_req_[s]);
+    gather_req_[s] = gather(unit, slot_range(param_slot_[s], unit), staging_[s], s);
+    slot_unit_[s] = unit;
+  }
+  DataGroup::wait(gather_req_[s]);
+}
+
+void DataParallel::prefetch(int unit) {
+  if (!opt_.overlap || unit < 0 || unit > head()) return;
+  const int s = slot_of(unit);
+  if (slot_unit_[s] == unit) return;
+  // The slot's previous unit is behind us in this pass.
+  DataGroup::wait(gather_req_[s]);
+  gather_req_[s] = gather(unit, slot_range(param_slot_[s], unit), staging_[s], s);
+  slot_unit_[s] = unit;
+}
+
+void DataParallel::prepare_grads(int unit) {
+  const int s = slot_of(unit);
+  DataGroup::wait(reduce_req_[s]);  // the slot's previous unit must be reduced before it is reused
+  Kokkos::deep_copy(slot_range(grad_slot_[s], unit), 0.0f);
+}
+
+void DataParallel::reduce_grads(int unit) {
+  const int s = slot_of(unit);
+  const Unit& u = layout_.unit(unit);
+  const Flat recv = range(recv_[s], 0, u.block);
+  reduce_req_[s] = group_.ireduce_scatter(slot_range(grad_slot_[s], unit), recv, kSlots + s);
+  // Micro-batches accumulate into the master part as their reductions land.
+  const Flat dst = part_grads(unit);
+  reduce_req_[s].then([dst, recv]() {
+    Kokkos::parallel_for(
+        "exa::dp_accumulate", Kokkos::RangePolicy<ExecSpace>(0, dst.extent(0)),
+        KOKKOS_LAMBDA(const std::size_t i) { dst(i) += recv(i); });
+  });
+  if (!opt_.overlap) DataGroup::wait(reduce_req_[s]);
+}
+
+Flat DataParallel::bucket_grads() const { return opt_.zero == 0 ? store_.grads() : work_grads_; }
+
+void DataParallel::launch_bucket(std::int64_t lo, std::int64_t hi) {
+  if (hi <= lo) return;
+  const std::size_t i = buckets_.size();
+  if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel
+  buckets_.push_back(group_.iallreduce(range(bucket_grads(), lo, hi - lo), kFirstBulkChannel + int(i % kInFlight)));
+}
+
+void DataParallel::bucket_unit_ready(int unit) {
+  const std::int64_t lo = layout_.unit(unit).work_offset;
+  if (unit == 0 || double(bucket_hi_ - lo) * sizeof(float) >= opt_.bucket_bytes) {
+    launch_bucket(lo, bucket_hi_);
+    bucket_hi_ = lo;
+  }
+}
+
+void DataParallel::begin_step() {
+  for (auto& r : buckets_) DataGroup::wait(r);
+  buckets_.clear();
+  bucket_hi_ = layout_.padded_total();
+  store_.zero_grads();
+  if (work_grads_.extent(0) > 0) Kokkos::deep_copy(work_grads_, 0.0f);
+  sync_ = true;
+}
+
+void DataParallel::before_forward(int unit) {
+  if (opt_.zero != 3) return;
+  progress();
+  ensure_params(unit);
+  if (tied_ && unit == head()) ensure_params(0);
+  prefetch(unit + 1);
+}
+
+void DataParallel::before_backward(int unit) {
+  if (opt_.zero < 2) return;
+  progress();
+  if (opt_.zero == 3) {
+    ensure_params(unit);
+    if (tied_ && unit == head()) ensure_params(0);
+    prefetch(unit - 1);
+  }
+  // A unit's gradient buffer is cleared by the first backward that writes
+  // it: the head's backward writes the tied embedding's too.
+  if (unit == head()) {
+    prepare_grads(unit);
+    if (tied_) prepare_grads(0);
+  } else if (!(tied_ && unit == 0)) {
+    prepare_grads(unit);
+  }
+}
+
+void DataParallel::after_backward(int unit) {
+  if (opt_.zero >= 2) {
+    reduce_grads(unit);
+    progress();
+  } else if (sync_ && group_.size() > 1 && opt_.overlap) {
+    bucket_unit_ready(unit);
+    progress();
+  }
+}
+
+void DataParallel::finish_gradients() {
+  const float inv = 1.0f / float(group_.size());
+  if (opt_.zero >= 2) {
+    for (auto& r : reduce_req_) DataGroup::wait(r);
+    if (group_.size() > 1) scale(store_.grads(), inv);
+    Kokkos::fence();
+    return;
+  }
+  if (group_.size() > 1) {
+    for (int u = head(); u >= 0 && bucket_hi_ > 0; --u)
+      if (layout_.unit(u).work_offset < bucket_hi_) bucket_unit_ready(u);
+    for (auto& r : buckets_) DataGroup::wait(r);
+    buckets_.clear();
+  }
+  if (opt_.zero == 0) {
+    if (group_.size() > 1) scale(store_.grads(), inv);
+  } else {
+    for (int u = 0; u < layout_.size(); ++u) {
+      const Unit& x = layout_.unit(u);
+      const Flat src = range(work_grads_, x.work_offset + x.block * layout_.index(), x.local_count);
+      const Flat dst = part_grads(u);
+      Kokkos::parallel_for(
+          "exa::dp_take_part", Kokkos::RangePolicy<ExecSpace>(0, dst.extent(0)),
+          KOKKOS_LAMBDA(const std::size_t i) { dst(i) = src(i) * inv; });
+    }
+  }
   Kokkos::fence();
 }
 
-double DataParallel::sum(double x) const {
-  double y = x;
-  if (group_size_ > 1) flat_->allreduce(&x, &y, 1);
-  return y;
+optim::Reduction DataParallel::norm_reduction() {
+  if (opt_.zero == 0) return {};  // replicas: every rank already has the whole norm
+  return [this](double x) { return group_.sum(x); };
 }
 
-std::int64_t DataParallel::sum(std::int64_t x) const {
-  std::int64_t y = x;
-  if (group_size_ > 1) flat_->allreduce(&x, &y, 1);
-  return y;
+DataParallelMemory DataParallel::memory() const {
+  DataParallelMemory m;
+  m.params = bytes(store_.values()) + bytes(work_params_);
+  m.grads = bytes(store_.grads()) + bytes(work_grads_);
+  for (int s = 0; s < kSlots; ++s)
+    m.buffers += bytes(param_slot_[s]) + bytes(grad_slot_[s]) + bytes(recv_[s]) + bytes(staging_[s]);
+  return m;
 }
 
 }  // namespace exa::parallel

@@ -11,17 +11,17 @@ std::string si(double x) {
   if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
   return fmt::format("{:.0f}", x);
 }
-std::string mib(double b) { return fmt::format("{:.0f}MiB", b / (1024.0 * 1024.0)); }
+std::string mib(double b) { return fmt::format("{:.1f}MiB", b / (1024.0 * 1024.0)); }
 }  // namespace
 
 std::string format_line(const StepLog& s) {
   const std::string val = s.val_loss ? fmt::format("{:.4f}", *s.val_loss) : std::string("-");
   return fmt::format(
       "step {:>6}/{} | loss {:.4f} | val {} | lr {:.3e} | gnorm {:.3f}{} | {} tok/s | {:.3f} TFLOP/s | MFU {:.1f}% | "
-      "imb {:.2f} | compute {:.3f}s comm {:.3f}s io {:.3f}s | mem {} + act {} (rss {})",
+      "imb {:.2f} | compute {:.3f}s comm {:.3f}s io {:.3f}s | mem {}{} + act {} (rss {})",
       s.step, s.steps, s.loss, val, s.lr, s.grad_norm, s.skipped ? " SKIPPED" : "", si(s.tokens_per_s), s.tflops,
       100.0 * s.mfu, s.imbalance, s.t_compute, s.t_comm, s.t_io, mib(s.mem_params + s.mem_grads + s.mem_optim),
-      mib(s.mem_activations), mib(s.mem_peak_rss));
+      s.mem_buffers > 0 ? " + buf " + mib(s.mem_buffers) : std::string(), mib(s.mem_activations), mib(s.mem_peak_rss));
 }
 
 nlohmann::json to_json(const StepLog& s) {
@@ -41,7 +41,7 @@ nlohmann::json to_json(const StepLog& s) {
   j["expert_imbalance"] = s.imbalance;
   j["time"] = {{"compute", s.t_compute}, {"comm_exposed", s.t_comm}, {"io", s.t_io}, {"eval", s.t_eval}};
   j["memory"] = {{"params", s.mem_params}, {"grads", s.mem_grads}, {"optim", s.mem_optim},
-                 {"activations", s.mem_activations},
+                 {"buffers", s.mem_buffers}, {"activations", s.mem_activations},
                  {"peak_rss", s.mem_peak_rss}};
   j["skipped"] = s.skipped;
   return j;

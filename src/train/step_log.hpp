@@ -18,6 +18,7 @@ struct StepLog {
   double imbalance = 1;               // expert load max/mean (worst MoE layer)
   double t_compute = 0, t_comm = 0, t_io = 0, t_eval = 0;  // seconds per step, averaged over the interval
   double mem_params = 0, mem_grads = 0, mem_optim = 0;     // bytes on this rank (own accounting)
+  double mem_buffers = 0;             // ZeRO-2/3 unit buffers (gathered parameters, unit gradients)
   double mem_activations = 0;         // bytes kept by the forward for the backward
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/memory.hpp"
@@ -50,19 +51,18 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
         require_supported_layout();
         return comm::ProcessGrid::from_deck(cfg, world);
       }()),
-      dp_(grid_, cfg.get_bool("parallel.hierarchical")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
-      store_(model::parameter_specs(mcfg_)),
+      dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(mcfg_),
-      opt_(store_, cfg),
+      opt_(dp_.store(), cfg),
       sampler_(open_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
   global_batch_ = micro_batch_ * grad_accum_ * dp_.size();
-  store_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
-  w_ = model::bind_values(mcfg_, store_);
-  g_ = model::bind_grads(mcfg_, store_);
+  dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
+  model_.set_hooks(&dp_);
+  opt_.clipper().set_reduction(dp_.norm_reduction());
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
   flops_ = count_flops(mcfg_);
 
@@ -91,9 +91,9 @@ void Trainer::require_supported_layout() const {
     EXA_REQUIRE(cfg_.get_int(k) == 1, "{} {} = {} is not available in this build yet (only data parallelism is); set {} = 1",
                 cfg_.locate({k}), k, cfg_.get_int(k), k);
   }
-  EXA_REQUIRE(cfg_.get_int("parallel.zero") == 0,
-              "{} parallel.zero = {} is not available in this build yet; set parallel.zero = 0",
-              cfg_.locate({"parallel.zero"}), cfg_.get_int("parallel.zero"));
+  EXA_REQUIRE(cfg_.get_string("comm.compression") == "none",
+              "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
+              cfg_.locate({"comm.compression"}), cfg_.get_string("comm.compression"));
   EXA_REQUIRE(cfg_.get_string("precision.compute") == "fp32",
               "{} precision.compute = \"{}\" is not available in this build yet; set precision.compute = \"fp32\"",
               cfg_.locate({"precision.compute"}), cfg_.get_string("precision.compute"));
@@ -108,7 +108,7 @@ StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
   const auto& acc = opt_.accumulation();
   const auto slice = io::dp_slice(global_batch_, dp_.rank(), dp_.size());
-  store_.zero_grads();
+  dp_.begin_step();
   double loss = 0, ce = 0, aux = 0, z = 0;
   for (std::int64_t j = 0; j < grad_accum_; ++j) {
     {
@@ -116,15 +116,16 @@ StepResult Trainer::train_step(std::int64_t step) {
       batch_.upload(sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
     }
     ScopedRegion region("compute/micro_batch", true);
-    const auto fr = model_.forward(w_, batch_.inputs, batch_.targets);
-    model_.backward(w_, g_, acc.backward_seed());
+    dp_.set_sync(j + 1 == grad_accum_);
+    const auto fr = model_.forward(dp_.weights(), batch_.inputs, batch_.targets);
+    model_.backward(dp_.weights(), dp_.grads(), acc.backward_seed());
     loss += fr.loss.loss;
     ce += fr.loss.ce;
     aux += fr.loss.aux;
     z += fr.loss.z;
     r.imbalance = std::max(r.imbalance, fr.max_imbalance());
   }
-  dp_.average(store_.grads());
+  dp_.finish_gradients();
   const double n = double(grad_accum_) * dp_.size();
   r.loss = dp_.sum(loss) / n;
   r.ce = dp_.sum(ce) / n;
@@ -132,8 +133,9 @@ StepResult Trainer::train_step(std::int64_t step) {
   r.z = dp_.sum(z) / n;
   {
     ScopedRegion region("compute/optimizer", true);
-    r.report = opt_.step(store_, step);
+    r.report = opt_.step(dp_.store(), step);
   }
+  if (r.report.applied) dp_.params_updated();
   if (!r.report.finite() && cfg_.get_bool("resilience.nan_check")) optim::require_finite(r.report.clip, step + 1);
   tokens_seen_ += global_batch_ * mcfg_.seq_len;
   return r;
@@ -146,11 +148,16 @@ double Trainer::evaluate() {
   Kokkos::View<float*, Layout, Device> ce("exa::eval_ce", static_cast<std::size_t>(micro_batch_ * mcfg_.seq_len));
   double sum = 0;
   std::int64_t count = 0;
+  // Validation batch i is the same global batch of samples in every layout
+  // (global_batch sequences), each rank evaluating its slice in micro-batches,
+  // so the validation loss, like the training loss, does not depend on dp.
   for (std::int64_t i = 0; i < n; ++i) {
-    batch_.upload(sampler_.val_batch(i, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
-    const auto s = model_.eval(w_, batch_.inputs, batch_.targets, ce);
-    sum += s.loss_sum;
-    count += s.n_valid;
+    for (std::int64_t j = 0; j < grad_accum_; ++j) {
+      batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
+      const auto s = model_.eval(dp_.weights(), batch_.inputs, batch_.targets, ce);
+      sum += s.loss_sum;
+      count += s.n_valid;
+    }
   }
   sum = dp_.sum(sum);
   count = dp_.sum(count);
@@ -172,14 +179,16 @@ std::string Trainer::save(std::int64_t steps_done) {
                       {"adamw_step_count", double(opt_.adamw().step_count())}};
   meta.deck = cfg_.deck_text();
   meta.config_json = cfg_.to_json();
-  meta.layout.world_size = dp_.size();
+  meta.layout.world_size = comm_size(world_);
   meta.layout.dp = dp_.size();
+  meta.layout.zero = dp_.options().zero;
   io::OptimizerState state;
-  for (std::size_t i = 0; i < store_.size(); ++i)
-    state[store_.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+  const auto& store = dp_.store();
+  for (std::size_t i = 0; i < store.size(); ++i)
+    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   io::SaveOptions so;
   so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
-  const std::string dir = io::save_checkpoint(checkpoint_dir(), store_, &state, meta, world_, so);
+  const std::string dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so);
   log::info("checkpoint: wrote {}", dir);
   return dir;
 }
@@ -187,9 +196,11 @@ std::string Trainer::save(std::int64_t steps_done) {
 void Trainer::load(const std::string& path) {
   ScopedRegion region("io/checkpoint", true);
   io::OptimizerState state;
-  for (std::size_t i = 0; i < store_.size(); ++i)
-    state[store_.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
-  const io::CheckpointMeta meta = io::load_checkpoint(path, store_, &state, world_);
+  auto& store = dp_.store();
+  for (std::size_t i = 0; i < store.size(); ++i)
+    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+  const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_);
+  dp_.params_updated();
   step_ = static_cast<std::int64_t>(meta.step);
   tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);
   const auto it = meta.lr_schedule.find("adamw_step_count");
@@ -218,12 +229,16 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
   s.imbalance = r.imbalance;
   const double k = 1.0 / double(steps_in_interval);
-  s.t_compute = phase_total("compute/") * k;
+  // Communication is what the rank spent launching, polling and waiting
+  // (what overlap did not hide); compute is the rest of the step.
   s.t_comm = phase_total("comm/") * k;
   s.t_io = phase_total("io/") * k;
   s.t_eval = phase_total("eval") * k;
-  s.mem_params = double(store_.values().span() * sizeof(float));
-  s.mem_grads = double(store_.grads().span() * sizeof(float));
+  s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);
+  const auto mem = dp_.memory();
+  s.mem_params = mem.params;
+  s.mem_grads = mem.grads;
+  s.mem_buffers = mem.buffers;
   s.mem_optim = double(opt_.bytes());
   s.mem_activations = double(model_.activation_bytes());
   s.mem_peak_rss = double(peak_rss_bytes());
@@ -235,9 +250,14 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
 void Trainer::inject_fault(std::int64_t steps_done) const {
   // Fault injection for the restart and failure tests: a hard exit, as a
   // node failure would end the job, with no clean-up and no final save.
+  // EXAMOE_FAULT_RANK=N limits it to world rank N (a node failure takes out
+  // some ranks, not all).
   static const char* when = std::getenv("EXAMOE_FAULT_EXIT_AFTER_STEP");
+  static const char* who = std::getenv("EXAMOE_FAULT_RANK");
   if (when == nullptr || std::atoll(when) != steps_done) return;
-  log::warn("EXAMOE_FAULT_EXIT_AFTER_STEP={}: exiting abruptly after step {} (fault injection)", when, steps_done);
+  if (who != nullptr && std::atoi(who) != comm_rank(world_)) return;
+  log::warn("EXAMOE_FAULT_EXIT_AFTER_STEP={}: rank {} exiting abruptly after step {} (fault injection)", when,
+            comm_rank(world_), steps_done);
   std::_Exit(86);
 }
 
@@ -247,7 +267,7 @@ double Trainer::run() {
   const std::int64_t ckpt_every = cfg_.get_int("checkpoint.every");
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
             "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank",
-            steps_, step_, global_batch_, mcfg_.seq_len, double(store_.local_numel()) / 1e6,
+            steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.layout().numel()) / 1e6,
             flops_.active_params / 1e6, peak_gflops_);
   phase_timers().reset();
   double t0 = wall_seconds();

@@ -54,7 +54,8 @@ class Trainer {
   void load(const std::string& path);
 
   std::int64_t step() const { return step_; }
-  const model::ParameterStore& store() const { return store_; }
+  const model::ParameterStore& store() const { return dp_.store(); }
+  const parallel::DataParallel& data_parallel() const { return dp_; }
   const model::ModelConfig& model_config() const { return mcfg_; }
   std::string run_dir() const { return run_dir_; }
   std::string checkpoint_dir() const;
@@ -67,11 +68,9 @@ class Trainer {
   const deck::Config& cfg_;
   MPI_Comm world_;
   comm::ProcessGrid grid_;  // the deck's [parallel] layout over world_
-  parallel::DataParallel dp_;
   model::ModelConfig mcfg_;
-  model::ParameterStore store_;
+  parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
   model::Transformer<float> model_;
-  model::Weights<float, Device> w_, g_;
   optim::Optimizer opt_;
   io::Sampler sampler_;
   std::unique_ptr<io::MetricsWriter> metrics_;

@@ -1,35 +1,44 @@
+# One data-parallel layout against the single-rank reference run (the
+# fixture train.dp_reference): NP ranks, each taking micro-batches of 2
+# sequences, so that with grad_accum = 4 / NP the global batch (8, as
+# tiny.toml) and the micro-batch composition equal the reference's. The
+# micro-batch size must stay fixed because the MoE aux/z losses and expert
+# capacity are per micro-batch (as in Megatron-LM and DeepSpeed).
+#   -DNP=2|4 -DEXTRA="--set parallel.zero=..." -DREF=<reference run dir>
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
-# EXTRA: further arguments for the 2-rank run only (e.g. the hierarchical
-# allreduce); the single-rank run stays the plain reference.
 separate_arguments(EXTRA)
 file(REMOVE_RECURSE ${WORK})
-set(common ${DECK} ${ARGS} --set train.steps=4 --set checkpoint.every=0 --set train.eval_every=0)
-# Global batch 4 either way, in micro-batches of 2 sequences: 1 rank
-# accumulating 2 micro-batches, or 2 ranks with one each. The micro-batch
-# size stays fixed because the MoE aux/z losses and expert capacity are per
-# micro-batch (as in Megatron-LM and DeepSpeed), so they are only
-# layout-invariant at equal micro-batch composition.
-run_checked(${EXAMOE} ${common} --set train.micro_batch=2 --set train.grad_accum=2 --set output.run_dir=${WORK}/np1)
-run_checked(${MPIEXEC} -n 2 ${EXAMOE} ${common} --set train.micro_batch=2 ${EXTRA} --set output.run_dir=${WORK}/np2)
-losses_of(${WORK}/np1/metrics.jsonl one)
-losses_of(${WORK}/np2/metrics.jsonl two)
-message(STATUS "1 rank : ${one}")
-message(STATUS "2 ranks: ${two}   (extra: ${EXTRA})")
-list(LENGTH one n1)
-list(LENGTH two n2)
-if(NOT n1 EQUAL 4 OR NOT n2 EQUAL 4)
-  message(FATAL_ERROR "expected 4 step records each, got ${n1} and ${n2}")
-endif()
-foreach(i RANGE 3)
-  list(GET one ${i} a)
-  list(GET two ${i} b)
-  string(REGEX REPLACE ".*:" "" a "${a}")
-  string(REGEX REPLACE ".*:" "" b "${b}")
-  # |a-b| <= 1e-5 |a|: CMake has no floating-point arithmetic, awk does.
-  execute_process(COMMAND awk "BEGIN{a=${a};b=${b};d=a-b;if(d<0)d=-d;m=(a<0?-a:a);exit !(d<=1e-5*m)}"
+math(EXPR accum "4 / ${NP}")
+run_checked(${MPIEXEC} -n ${NP} ${EXAMOE} ${ARGS} --set train.grad_accum=${accum} ${EXTRA}
+            --set output.run_dir=${WORK})
+compare_losses(${REF}/metrics.jsonl ${WORK}/metrics.jsonl 5 "${NP} ranks ${EXTRA}")
+
+if(CHECK_VAL)
+  # The validation loss of the last step: the same global validation batches
+  # in every layout.
+  foreach(f ref run)
+    if(f STREQUAL "ref")
+      file(STRINGS ${REF}/metrics.jsonl lines)
+    else()
+      file(STRINGS ${WORK}/metrics.jsonl lines)
+    endif()
+    set(val_${f} "")
+    foreach(line IN LISTS lines)
+      string(JSON v ERROR_VARIABLE none GET "${line}" val_loss)
+      if(none STREQUAL "NOTFOUND" AND NOT v STREQUAL "null")
+        set(val_${f} ${v})
+      endif()
+    endforeach()
+  endforeach()
+  message(STATUS "validation loss: reference ${val_ref}, ${NP} ranks ${val_run}")
+  if(val_ref STREQUAL "" OR val_run STREQUAL "")
+    message(FATAL_ERROR "no validation loss in the reference (${val_ref}) or the run (${val_run})")
+  endif()
+  execute_process(COMMAND awk "BEGIN{a=${val_ref};b=${val_run};d=a-b;if(d<0)d=-d;exit !(d<=1e-5*a)}"
                   RESULT_VARIABLE ok)
   if(NOT ok EQUAL 0)
-    message(FATAL_ERROR "step ${i}: 1 rank loss ${a} vs 2 ranks ${b} differ by more than 1e-5 relative")
+    message(FATAL_ERROR "validation loss: reference ${val_ref} vs ${NP} ranks ${val_run} differ by more than 1e-5")
   endif()
-endforeach()
+endif()

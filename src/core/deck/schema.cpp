@@ -68,7 +68,7 @@ std::vector<KeySpec> build() {
       I("train", "seed", 1234, 0, 4294967295.0, "seed of the counter-based RNG (initialisation, data order)"),
       I("train", "log_every", 10, 1, kCount, "steps between log lines"),
       I("train", "eval_every", 100, 0, kCount, "steps between validation evaluations; 0 = never"),
-      I("train", "eval_batches", 8, 1, kDim, "micro-batches per validation evaluation"),
+      I("train", "eval_batches", 8, 1, kDim, "global batches (micro_batch*grad_accum*dp sequences) per validation evaluation"),
 
       F("optim", "lr", 3e-4, 0, 10, O::lo, "peak learning rate, reached at the end of warmup"),
       F("optim", "min_lr", 0.0, 0, 10, O::none, "learning rate the schedule decays to (<= lr)"),

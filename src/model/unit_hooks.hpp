@@ -1,0 +1,42 @@
+#pragma once
+// UnitHooks: the points in a forward or backward pass where one unit's
+// parameters start or stop being used, for the data-parallel layer to gather
+// sharded parameters just in time (ZeRO-3 / FSDP) and to launch gradient
+// reductions as soon as a unit's gradients are final (bucketed overlap).
+//
+// Units, in parameter-spec order (parameter_specs.hpp):
+//   unit 0        the token embedding
+//   unit 1 + l    transformer layer l (its norms, attention and FFN/MoE)
+//   unit L + 1    the head: the final norm and, untied, the LM head
+// With tie_embeddings the head also reads (and its backward accumulates into)
+// the embedding, which belongs to unit 0.
+//
+// Forward order is 0, 1, ..., L+1; backward order is L+1, L, ..., 0. A hook
+// may rebind nothing: the weights it prepares are the ones already bound in
+// the Weights the caller passed (fixed buffers), it only fills or drains them.
+#include <cstdint>
+#include <string>
+
+namespace exa::model {
+
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Before the first read of unit u's weights in a forward pass (training,
+  // evaluation or generation).
+  virtual void before_forward(int /*unit*/) {}
+  // Before backward reads unit u's weights or accumulates into its gradients.
+  virtual void before_backward(int /*unit*/) {}
+  // After the backward pass has accumulated unit u's last gradient
+  // contribution of this micro-batch.
+  virtual void after_backward(int /*unit*/) {}
+};
+
+// A shared instance that does nothing (the default).
+UnitHooks& no_unit_hooks();
+
+// Unit of a parameter by its global name; n_layers = L.
+int unit_of(const std::string& param_name, std::int64_t n_layers);
+inline int n_units(std::int64_t n_layers) { return static_cast<int>(n_layers) + 2; }
+
+}  // namespace exa::model

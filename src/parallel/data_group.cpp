@@ -1,0 +1,85 @@
+#include "parallel/data_group.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/profiling.hpp"
+
+namespace exa::parallel {
+
+DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels)
+    : size_(grid.size(comm::Group::Data)),
+      rank_(grid.rank(comm::Group::Data)),
+      block_index_(rank_),
+      channels_(channels),
+      flat_(comm::make_mpi_communicator(grid.comm(comm::Group::Data))) {
+  EXA_ASSERT(channels >= 1);
+  if (hierarchical) {
+    for (int c = 0; c < channels; ++c)
+      hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, comm::Backend::Mpi));
+    block_index_ = static_cast<int>(comm::hierarchical_block_index(*hier_[0].local, *hier_[0].inter));
+  }
+}
+
+comm::HierarchicalComms& DataGroup::channel(int c) {
+  EXA_ASSERT(c >= 0 && c < channels_);
+  return hier_[static_cast<std::size_t>(c)];
+}
+
+std::string DataGroup::describe() const {
+  if (hierarchical())
+    return fmt::format("hierarchical collectives over {} ranks ({} node-local x {} inter-node)", size_,
+                       hier_[0].local->size(), hier_[0].inter->size());
+  return fmt::format("flat collectives over {} ranks", size_);
+}
+
+comm::Request DataGroup::iallreduce(const View1<float>& v, int c) {
+  ScopedRegion region("comm/launch");
+  Kokkos::fence();  // the buffer's producers must be done before MPI reads it
+  if (hierarchical()) return comm::ihierarchical_allreduce(channel(c), v);
+  return flat_->iallreduce(v);
+}
+
+comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<float>& recv, int c) {
+  EXA_ASSERT(send.extent(0) == recv.extent(0) * std::size_t(size_));
+  ScopedRegion region("comm/launch");
+  Kokkos::fence();
+  if (hierarchical()) return comm::ihierarchical_reduce_scatter(*channel(c).local, *channel(c).inter, send, recv);
+  return flat_->ireduce_scatter(send, recv);
+}
+
+comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>& recv, int c) {
+  EXA_ASSERT(recv.extent(0) == send.extent(0) * std::size_t(size_));
+  ScopedRegion region("comm/launch");
+  Kokkos::fence();
+  if (hierarchical()) return comm::ihierarchical_allgather(*channel(c).local, *channel(c).inter, send, recv);
+  return flat_->iallgather(send, recv);
+}
+
+void DataGroup::wait(comm::Request& r) {
+  if (r.done()) return;
+  ScopedRegion region("comm/wait");
+  r.wait();
+}
+
+bool DataGroup::test(comm::Request& r) {
+  if (r.done()) return true;
+  ScopedRegion region("comm/progress");
+  return r.test();
+}
+
+double DataGroup::sum(double x) {
+  ScopedRegion region("comm/scalar");
+  double y = x;
+  if (size_ > 1) flat_->allreduce(&x, &y, 1);
+  return y;
+}
+
+std::int64_t DataGroup::sum(std::int64_t x) {
+  ScopedRegion region("comm/scalar");
+  std::int64_t y = x;
+  if (size_ > 1) flat_->allreduce(&x, &y, 1);
+  return y;
+}
+
+}  // namespace exa::parallel

@@ -1,0 +1,77 @@
+#pragma once
+// DataGroup: the collectives of data parallelism over the ProcessGrid's Data
+// group (dp x cp ranks), flat or hierarchical behind one interface, so the
+// ZeRO engine does not care which.
+//
+// Blocks: reduce_scatter and allgather move `parts()` equal blocks; this
+// rank's block is block_index() (its Data rank for the flat collectives,
+// comm::hierarchical_block_index for the hierarchical ones). ShardLayout
+// takes that index as the rank's part.
+//
+// Every call is nonblocking and returns a comm::Request; the caller decides
+// when to wait (overlap) and the DataParallel engine times the waits as
+// exposed communication.
+//
+// Channels. A hierarchical collective is a chain of stages, and a stage is
+// posted when the previous one is found complete, which happens at
+// different moments on different ranks. Two chains in flight on the same
+// communicators could then post their stages in different orders on
+// different ranks, and MPI matches collectives by order. So each channel
+// has its own node-local and inter-node communicators, and the caller keeps
+// at most one operation in flight per channel (issued in the same program
+// order everywhere). The flat collectives are one MPI call each, posted in
+// program order, and share one communicator. Views are float buffers in the execution space's
+// memory (staged through host by the MPI backend when that is a GPU).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/hierarchical.hpp"
+#include "comm/process_grid.hpp"
+#include "core/types.hpp"
+
+namespace exa::parallel {
+
+class DataGroup {
+ public:
+  // Collective over the grid's Data group. `hierarchical` throws exa::Error
+  // when the nodes hold different numbers of Data ranks.
+  DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1);
+
+  int size() const { return size_; }
+  int rank() const { return rank_; }
+  int block_index() const { return block_index_; }
+  bool hierarchical() const { return !hier_.empty(); }
+  int channels() const { return channels_; }
+  // "flat allreduce over 4 ranks" / "hierarchical: 2 node-local x 2 inter-node".
+  std::string describe() const;
+
+  // In place: v <- sum over the group.
+  comm::Request iallreduce(const View1<float>& v, int channel = 0);
+  // recv [block] <- sum over the group of send's block block_index();
+  // send holds size() * block elements.
+  comm::Request ireduce_scatter(const View1<float>& send, const View1<float>& recv, int channel = 0);
+  // recv [size() * block] <- every rank's send [block] at its block index.
+  comm::Request iallgather(const View1<float>& send, const View1<float>& recv, int channel = 0);
+
+  double sum(double x);
+  std::int64_t sum(std::int64_t x);
+
+  // Waiting and polling, charged to the "comm/" phase timers: what a rank
+  // spends here (and in the launches above) is its exposed communication.
+  // test() is what progresses nonblocking collectives under MPICH between
+  // compute phases.
+  static void wait(comm::Request& r);
+  static bool test(comm::Request& r);
+
+ private:
+  comm::HierarchicalComms& channel(int c);
+
+  int size_ = 1, rank_ = 0, block_index_ = 0, channels_ = 1;
+  std::unique_ptr<comm::Communicator> flat_;
+  std::vector<comm::HierarchicalComms> hier_;  // one per channel
+};
+
+}  // namespace exa::parallel

@@ -1,0 +1,71 @@
+#pragma once
+// ShardLayout: how ZeRO splits the model over the data-parallel ranks.
+//
+// The unit (unit_hooks.hpp: embedding, each layer, head) is what is gathered
+// and reduced together, so it is also what is split: unit u's tensors, back
+// to back in spec order, form a range of numel_u elements, padded to
+// parts * block_u with block_u = ceil(numel_u / parts). Part k is
+// [k * block_u, (k+1) * block_u) of that range; the rank with part index k
+// owns the elements of it that are real (the last parts may be short or
+// empty). Every collective then moves equal blocks (reduce-scatter and
+// allgather need no counts), and a rank's part of a tensor is one contiguous
+// run of the tensor's row-major elements: a model::Shard, which is what the
+// ParameterStore, AdamW and the checkpoint already work on.
+//
+// The part index is the rank's position in the data group for the flat
+// collectives and comm::hierarchical_block_index for the hierarchical ones.
+//
+// Two buffer layouts follow:
+//   local  the ParameterStore's flat buffer of this rank's shards: unit u's
+//          part at local_offset (contiguous: a unit's tensors are adjacent
+//          in spec order), local_count elements;
+//   padded a whole-model buffer with every unit at work_offset, padded to
+//          parts * block (what allgather writes and reduce-scatter reads).
+#include <cstdint>
+#include <vector>
+
+#include "model/parameter_specs.hpp"
+#include "model/parameter_store.hpp"
+
+namespace exa::parallel {
+
+struct Unit {
+  std::size_t first_spec = 0, end_spec = 0;  // its tensors: specs [first_spec, end_spec)
+  std::int64_t numel = 0;                    // real elements
+  std::int64_t block = 0;                    // ceil(numel / parts)
+  std::int64_t padded = 0;                   // parts * block
+  std::int64_t work_offset = 0;              // in the padded whole-model layout
+  std::int64_t local_offset = 0;             // this rank's part in the store's local buffer
+  std::int64_t local_count = 0;              // real elements of this rank's part (<= block)
+};
+
+class ShardLayout {
+ public:
+  // `parts` ranks, this one holding part `index`. exa::Error when the specs
+  // are not in unit order.
+  ShardLayout(const std::vector<model::ParamSpec>& specs, std::int64_t n_layers, int parts, int index);
+
+  int parts() const { return parts_; }
+  int index() const { return index_; }
+  int size() const { return static_cast<int>(units_.size()); }
+  const Unit& unit(int u) const { return units_.at(static_cast<std::size_t>(u)); }
+  int unit_of_spec(std::size_t spec) const { return spec_unit_.at(spec); }
+  // First element of tensor `spec` within its unit's range.
+  std::int64_t offset_in_unit(std::size_t spec) const { return spec_offset_.at(spec); }
+  // This rank's part of every tensor (for model::ParameterStore).
+  std::vector<model::Shard> shards() const;
+  std::int64_t numel() const { return numel_; }  // the whole model's parameters
+  std::int64_t padded_total() const { return padded_total_; }
+  std::int64_t max_padded() const { return max_padded_; }
+  std::int64_t max_block() const { return max_block_; }
+
+ private:
+  int parts_, index_;
+  std::vector<model::ParamSpec> specs_;
+  std::vector<Unit> units_;
+  std::vector<int> spec_unit_;
+  std::vector<std::int64_t> spec_offset_;
+  std::int64_t numel_ = 0, padded_total_ = 0, max_padded_ = 0, max_block_ = 0;
+};
+
+}  // namespace exa::parallel
