@@ -23,6 +23,14 @@ void scale(const Flat& v, float s) {
       KOKKOS_LAMBDA(const std::size_t i) { v(i) *= s; });
 }
 
+// dst += src[0, dst.extent(0)). A free function: CUDA's extended lambdas
+// cannot live inside the host lambda that runs it on completion.
+void accumulate(const Flat& dst, const Flat& src) {
+  Kokkos::parallel_for(
+      "exa::dp_accumulate", Kokkos::RangePolicy<ExecSpace>(0, dst.extent(0)),
+      KOKKOS_LAMBDA(const std::size_t i) { dst(i) += src(i); });
+}
+
 double bytes(const Flat& v) { return double(v.span() * sizeof(float)); }
 
 }  // namespace
@@ -212,11 +220,7 @@ void DataParallel::reduce_grads(int unit) {
   reduce_req_[s] = group_.ireduce_scatter(slot_range(grad_slot_[s], unit), recv, kSlots + s);
   // Micro-batches accumulate into the master part as their reductions land.
   const Flat dst = part_grads(unit);
-  reduce_req_[s].then([dst, recv]() {
-    Kokkos::parallel_for(
-        "exa::dp_accumulate", Kokkos::RangePolicy<ExecSpace>(0, dst.extent(0)),
-        KOKKOS_LAMBDA(const std::size_t i) { dst(i) += recv(i); });
-  });
+  reduce_req_[s].then([dst, recv]() { accumulate(dst, recv); });
   if (!opt_.overlap) DataGroup::wait(reduce_req_[s]);
 }
 
