@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstring>
 
+#include "comm/watchdog.hpp"
 #include "core/error.hpp"
 
 namespace exa::comm {
@@ -32,7 +33,8 @@ namespace {
 
 class MpiRequest final : public RequestImpl {
  public:
-  MpiRequest() = default;
+  // `what` (a string literal) and `comm_size` name the wait if it times out.
+  MpiRequest(const char* what, int comm_size) : what_(what), comm_size_(comm_size) {}
   MPI_Request* handle() { return &req_; }
   bool test() override {
     if (req_ == MPI_REQUEST_NULL) return true;
@@ -41,7 +43,8 @@ class MpiRequest final : public RequestImpl {
     return flag != 0;
   }
   void wait() override {
-    if (req_ != MPI_REQUEST_NULL) check(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait");
+    // Bounded by resilience.timeout_s when the watchdog runs, else MPI_Wait.
+    if (req_ != MPI_REQUEST_NULL) check(bounded_wait(&req_, what_, comm_size_), "MPI_Wait");
   }
   static void check(int rc, const char* what) {
     if (rc == MPI_SUCCESS) return;
@@ -53,6 +56,8 @@ class MpiRequest final : public RequestImpl {
 
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
+  const char* what_;
+  int comm_size_;
 };
 
 int as_int(std::size_t n, const char* what) {
@@ -63,8 +68,8 @@ int as_int(std::size_t n, const char* what) {
 
 // Runs an MPI_I* call that fills `req` and wraps it.
 template <class F>
-Request post(F&& f, const char* what) {
-  auto impl = std::make_unique<MpiRequest>();
+Request post(F&& f, const char* what, int comm_size) {
+  auto impl = std::make_unique<MpiRequest>(what, comm_size);
   MpiRequest::check(f(impl->handle()), what);
   return Request(std::move(impl));
 }
@@ -88,7 +93,7 @@ Request MpiCommunicator::iallreduce(const void* send, void* recv, std::size_t co
   const int n = as_int(count, "allreduce");
   const void* s = send == recv ? MPI_IN_PLACE : send;
   return post([&](MPI_Request* r) { return MPI_Iallreduce(s, recv, n, mpi_datatype(t), mpi_op(op), comm_, r); },
-              "MPI_Iallreduce");
+              "MPI_Iallreduce", size_);
 }
 
 Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t block, DType t, ReduceOp op) {
@@ -101,7 +106,7 @@ Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size
   }
   return post(
       [&](MPI_Request* r) { return MPI_Ireduce_scatter_block(send, recv, n, mpi_datatype(t), mpi_op(op), comm_, r); },
-      "MPI_Ireduce_scatter_block");
+      "MPI_Ireduce_scatter_block", size_);
 }
 
 Request MpiCommunicator::iallgather(const void* send, void* recv, std::size_t block, DType t) {
@@ -110,7 +115,7 @@ Request MpiCommunicator::iallgather(const void* send, void* recv, std::size_t bl
   const auto* mine = static_cast<const char*>(recv) + block * dtype_size(t) * static_cast<std::size_t>(rank_);
   const void* s = send == static_cast<const void*>(mine) ? MPI_IN_PLACE : send;
   return post([&](MPI_Request* r) { return MPI_Iallgather(s, n, mpi_datatype(t), recv, n, mpi_datatype(t), comm_, r); },
-              "MPI_Iallgather");
+              "MPI_Iallgather", size_);
 }
 
 Request MpiCommunicator::ialltoallv(const void* send, const std::vector<int>& send_counts,
@@ -134,28 +139,30 @@ Request MpiCommunicator::ialltoallv(const void* send, const std::vector<int>& se
         return MPI_Ialltoallv(send, a, a + n, mpi_datatype(t), recv, a + 2 * n, a + 3 * n, mpi_datatype(t), comm_,
                               req);
       },
-      "MPI_Ialltoallv");
+      "MPI_Ialltoallv", size_);
   r.keep(arrays);
   return r;
 }
 
 Request MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType t, int root) {
   const int n = as_int(count, "broadcast");
-  return post([&](MPI_Request* r) { return MPI_Ibcast(buf, n, mpi_datatype(t), root, comm_, r); }, "MPI_Ibcast");
+  return post([&](MPI_Request* r) { return MPI_Ibcast(buf, n, mpi_datatype(t), root, comm_, r); }, "MPI_Ibcast", size_);
 }
 
 Request MpiCommunicator::isend(const void* buf, std::size_t count, DType t, int dest, int tag) {
   const int n = as_int(count, "send");
-  return post([&](MPI_Request* r) { return MPI_Isend(buf, n, mpi_datatype(t), dest, tag, comm_, r); }, "MPI_Isend");
+  return post([&](MPI_Request* r) { return MPI_Isend(buf, n, mpi_datatype(t), dest, tag, comm_, r); },
+              "MPI_Isend", size_);
 }
 
 Request MpiCommunicator::irecv(void* buf, std::size_t count, DType t, int src, int tag) {
   const int n = as_int(count, "recv");
-  return post([&](MPI_Request* r) { return MPI_Irecv(buf, n, mpi_datatype(t), src, tag, comm_, r); }, "MPI_Irecv");
+  return post([&](MPI_Request* r) { return MPI_Irecv(buf, n, mpi_datatype(t), src, tag, comm_, r); },
+              "MPI_Irecv", size_);
 }
 
 Request MpiCommunicator::ibarrier() {
-  return post([&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, "MPI_Ibarrier");
+  return post([&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, "MPI_Ibarrier", size_);
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {

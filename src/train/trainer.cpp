@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "comm/mpi_env.hpp"
+#include "comm/watchdog.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/memory.hpp"
@@ -69,6 +70,9 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   run_dir_ = cfg.get_string("output.run_dir");
   if (dp_.rank() == 0) fs::create_directories(run_dir_);
   MPI_Barrier(world_);
+  // Liveness: a rank that dies makes the others end the job within about
+  // resilience.timeout_s, naming it, instead of hanging in a collective.
+  comm::Watchdog::start(world_, (fs::path(run_dir_) / ".heartbeat").string(), cfg.get_float("resilience.timeout_s"));
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(), dp_.rank() == 0);
   metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
@@ -83,6 +87,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   }
   peak_gflops_ = measure_sgemm_gflops();
 }
+
+Trainer::~Trainer() { comm::Watchdog::stop(); }
 
 void Trainer::require_supported_layout() const {
   // This build runs plain data parallelism; the other dimensions come with
@@ -278,6 +284,7 @@ double Trainer::run() {
   while (step_ < steps_) {
     const StepResult r = train_step(step_);
     ++step_;
+    comm::Watchdog::set_progress(step_);
     ++since;
     interval.loss += r.loss;
     interval.ce += r.ce;
@@ -306,6 +313,7 @@ double Trainer::run() {
     inject_fault(step_);
   }
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
+  comm::Watchdog::stop();
   return last_val;
 }
 

@@ -39,6 +39,9 @@ struct StepResult {
 class Trainer {
  public:
   Trainer(const deck::Config& cfg, MPI_Comm world);
+  ~Trainer();  // stops the liveness watchdog
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Runs from the current step to train.steps; returns the final validation
   // loss (NaN when there is no validation split).
