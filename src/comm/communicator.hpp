@@ -93,7 +93,10 @@ class Request {
 void wait_all(std::vector<Request>& reqs);
 
 // A Request made of stages run one after another: stage i+1 is posted when
-// stage i completes (on test() or wait()). Used by the hierarchical allreduce.
+// stage i completes (on test() or wait()). Only one chain may be in flight
+// per communicator: stages are posted when found complete, which differs
+// from rank to rank, and MPI/NCCL match collectives by posting order. (The
+// hierarchical collectives queue their stages per communicator instead.)
 Request chain(std::vector<std::function<Request()>> stages);
 
 class Communicator {

@@ -16,6 +16,7 @@
 #include "comm/hierarchical.hpp"
 #include "comm/mpi_env.hpp"
 #include "comm/process_grid.hpp"
+#include "comm_views.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 
@@ -23,26 +24,7 @@ namespace {
 
 using namespace exa::comm;
 
-int world_size() { return exa::comm_size(MPI_COMM_WORLD); }
-
-template <class T>
-using DView = Kokkos::View<T*, exa::Layout, exa::MemSpace>;
-template <class T>
-using HView = Kokkos::View<T*, exa::Layout, Kokkos::HostSpace>;
-
-template <class T, class F>
-DView<T> make(std::size_t n, F f) {
-  HView<T> h("h", n);
-  for (std::size_t i = 0; i < n; ++i) h(i) = static_cast<T>(f(static_cast<long>(i)));
-  DView<T> d("d", n);
-  Kokkos::deep_copy(d, h);
-  return d;
-}
-template <class T>
-std::vector<T> to_vec(const DView<T>& d) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, d);
-  return std::vector<T>(h.data(), h.data() + h.extent(0));
-}
+using namespace exa::test;
 
 // Completes `r` either by wait() or by polling test(), the way a training
 // step overlaps it with compute.
