@@ -22,7 +22,8 @@
 # OPENBLAS_CORETYPE is unset and OpenBLAS picks Prescott on a CPU with
 # AVX-512 (AVX2), this script sets OPENBLAS_CORETYPE=SkylakeX (Haswell) and
 # says so; set OPENBLAS_CORETYPE yourself to choose, or BLAS_AUTODETECT=1 to
-# keep OpenBLAS's own choice.
+# keep OpenBLAS's own choice (scripts/lib/blas_env.sh, shared with
+# scripts/bench_overlap.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 deck=${1:-$here/input/bench.toml}
@@ -37,20 +38,9 @@ if [ ! -x "$exe" ]; then
 fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1
 
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${BLAS_AUTODETECT:-0}" != 1 ]; then
-  core=$(OPENBLAS_VERBOSE=2 "$python" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" 2>&1 | sed -n 's/^Core: //p' || true)
-  flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-  want=""
-  case " $flags " in
-    *" avx512f "*) want=SkylakeX ;;
-    *" avx2 "*) want=Haswell ;;
-  esac
-  if [ "$core" = Prescott ] && [ -n "$want" ]; then
-    export OPENBLAS_CORETYPE=$want
-    echo "[bench] OpenBLAS chose its generic Prescott kernels on this $want-class CPU:" \
-         "setting OPENBLAS_CORETYPE=$want for both ExaMoE and PyTorch (BLAS_AUTODETECT=1 to keep Prescott)" >&2
-  fi
-fi
+# shellcheck source=scripts/lib/blas_env.sh
+. "$here/scripts/lib/blas_env.sh"
+exa_blas_coretype bench "both ExaMoE and PyTorch" "$python"
 
 echo "[bench] $(date -u +%FT%TZ) $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<auto>}" >&2
