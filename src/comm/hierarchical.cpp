@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/watchdog.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 
@@ -133,11 +134,16 @@ class SequencedImpl final : public RequestImpl {
     return op_->posted == op_->stages.size() && op_->current.test();
   }
   void wait() override {
+    BoundedWait bound("a hierarchical collective", op_->stages.front().first->size());
     while (!test()) {
       // Blocking on our own posted stage is safe only when nothing is left to
       // post here: otherwise another rank may need a stage that only our
       // advance() posts before it can finish the one we would block on.
-      if (queues_empty()) op_->current.wait();
+      if (queues_empty()) {
+        op_->current.wait();
+      } else {
+        bound.poll();
+      }
     }
   }
 

@@ -330,32 +330,51 @@ void Watchdog::set_failure_hook_for_testing(std::function<void(const std::string
   s.hook = std::move(hook);
 }
 
-int bounded_wait(MPI_Request* req, const char* what, int comm_size) {
+BoundedWait::BoundedWait(const char* what, int comm_size)
+    : what_(what), size_(comm_size), active_(state().running.load(std::memory_order_acquire)) {
+  if (!active_) return;
+  t0_ = mono_now();
+  state().wait_since.store(wall_now(), std::memory_order_relaxed);
+}
+
+BoundedWait::~BoundedWait() {
+  if (active_) state().wait_since.store(0, std::memory_order_relaxed);
+}
+
+void BoundedWait::poll() {
+  const double now = mono_now();
+  if (!active_) {
+    // No watchdog: spin like MPI_Wait, yielding the core to other ranks.
+    std::this_thread::yield();
+    return;
+  }
   State& s = state();
-  if (!s.running.load(std::memory_order_acquire)) return MPI_Wait(req, MPI_STATUS_IGNORE);
-  const double t0 = mono_now();
-  s.wait_since.store(wall_now(), std::memory_order_relaxed);
-  struct Clear {
-    State& s;
-    ~Clear() { s.wait_since.store(0, std::memory_order_relaxed); }
-  } clear{s};
-  bool deadline = true, peer_reported = false;
+  if (!peer_reported_ && s.peer_dead.load(std::memory_order_acquire)) {
+    peer_reported_ = true;
+    fail(s, "", 0);
+  }
+  if (deadline_ && now - t0_ > s.timeout_s) {
+    deadline_ = false;
+    fail(s, fmt::format("{} over {} rank{}", what_, size_, size_ == 1 ? "" : "s"), now - t0_);
+  }
+  // MPICH moves a collective only inside MPI calls, so a wait keeps testing:
+  // it yields the core (other ranks may share it) and naps only once the
+  // wait is long enough to be a straggler or a failure rather than traffic.
+  if (now - t0_ > 1.0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  } else {
+    std::this_thread::yield();
+  }
+}
+
+int bounded_wait(MPI_Request* req, const char* what, int comm_size) {
+  if (!state().running.load(std::memory_order_acquire)) return MPI_Wait(req, MPI_STATUS_IGNORE);
+  BoundedWait w(what, comm_size);
   for (;;) {
     int flag = 0;
     const int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || flag) return rc;
-    const double now = mono_now();
-    if (!peer_reported && s.peer_dead.load(std::memory_order_acquire)) {
-      peer_reported = true;
-      fail(s, "", 0);
-    }
-    if (deadline && now - t0 > s.timeout_s) {
-      deadline = false;
-      fail(s, fmt::format("{} over {} rank{}", what, comm_size, comm_size == 1 ? "" : "s"), now - t0);
-    }
-    // Spin like MPI_Wait for short waits; past 2 ms, a 100 us nap costs at
-    // most 5% latency and leaves the core to the other ranks and threads.
-    if (now - t0 > 2e-3) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    w.poll();
   }
 }
 

@@ -67,6 +67,39 @@ class Watchdog {
   static void set_failure_hook_for_testing(std::function<void(const std::string&)> hook);
 };
 
+// Scope of a running watchdog: start() on construction, stop() on
+// destruction (also when a constructor after it throws). A member declared
+// before the objects whose destructors wait on collectives keeps those
+// waits bounded.
+class WatchdogScope {
+ public:
+  WatchdogScope(MPI_Comm world, const std::string& dir, double timeout_s) { Watchdog::start(world, dir, timeout_s); }
+  ~WatchdogScope() { Watchdog::stop(); }
+  WatchdogScope(const WatchdogScope&) = delete;
+  WatchdogScope& operator=(const WatchdogScope&) = delete;
+};
+
+// A wait that polls (tests its operation in a loop) and is bounded by the
+// watchdog like bounded_wait: call poll() after each test that found the
+// operation unfinished. poll() yields the core, and does not return when the
+// wait has outlasted resilience.timeout_s or a peer was found dead (the job
+// is aborted). Without a running watchdog it only yields.
+class BoundedWait {
+ public:
+  BoundedWait(const char* what, int comm_size);
+  ~BoundedWait();
+  BoundedWait(const BoundedWait&) = delete;
+  BoundedWait& operator=(const BoundedWait&) = delete;
+  void poll();
+
+ private:
+  const char* what_;
+  int size_;
+  bool active_;
+  bool deadline_ = true, peer_reported_ = false;
+  double t0_ = 0;
+};
+
 // MPI_Wait(req, MPI_STATUS_IGNORE), bounded by the watchdog when it runs
 // with a timeout. `what` and `comm_size` name the wait in the message
 // ("MPI_Iallreduce over 4 ranks"). Returns MPI_Wait's error code.

@@ -34,24 +34,26 @@ std::string DataGroup::describe() const {
 }
 
 comm::Request DataGroup::iallreduce(const View1<float>& v, int c) {
+  // The buffer's producers must be done before MPI reads it; that wait is
+  // compute (on a GPU, the unit's kernels), so it is outside the comm timer.
+  Kokkos::fence();
   ScopedRegion region("comm/launch");
-  Kokkos::fence();  // the buffer's producers must be done before MPI reads it
   if (hierarchical()) return comm::ihierarchical_allreduce(channel(c), v);
   return flat_->iallreduce(v);
 }
 
 comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<float>& recv, int c) {
   EXA_ASSERT(send.extent(0) == recv.extent(0) * std::size_t(size_));
-  ScopedRegion region("comm/launch");
   Kokkos::fence();
+  ScopedRegion region("comm/launch");
   if (hierarchical()) return comm::ihierarchical_reduce_scatter(*channel(c).local, *channel(c).inter, send, recv);
   return flat_->ireduce_scatter(send, recv);
 }
 
 comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>& recv, int c) {
   EXA_ASSERT(recv.extent(0) == send.extent(0) * std::size_t(size_));
-  ScopedRegion region("comm/launch");
   Kokkos::fence();
+  ScopedRegion region("comm/launch");
   if (hierarchical()) return comm::ihierarchical_allgather(*channel(c).local, *channel(c).inter, send, recv);
   return flat_->iallgather(send, recv);
 }

@@ -12,16 +12,18 @@
 // when to wait (overlap) and the DataParallel engine times the waits as
 // exposed communication.
 //
-// Channels. A hierarchical collective is a chain of stages, and a stage is
-// posted when the previous one is found complete, which happens at
-// different moments on different ranks. Two chains in flight on the same
-// communicators could then post their stages in different orders on
-// different ranks, and MPI matches collectives by order. So each channel
-// has its own node-local and inter-node communicators, and the caller keeps
-// at most one operation in flight per channel (issued in the same program
-// order everywhere). The flat collectives are one MPI call each, posted in
-// program order, and share one communicator. Views are float buffers in the execution space's
-// memory (staged through host by the MPI backend when that is a GPU).
+// Channels. A hierarchical collective is a chain of stages; its later
+// stages are posted from test()/wait(). comm/hierarchical.cpp queues the
+// stages per communicator so that every rank posts them in the same order,
+// which also means a stage waits behind every earlier operation's stages on
+// the same communicators. Each channel has its own node-local and
+// inter-node communicators, so operations on different channels (a unit's
+// gather and another's reduce-scatter) do not queue behind each other. The
+// caller keeps one operation in flight per channel. The flat collectives
+// are one MPI call each and share one communicator.
+//
+// Views are float buffers in the execution space's memory (staged through
+// host by the MPI backend when that is a GPU).
 #include <cstdint>
 #include <memory>
 #include <string>

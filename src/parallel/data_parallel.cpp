@@ -1,5 +1,7 @@
 #include "parallel/data_parallel.hpp"
 
+#include <algorithm>
+
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -69,10 +71,14 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
       return slots[static_cast<std::size_t>(slot_of(layout_.unit_of_spec(i)))].data() + layout_.offset_in_unit(i);
     };
   };
+  // Slots 0 and 1 take the largest unit they will hold (not the tied
+  // embedding, which has slot 2).
+  std::int64_t alternating = 0;
+  for (int u = tied_ ? 1 : 0; u < layout_.size(); ++u) alternating = std::max(alternating, layout_.unit(u).padded);
   auto unit_slots = [&](const char* name) {
     std::array<Flat, kSlots> s;
-    s[0] = alloc(name, layout_.max_padded());
-    s[1] = alloc(name, layout_.max_padded());
+    s[0] = alloc(name, alternating);
+    s[1] = alloc(name, alternating);
     if (tied_) s[2] = alloc(name, layout_.unit(0).padded);
     return s;
   };
@@ -171,8 +177,8 @@ void DataParallel::params_updated() {
     drop_gathered();
     return;
   }
+  std::vector<Flat> pads;  // declared first: outlives the requests that read them
   std::vector<comm::Request> reqs;
-  std::vector<Flat> pads;
   for (int u = 0; u < layout_.size(); ++u) {
     if (u >= kInFlight) DataGroup::wait(reqs[std::size_t(u - kInFlight)]);  // frees its channel
     pads.push_back(layout_.unit(u).local_count < layout_.unit(u).block ? alloc("exa::dp::pad", layout_.unit(u).block)
@@ -262,9 +268,11 @@ void DataParallel::before_backward(int unit) {
   if (opt_.zero < 2) return;
   progress();
   if (opt_.zero == 3) {
-    ensure_params(unit);
+    // The embedding's backward reads no weights: untied, unit 0 is gathered
+    // in backward only as a prefetch for the next micro-batch's forward.
+    if (unit > 0 || tied_) ensure_params(unit);
     if (tied_ && unit == head()) ensure_params(0);
-    prefetch(unit - 1);
+    if (unit > 1 || tied_ || !sync_) prefetch(unit - 1);
   }
   // A unit's gradient buffer is cleared by the first backward that writes
   // it: the head's backward writes the tied embedding's too.

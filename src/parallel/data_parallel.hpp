@@ -12,7 +12,7 @@
 //   dp.begin_step();                                   // zero the gradients
 //   for (j = 0; j < M; ++j) {
 //     dp.set_sync(j == M - 1);                         // zero 0/1: reduce on the last micro-batch only
-//     model.forward(dp.weights(), ...); model.backward(dp.weights(), dp.grads(), 1.0 / M);
+//     model.forward(dp.weights(), ...); model.backward(dp.weights(), dp.grads(), seed);
 //   }
 //   dp.finish_gradients();                             // store().grads() = dp-mean of this rank's part
 //   opt.step(dp.store(), step);                        // clip (norm_reduction) + AdamW on the part
@@ -28,7 +28,8 @@
 //           part right after the unit's backward, every micro-batch.
 //   zero 3  (FSDP) parameters are not whole either: each unit is allgathered
 //           into one of two unit-sized buffers just before use (the next
-//           unit's gather prefetched), in forward and again in backward.
+//           unit's gather prefetched), in forward and again in backward
+//           (except the untied embedding, whose backward reads no weights).
 // With tie_embeddings under zero 2/3 the embedding, which the head reads
 // too, has buffers of its own that live through the pass.
 //

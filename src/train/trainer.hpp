@@ -17,6 +17,7 @@
 #include <string>
 
 #include "comm/process_grid.hpp"
+#include "comm/watchdog.hpp"
 #include "core/deck/config.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/sampler.hpp"
@@ -39,7 +40,6 @@ struct StepResult {
 class Trainer {
  public:
   Trainer(const deck::Config& cfg, MPI_Comm world);
-  ~Trainer();  // stops the liveness watchdog
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -67,10 +67,15 @@ class Trainer {
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
   void require_supported_layout() const;
   void inject_fault(std::int64_t steps_done) const;
+  double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
   MPI_Comm world_;
   comm::ProcessGrid grid_;  // the deck's [parallel] layout over world_
+  std::string run_dir_;
+  // Liveness (resilience.timeout_s): declared before dp_ so that a rank
+  // failing mid-pass still has bounded waits while dp_ drains its requests.
+  comm::WatchdogScope watchdog_;
   model::ModelConfig mcfg_;
   parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
   model::Transformer<float> model_;
@@ -79,7 +84,6 @@ class Trainer {
   std::unique_ptr<io::MetricsWriter> metrics_;
   FlopCount flops_;
   double peak_gflops_ = 0;
-  std::string run_dir_;
   std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
   std::int64_t tokens_seen_ = 0;
   DeviceBatch batch_;
