@@ -1,29 +1,12 @@
-# compare_losses(<reference metrics.jsonl> <metrics.jsonl> <steps> <label>):
-# every step's loss agrees with the reference's to 1e-5 relative (the
-# determinism contract), or a FATAL_ERROR naming the step and both losses.
-function(compare_losses ref_file file steps label)
-  losses_of(${ref_file} one)
-  losses_of(${file} two)
-  message(STATUS "reference: ${one}")
-  message(STATUS "${label}: ${two}")
-  list(LENGTH one n1)
-  list(LENGTH two n2)
-  if(NOT n1 EQUAL steps OR NOT n2 EQUAL steps)
-    message(FATAL_ERROR "expected ${steps} step records each, got ${n1} and ${n2}")
+# require_close(<a> <b> <what>): |a - b| <= 1e-5 |a| (the determinism
+# contract's tolerance), or a FATAL_ERROR naming `what` and both values.
+# CMake has no floating-point arithmetic; awk does.
+function(require_close a b what)
+  execute_process(COMMAND awk "BEGIN{a=${a};b=${b};d=a-b;if(d<0)d=-d;m=(a<0?-a:a);exit !(d<=1e-5*m)}"
+                  RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "${what}: ${a} vs ${b} differ by more than 1e-5 relative")
   endif()
-  math(EXPR last "${steps} - 1")
-  foreach(i RANGE ${last})
-    list(GET one ${i} a)
-    list(GET two ${i} b)
-    string(REGEX REPLACE ".*:" "" a "${a}")
-    string(REGEX REPLACE ".*:" "" b "${b}")
-    # |a-b| <= 1e-5 |a|: CMake has no floating-point arithmetic, awk does.
-    execute_process(COMMAND awk "BEGIN{a=${a};b=${b};d=a-b;if(d<0)d=-d;m=(a<0?-a:a);exit !(d<=1e-5*m)}"
-                    RESULT_VARIABLE ok)
-    if(NOT ok EQUAL 0)
-      message(FATAL_ERROR "step ${i}: reference loss ${a} vs ${label} ${b} differ by more than 1e-5 relative")
-    endif()
-  endforeach()
 endfunction()
 
 # compare_steps(<reference metrics.jsonl> <metrics.jsonl> <count> <label>):
@@ -51,10 +34,6 @@ function(compare_steps ref_file file count label)
     if(a STREQUAL "")
       message(FATAL_ERROR "${label}: the reference has no step ${step}")
     endif()
-    execute_process(COMMAND awk "BEGIN{a=${a};b=${b};d=a-b;if(d<0)d=-d;m=(a<0?-a:a);exit !(d<=1e-5*m)}"
-                    RESULT_VARIABLE ok)
-    if(NOT ok EQUAL 0)
-      message(FATAL_ERROR "step ${step}: reference loss ${a} vs ${label} ${b} differ by more than 1e-5 relative")
-    endif()
+    require_close(${a} ${b} "step ${step}: reference loss vs ${label}")
   endforeach()
 endfunction()
