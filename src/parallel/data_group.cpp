@@ -7,16 +7,22 @@
 
 namespace exa::parallel {
 
-DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels)
+DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend)
     : size_(grid.size(comm::Group::Data)),
       rank_(grid.rank(comm::Group::Data)),
       block_index_(rank_),
       channels_(channels),
-      flat_(comm::make_mpi_communicator(grid.comm(comm::Group::Data))) {
+      scalar_(comm::make_mpi_communicator(grid.comm(comm::Group::Data))) {
   EXA_ASSERT(channels >= 1);
+  if (backend == comm::Backend::Nccl) {
+    EXA_REQUIRE(comm::nccl_available(), "comm.backend = \"nccl\" needs a CUDA build with NCCL and a visible GPU "
+                "(this build or node has none); set comm.backend = \"mpi\"");
+    bulk_ = comm::make_nccl_communicator(grid.comm(comm::Group::Data));
+  } else {
+    bulk_ = comm::make_mpi_communicator(grid.comm(comm::Group::Data));
+  }
   if (hierarchical) {
-    for (int c = 0; c < channels; ++c)
-      hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, comm::Backend::Mpi));
+    for (int c = 0; c < channels; ++c) hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, backend));
     block_index_ = static_cast<int>(comm::hierarchical_block_index(*hier_[0].local, *hier_[0].inter));
   }
 }
@@ -28,9 +34,9 @@ comm::HierarchicalComms& DataGroup::channel(int c) {
 
 std::string DataGroup::describe() const {
   if (hierarchical())
-    return fmt::format("hierarchical collectives over {} ranks ({} node-local x {} inter-node)", size_,
-                       hier_[0].local->size(), hier_[0].inter->size());
-  return fmt::format("flat collectives over {} ranks", size_);
+    return fmt::format("hierarchical {} collectives over {} ranks ({} node-local x {} inter-node)",
+                       bulk_->backend(), size_, hier_[0].local->size(), hier_[0].inter->size());
+  return fmt::format("flat {} collectives over {} ranks", bulk_->backend(), size_);
 }
 
 comm::Request DataGroup::iallreduce(const View1<float>& v, int c) {
@@ -39,7 +45,7 @@ comm::Request DataGroup::iallreduce(const View1<float>& v, int c) {
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   if (hierarchical()) return comm::ihierarchical_allreduce(channel(c), v);
-  return flat_->iallreduce(v);
+  return bulk_->iallreduce(v);
 }
 
 comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<float>& recv, int c) {
@@ -47,7 +53,7 @@ comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<f
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   if (hierarchical()) return comm::ihierarchical_reduce_scatter(*channel(c).local, *channel(c).inter, send, recv);
-  return flat_->ireduce_scatter(send, recv);
+  return bulk_->ireduce_scatter(send, recv);
 }
 
 comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>& recv, int c) {
@@ -55,7 +61,7 @@ comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   if (hierarchical()) return comm::ihierarchical_allgather(*channel(c).local, *channel(c).inter, send, recv);
-  return flat_->iallgather(send, recv);
+  return bulk_->iallgather(send, recv);
 }
 
 void DataGroup::wait(comm::Request& r) {
@@ -73,14 +79,14 @@ bool DataGroup::test(comm::Request& r) {
 double DataGroup::sum(double x) {
   ScopedRegion region("comm/scalar");
   double y = x;
-  if (size_ > 1) flat_->allreduce(&x, &y, 1);
+  if (size_ > 1) scalar_->allreduce(&x, &y, 1);
   return y;
 }
 
 std::int64_t DataGroup::sum(std::int64_t x) {
   ScopedRegion region("comm/scalar");
   std::int64_t y = x;
-  if (size_ > 1) flat_->allreduce(&x, &y, 1);
+  if (size_ > 1) scalar_->allreduce(&x, &y, 1);
   return y;
 }
 

@@ -40,13 +40,18 @@ class DataGroup {
  public:
   // Collective over the grid's Data group. `hierarchical` throws exa::Error
   // when the nodes hold different numbers of Data ranks.
-  DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1);
+  // `backend`: the bulk collectives' (scalar sums always use MPI, on host
+  // values). Backend::Nccl throws exa::Error naming the fix in a build
+  // without NCCL or without a visible GPU.
+  DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1,
+            comm::Backend backend = comm::Backend::Mpi);
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   int block_index() const { return block_index_; }
   bool hierarchical() const { return !hier_.empty(); }
   int channels() const { return channels_; }
+  const char* backend() const { return bulk_->backend(); }
   // "flat allreduce over 4 ranks" / "hierarchical: 2 node-local x 2 inter-node".
   std::string describe() const;
 
@@ -72,8 +77,9 @@ class DataGroup {
   comm::HierarchicalComms& channel(int c);
 
   int size_ = 1, rank_ = 0, block_index_ = 0, channels_ = 1;
-  std::unique_ptr<comm::Communicator> flat_;
-  std::vector<comm::HierarchicalComms> hier_;  // one per channel
+  std::unique_ptr<comm::Communicator> scalar_;  // MPI, host scalars
+  std::unique_ptr<comm::Communicator> bulk_;    // flat collectives of the buffers (MPI or NCCL)
+  std::vector<comm::HierarchicalComms> hier_;   // one per channel
 };
 
 }  // namespace exa::parallel

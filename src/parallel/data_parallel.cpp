@@ -43,13 +43,14 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.hierarchical = cfg.get_bool("parallel.hierarchical");
   o.overlap = cfg.get_bool("comm.overlap");
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
+  o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
   return o;
 }
 
 DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, DataParallelOptions opt)
     : opt_(opt),
       mcfg_(mcfg),
-      group_(grid, opt.hierarchical, kChannels),
+      group_(grid, opt.hierarchical, kChannels, opt.backend),
       layout_(model::parameter_specs(mcfg), mcfg.n_layers, opt.zero > 0 ? group_.size() : 1,
               opt.zero > 0 ? group_.block_index() : 0),
       tied_(mcfg.tie_embeddings),

@@ -62,7 +62,8 @@ struct DataParallelOptions {
   bool hierarchical = false;
   bool overlap = true;
   double bucket_bytes = 25.0 * 1024 * 1024;
-  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb.
+  comm::Backend backend = comm::Backend::Mpi;
+  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "comm/communicator.hpp"
 #include "comm/mpi_env.hpp"
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
@@ -101,6 +102,10 @@ void Trainer::require_supported_layout() const {
   EXA_REQUIRE(cfg_.get_string("comm.compression") == "none",
               "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
               cfg_.locate({"comm.compression"}), cfg_.get_string("comm.compression"));
+  EXA_REQUIRE(cfg_.get_string("comm.backend") != "nccl" || comm::nccl_available(),
+              "{} comm.backend = \"nccl\" needs a CUDA build with NCCL and a visible GPU (this build or node has "
+              "none); set comm.backend = \"mpi\"",
+              cfg_.locate({"comm.backend"}));
   EXA_REQUIRE(cfg_.get_string("precision.compute") == "fp32",
               "{} precision.compute = \"{}\" is not available in this build yet; set precision.compute = \"fp32\"",
               cfg_.locate({"precision.compute"}), cfg_.get_string("precision.compute"));
