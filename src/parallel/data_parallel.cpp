@@ -94,7 +94,10 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
       if (param_slot_[s].extent(0) > 0) staging_[s] = alloc("exa::dp::staging", layout_.max_block());
   }
   if (z == 1 || z == 2) work_params_ = alloc("exa::dp::params", layout_.padded_total());
-  if (z == 1) work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
+  if (z == 1) {
+    work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
+    for (auto& r : bulk_recv_) r = alloc("exa::dp::recv", layout_.max_block());
+  }
 
   switch (z) {
     case 0:
@@ -116,8 +119,8 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   }
   if (group_.size() > 1 || z > 0)
     log::info("data parallel: dp {}, zero {}, {}, gradient {}{}", group_.size(), z, group_.describe(),
-              z >= 2 ? "reduce-scatter per unit" : "allreduce in buckets of ",
-              z >= 2 ? std::string() : fmt::format("{:.1f} MiB", opt_.bucket_bytes / 1048576.0),
+              z >= 1 ? "reduce-scatter per unit" : "allreduce in buckets of ",
+              z >= 1 ? std::string() : fmt::format("{:.1f} MiB", opt_.bucket_bytes / 1048576.0),
               opt_.overlap ? ", overlapped with backward" : ", after backward (comm.overlap = false)");
 }
 
@@ -231,13 +234,25 @@ void DataParallel::reduce_grads(int unit) {
   if (!opt_.overlap) DataGroup::wait(reduce_req_[s]);
 }
 
-Flat DataParallel::bucket_grads() const { return opt_.zero == 0 ? store_.grads() : work_grads_; }
-
 void DataParallel::launch_bucket(std::int64_t lo, std::int64_t hi) {
   if (hi <= lo) return;
   const std::size_t i = buckets_.size();
   if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel
-  buckets_.push_back(group_.iallreduce(range(bucket_grads(), lo, hi - lo), kFirstBulkChannel + int(i % kInFlight)));
+  buckets_.push_back(group_.iallreduce(range(store_.grads(), lo, hi - lo), kFirstBulkChannel + int(i % kInFlight)));
+}
+
+void DataParallel::reduce_part(int unit) {
+  // zero 1: the unit's accumulated gradient, reduce-scattered into the part
+  // (zeroed by begin_step), the same traffic as half an allreduce.
+  const std::size_t i = buckets_.size();
+  const int ch = int(i % kInFlight);
+  if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel and receive buffer
+  const Flat recv = range(bulk_recv_[std::size_t(ch)], 0, layout_.unit(unit).block);
+  comm::Request r = group_.ireduce_scatter(padded(work_grads_, unit), recv, kFirstBulkChannel + ch);
+  const Flat dst = part_grads(unit);
+  r.then([dst, recv]() { accumulate(dst, recv); });
+  buckets_.push_back(std::move(r));
+  next_part_ = unit - 1;
 }
 
 void DataParallel::bucket_unit_ready(int unit) {
@@ -252,6 +267,7 @@ void DataParallel::begin_step() {
   for (auto& r : buckets_) DataGroup::wait(r);
   buckets_.clear();
   bucket_hi_ = layout_.padded_total();
+  next_part_ = head();
   store_.zero_grads();
   if (work_grads_.extent(0) > 0) Kokkos::deep_copy(work_grads_, 0.0f);
   sync_ = true;
@@ -289,6 +305,11 @@ void DataParallel::after_backward(int unit) {
   if (opt_.zero >= 2) {
     reduce_grads(unit);
     progress();
+  } else if (opt_.zero == 1) {
+    if (sync_ && opt_.overlap) {
+      reduce_part(unit);
+      progress();
+    }
   } else if (sync_ && group_.size() > 1 && opt_.overlap) {
     bucket_unit_ready(unit);
     progress();
@@ -303,24 +324,15 @@ void DataParallel::finish_gradients() {
     Kokkos::fence();
     return;
   }
-  if (group_.size() > 1) {
+  if (opt_.zero == 1) {
+    for (int u = next_part_; u >= 0; --u) reduce_part(u);  // those not launched during backward
+  } else if (group_.size() > 1) {
     for (int u = head(); u >= 0 && bucket_hi_ > 0; --u)
       if (layout_.unit(u).work_offset < bucket_hi_) bucket_unit_ready(u);
-    for (auto& r : buckets_) DataGroup::wait(r);
-    buckets_.clear();
   }
-  if (opt_.zero == 0) {
-    if (group_.size() > 1) scale(store_.grads(), inv);
-  } else {
-    for (int u = 0; u < layout_.size(); ++u) {
-      const Unit& x = layout_.unit(u);
-      const Flat src = range(work_grads_, x.work_offset + x.block * layout_.index(), x.local_count);
-      const Flat dst = part_grads(u);
-      Kokkos::parallel_for(
-          "exa::dp_take_part", Kokkos::RangePolicy<ExecSpace>(0, dst.extent(0)),
-          KOKKOS_LAMBDA(const std::size_t i) { dst(i) = src(i) * inv; });
-    }
-  }
+  for (auto& r : buckets_) DataGroup::wait(r);
+  buckets_.clear();
+  if (group_.size() > 1) scale(store_.grads(), inv);
   Kokkos::fence();
 }
 
@@ -335,6 +347,7 @@ DataParallelMemory DataParallel::memory() const {
   m.grads = bytes(store_.grads()) + bytes(work_grads_);
   for (int s = 0; s < kSlots; ++s)
     m.buffers += bytes(param_slot_[s]) + bytes(grad_slot_[s]) + bytes(recv_[s]) + bytes(staging_[s]);
+  for (const auto& r : bulk_recv_) m.buffers += bytes(r);
   return m;
 }
 

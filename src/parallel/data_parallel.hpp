@@ -21,8 +21,11 @@
 // Stages (dp ranks, P parameters):
 //   zero 0  replicas; gradients allreduced in buckets of comm.bucket_mb, each
 //           launched as soon as the backward has finished its units.
-//   zero 1  as 0, but AdamW state and master weights only for this rank's
-//           part; after the step the parts are allgathered into the replica.
+//   zero 1  replicas for forward/backward, but AdamW state and master weights
+//           only for this rank's part: on the last micro-batch each unit's
+//           accumulated gradient is reduce-scattered into the part as soon
+//           as its backward is done, and after the step the parts are
+//           allgathered into the replica (zero 0's traffic, in two halves).
 //   zero 2  gradients are never whole: each unit's gradient goes into one of
 //           two unit-sized buffers and is reduce-scattered into this rank's
 //           part right after the unit's backward, every micro-batch.
@@ -70,8 +73,8 @@ struct DataParallelOptions {
 // Bytes on this rank, by the engine's own accounting.
 struct DataParallelMemory {
   double params = 0;   // master values (+ the whole working replica for zero 1/2)
-  double grads = 0;    // master gradients (+ the whole working gradient for zero 0/1)
-  double buffers = 0;  // zero 2/3 unit buffers (gathered parameters, unit gradients, staging)
+  double grads = 0;    // master gradients (+ the whole working gradient for zero 1)
+  double buffers = 0;  // unit buffers (zero 2/3 gathered parameters and unit gradients), receive/staging
 };
 
 class DataParallel final : public model::UnitHooks {
@@ -145,7 +148,8 @@ class DataParallel final : public model::UnitHooks {
   // zero 0/1
   void launch_bucket(std::int64_t lo, std::int64_t hi);
   void bucket_unit_ready(int unit);
-  Flat bucket_grads() const;
+  // zero 1
+  void reduce_part(int unit);
 
   DataParallelOptions opt_;
   model::ModelConfig mcfg_;
@@ -158,10 +162,12 @@ class DataParallel final : public model::UnitHooks {
 
   Flat work_params_, work_grads_;  // whole padded replicas (zero 1/2 params, zero 1 grads)
   std::array<Flat, kSlots> param_slot_, grad_slot_, recv_, staging_;
+  std::array<Flat, kInFlight> bulk_recv_;  // zero 1: receive buffers of the per-unit reduce-scatters
   std::array<int, kSlots> slot_unit_{{-1, -1, -1}};
   std::array<comm::Request, kSlots> gather_req_, reduce_req_;
   std::vector<comm::Request> buckets_;
-  std::int64_t bucket_hi_ = 0;  // zero 0/1: grads at [bucket_hi_, end) are launched
+  std::int64_t bucket_hi_ = 0;  // zero 0: grads at [bucket_hi_, end) are launched
+  int next_part_ = 0;           // zero 1: units next_part_ .. 0 are not reduced yet
 };
 
 }  // namespace exa::parallel
