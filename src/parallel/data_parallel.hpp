@@ -37,8 +37,8 @@
 // too, has buffers of its own that live through the pass.
 //
 // comm.overlap = false waits for each collective where it is launched (zero
-// 0/1: all buckets after the backward), the baseline for the overlap
-// benchmark. Time spent launching, polling and waiting is charged to the
+// 0/1: every reduction launched after the backward; zero 3: no prefetch),
+// the baseline for the overlap benchmark. Time spent launching, polling and waiting is charged to the
 // "comm/" phase timers (exposed communication).
 #include <array>
 #include <cstdint>
