@@ -94,6 +94,9 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
       if (param_slot_[s].extent(0) > 0) staging_[s] = alloc("exa::dp::staging", layout_.max_block());
   }
   if (z == 1 || z == 2) work_params_ = alloc("exa::dp::params", layout_.padded_total());
+  replica_req_.resize(std::size_t(layout_.size()));
+  replica_pad_.resize(std::size_t(layout_.size()));
+  replica_next_ = replica_done_ = layout_.size();
   if (z == 1) {
     work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
     for (auto& r : bulk_recv_) r = alloc("exa::dp::recv", layout_.max_block());
@@ -130,6 +133,7 @@ DataParallel::~DataParallel() {
     for (auto& r : gather_req_) r.wait();
     for (auto& r : reduce_req_) r.wait();
     for (auto& r : buckets_) r.wait();
+    for (auto& r : replica_req_) r.wait();
   } catch (...) {
   }
 }
@@ -155,6 +159,7 @@ void DataParallel::progress() {
   for (auto& r : gather_req_) DataGroup::test(r);
   for (auto& r : reduce_req_) DataGroup::test(r);
   for (auto& r : buckets_) DataGroup::test(r);
+  for (int u = replica_done_; u < replica_next_; ++u) DataGroup::test(replica_req_[std::size_t(u)]);
 }
 
 void DataParallel::initialize(std::uint64_t seed) {
@@ -181,16 +186,33 @@ void DataParallel::params_updated() {
     drop_gathered();
     return;
   }
-  std::vector<Flat> pads;  // declared first: outlives the requests that read them
-  std::vector<comm::Request> reqs;
-  for (int u = 0; u < layout_.size(); ++u) {
-    if (u >= kInFlight) DataGroup::wait(reqs[std::size_t(u - kInFlight)]);  // frees its channel
-    pads.push_back(layout_.unit(u).local_count < layout_.unit(u).block ? alloc("exa::dp::pad", layout_.unit(u).block)
-                                                                       : Flat());
-    reqs.push_back(gather(u, padded(work_params_, u), pads.back(), kFirstBulkChannel + u % kInFlight));
-  }
-  for (auto& r : reqs) DataGroup::wait(r);
+  finish_replica();
+  replica_next_ = replica_done_ = 0;
+  while (replica_next_ < std::min(layout_.size(), kInFlight)) launch_replica(replica_next_++);
+  // With overlap the units land during the next forward, each waited for
+  // just before its first use (before_forward); without, here.
+  if (!opt_.overlap) finish_replica();
 }
+
+void DataParallel::launch_replica(int unit) {
+  const Unit& u = layout_.unit(unit);
+  auto& pad = replica_pad_[std::size_t(unit)];
+  pad = u.local_count < u.block ? alloc("exa::dp::pad", u.block) : Flat();
+  // Unit k uses bulk channel k % kInFlight, whose previous user, unit
+  // k - kInFlight, is complete: units are completed in order.
+  replica_req_[std::size_t(unit)] = gather(unit, padded(work_params_, unit), pad, kFirstBulkChannel + unit % kInFlight);
+}
+
+void DataParallel::ensure_replica(int unit) {
+  while (replica_done_ <= unit && replica_done_ < layout_.size()) {
+    DataGroup::wait(replica_req_[std::size_t(replica_done_)]);
+    replica_pad_[std::size_t(replica_done_)] = Flat();
+    ++replica_done_;
+    if (replica_next_ < layout_.size()) launch_replica(replica_next_++);
+  }
+}
+
+void DataParallel::finish_replica() { ensure_replica(layout_.size() - 1); }
 
 void DataParallel::drop_gathered() {
   for (auto& r : gather_req_) DataGroup::wait(r);
@@ -236,6 +258,7 @@ void DataParallel::reduce_grads(int unit) {
 
 void DataParallel::launch_bucket(std::int64_t lo, std::int64_t hi) {
   if (hi <= lo) return;
+  finish_replica();  // the bulk channels are free again (a forward has normally done this already)
   const std::size_t i = buckets_.size();
   if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel
   buckets_.push_back(group_.iallreduce(range(store_.grads(), lo, hi - lo), kFirstBulkChannel + int(i % kInFlight)));
@@ -244,6 +267,7 @@ void DataParallel::launch_bucket(std::int64_t lo, std::int64_t hi) {
 void DataParallel::reduce_part(int unit) {
   // zero 1: the unit's accumulated gradient, reduce-scattered into the part
   // (zeroed by begin_step), the same traffic as half an allreduce.
+  finish_replica();  // the bulk channels are free again (a forward has normally done this already)
   const std::size_t i = buckets_.size();
   const int ch = int(i % kInFlight);
   if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel and receive buffer
@@ -274,6 +298,11 @@ void DataParallel::begin_step() {
 }
 
 void DataParallel::before_forward(int unit) {
+  if (opt_.zero == 1 || opt_.zero == 2) {
+    progress();
+    ensure_replica(unit);
+    return;
+  }
   if (opt_.zero != 3) return;
   progress();
   ensure_params(unit);

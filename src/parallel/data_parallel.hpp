@@ -25,10 +25,12 @@
 //           only for this rank's part: on the last micro-batch each unit's
 //           accumulated gradient is reduce-scattered into the part as soon
 //           as its backward is done, and after the step the parts are
-//           allgathered into the replica (zero 0's traffic, in two halves).
-//   zero 2  gradients are never whole: each unit's gradient goes into one of
-//           two unit-sized buffers and is reduce-scattered into this rank's
-//           part right after the unit's backward, every micro-batch.
+//           allgathered into the replica (zero 0's traffic, in two halves),
+//           landing during the next forward, each unit waited for before use.
+//   zero 2  as 1, but gradients are never whole: each unit's gradient goes
+//           into one of two unit-sized buffers and is reduce-scattered into
+//           this rank's part right after the unit's backward, every
+//           micro-batch.
 //   zero 3  (FSDP) parameters are not whole either: each unit is allgathered
 //           into one of two unit-sized buffers just before use (the next
 //           unit's gather prefetched), in forward and again in backward
@@ -37,7 +39,8 @@
 // too, has buffers of its own that live through the pass.
 //
 // comm.overlap = false waits for each collective where it is launched (zero
-// 0/1: every reduction launched after the backward; zero 3: no prefetch),
+// 0/1: every reduction launched after the backward; zero 1/2: the replica
+// gathered before params_updated returns; zero 3: no prefetch),
 // the baseline for the overlap benchmark. Time spent launching, polling and waiting is charged to the
 // "comm/" phase timers (exposed communication).
 #include <array>
@@ -150,6 +153,10 @@ class DataParallel final : public model::UnitHooks {
   void bucket_unit_ready(int unit);
   // zero 1
   void reduce_part(int unit);
+  // zero 1/2: the replica's allgather after a step
+  void launch_replica(int unit);
+  void ensure_replica(int unit);
+  void finish_replica();
 
   DataParallelOptions opt_;
   model::ModelConfig mcfg_;
@@ -168,6 +175,11 @@ class DataParallel final : public model::UnitHooks {
   std::vector<comm::Request> buckets_;
   std::int64_t bucket_hi_ = 0;  // zero 0: grads at [bucket_hi_, end) are launched
   int next_part_ = 0;           // zero 1: units next_part_ .. 0 are not reduced yet
+  // zero 1/2: units [0, replica_done_) of the replica are up to date, units
+  // [replica_done_, replica_next_) are being gathered (one per bulk channel).
+  std::vector<comm::Request> replica_req_;
+  std::vector<Flat> replica_pad_;
+  int replica_next_ = 0, replica_done_ = 0;
 };
 
 }  // namespace exa::parallel
