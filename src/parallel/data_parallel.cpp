@@ -95,12 +95,10 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   }
   if (z == 1 || z == 2) work_params_ = alloc("exa::dp::params", layout_.padded_total());
   replica_req_.resize(std::size_t(layout_.size()));
-  replica_pad_.resize(std::size_t(layout_.size()));
   replica_next_ = replica_done_ = layout_.size();
-  if (z == 1) {
-    work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
-    for (auto& r : bulk_recv_) r = alloc("exa::dp::recv", layout_.max_block());
-  }
+  if (z == 1) work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
+  if (z == 1 || z == 2)
+    for (auto& b : bulk_block_) b = alloc("exa::dp::bulk_block", layout_.max_block());
 
   switch (z) {
     case 0:
@@ -195,18 +193,17 @@ void DataParallel::params_updated() {
 }
 
 void DataParallel::launch_replica(int unit) {
-  const Unit& u = layout_.unit(unit);
-  auto& pad = replica_pad_[std::size_t(unit)];
-  pad = u.local_count < u.block ? alloc("exa::dp::pad", u.block) : Flat();
-  // Unit k uses bulk channel k % kInFlight, whose previous user, unit
-  // k - kInFlight, is complete: units are completed in order.
-  replica_req_[std::size_t(unit)] = gather(unit, padded(work_params_, unit), pad, kFirstBulkChannel + unit % kInFlight);
+  // Unit k uses bulk channel k % kInFlight (and its block buffer to pad a
+  // short part), whose previous user, unit k - kInFlight, is complete:
+  // units are completed in order.
+  const int ch = unit % kInFlight;
+  replica_req_[std::size_t(unit)] =
+      gather(unit, padded(work_params_, unit), bulk_block_[std::size_t(ch)], kFirstBulkChannel + ch);
 }
 
 void DataParallel::ensure_replica(int unit) {
   while (replica_done_ <= unit && replica_done_ < layout_.size()) {
     DataGroup::wait(replica_req_[std::size_t(replica_done_)]);
-    replica_pad_[std::size_t(replica_done_)] = Flat();
     ++replica_done_;
     if (replica_next_ < layout_.size()) launch_replica(replica_next_++);
   }
@@ -271,7 +268,7 @@ void DataParallel::reduce_part(int unit) {
   const std::size_t i = buckets_.size();
   const int ch = int(i % kInFlight);
   if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel and receive buffer
-  const Flat recv = range(bulk_recv_[std::size_t(ch)], 0, layout_.unit(unit).block);
+  const Flat recv = range(bulk_block_[std::size_t(ch)], 0, layout_.unit(unit).block);
   comm::Request r = group_.ireduce_scatter(padded(work_grads_, unit), recv, kFirstBulkChannel + ch);
   const Flat dst = part_grads(unit);
   r.then([dst, recv]() { accumulate(dst, recv); });
@@ -376,7 +373,7 @@ DataParallelMemory DataParallel::memory() const {
   m.grads = bytes(store_.grads()) + bytes(work_grads_);
   for (int s = 0; s < kSlots; ++s)
     m.buffers += bytes(param_slot_[s]) + bytes(grad_slot_[s]) + bytes(recv_[s]) + bytes(staging_[s]);
-  for (const auto& r : bulk_recv_) m.buffers += bytes(r);
+  for (const auto& b : bulk_block_) m.buffers += bytes(b);
   return m;
 }
 

@@ -169,7 +169,10 @@ class DataParallel final : public model::UnitHooks {
 
   Flat work_params_, work_grads_;  // whole padded replicas (zero 1/2 params, zero 1 grads)
   std::array<Flat, kSlots> param_slot_, grad_slot_, recv_, staging_;
-  std::array<Flat, kInFlight> bulk_recv_;  // zero 1: receive buffers of the per-unit reduce-scatters
+  // zero 1/2: a block per bulk channel, for the one operation in flight on
+  // it (zero 1's reduce-scatter receives into it, the replica's allgather
+  // pads a short part in it).
+  std::array<Flat, kInFlight> bulk_block_;
   std::array<int, kSlots> slot_unit_{{-1, -1, -1}};
   std::array<comm::Request, kSlots> gather_req_, reduce_req_;
   std::vector<comm::Request> buckets_;
@@ -178,7 +181,6 @@ class DataParallel final : public model::UnitHooks {
   // zero 1/2: units [0, replica_done_) of the replica are up to date, units
   // [replica_done_, replica_next_) are being gathered (one per bulk channel).
   std::vector<comm::Request> replica_req_;
-  std::vector<Flat> replica_pad_;
   int replica_next_ = 0, replica_done_ = 0;
 };
 
