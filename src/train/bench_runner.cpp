@@ -25,6 +25,7 @@
 #include "model/transformer.hpp"
 #include "model/weights.hpp"
 #include "optim/optimizer.hpp"
+#include "train/deck_dataset.hpp"
 #include "train/device_batch.hpp"
 #include "train/flops.hpp"
 #include "kernels/gemm.hpp"
@@ -65,15 +66,6 @@ int pin_blas_threads() {
   if (auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
   if (auto get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) return get();
   return 0;
-}
-
-io::Dataset open_dataset(const deck::Config& cfg) {
-  io::DataSpec spec = io::data_spec_from_deck(cfg);
-  if (fs::path(spec.path).is_relative() && !fs::exists(spec.path)) {
-    const fs::path alt = fs::path(EXAMOE_SOURCE_DIR) / spec.path;
-    if (fs::exists(alt)) spec.path = alt.string();
-  }
-  return io::Dataset::open(spec);
 }
 
 double median(std::vector<double> v) {
@@ -147,7 +139,7 @@ struct Step {
         store(model::parameter_specs(mcfg)),
         model(mcfg, model::ModelOptions{/*fence_phases=*/true, {}}),
         opt(store, c),
-        sampler(open_dataset(c), static_cast<std::uint64_t>(c.get_int("train.seed"))),
+        sampler(open_deck_dataset(c), static_cast<std::uint64_t>(c.get_int("train.seed"))),
         micro_batch(c.get_int("train.micro_batch")),
         grad_accum(c.get_int("train.grad_accum")),
         batch(micro_batch, mcfg.seq_len) {

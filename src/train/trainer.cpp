@@ -15,6 +15,7 @@
 #include "io/checkpoint/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "model/weights.hpp"
+#include "train/deck_dataset.hpp"
 #include "train/sgemm_peak.hpp"
 
 namespace exa::train {
@@ -22,18 +23,6 @@ namespace exa::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-io::Dataset open_dataset(const deck::Config& cfg) {
-  io::DataSpec spec = io::data_spec_from_deck(cfg);
-  // A relative data.path is looked up from the working directory first,
-  // then from the source tree the binary was built from (so the quick start
-  // works from any directory).
-  if (fs::path(spec.path).is_relative() && !fs::exists(spec.path)) {
-    const fs::path alt = fs::path(EXAMOE_SOURCE_DIR) / spec.path;
-    if (fs::exists(alt)) spec.path = alt.string();
-  }
-  return io::Dataset::open(spec);
-}
 
 double phase_total(const char* prefix) {
   double t = 0;
@@ -66,7 +55,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(mcfg_),
       opt_(dp_.store(), cfg),
-      sampler_(open_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
+      sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
