@@ -89,6 +89,14 @@ void wait_all(std::vector<Request>& reqs) {
   for (auto& r : reqs) r.wait();
 }
 
+void require_alltoallv_layout(std::size_t n, const std::vector<int>& send_counts, const std::vector<int>& send_displs,
+                              const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) {
+  EXA_REQUIRE(send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n &&
+                  recv_displs.size() == n,
+              "exa::comm::alltoallv: counts and displacements need one entry per rank ({}), got {}, {}, {}, {}", n,
+              send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size());
+}
+
 namespace {
 
 class ChainImpl final : public RequestImpl {

@@ -92,6 +92,12 @@ class Request {
 
 void wait_all(std::vector<Request>& reqs);
 
+// Backends' shared argument check: exa::Error unless the four arrays of an
+// alltoallv over `ranks` ranks have one entry per rank.
+void require_alltoallv_layout(std::size_t ranks, const std::vector<int>& send_counts,
+                              const std::vector<int>& send_displs, const std::vector<int>& recv_counts,
+                              const std::vector<int>& recv_displs);
+
 // A Request made of stages run one after another: stage i+1 is posted when
 // stage i completes (on test() or wait()). Only one chain may be in flight
 // per communicator: stages are posted when found complete, which differs

@@ -123,10 +123,7 @@ Request MpiCommunicator::ialltoallv(const void* send, const std::vector<int>& se
                                     const std::vector<int>& recv_counts, const std::vector<int>& recv_displs,
                                     DType t) {
   const auto n = static_cast<std::size_t>(size_);
-  EXA_REQUIRE(send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n &&
-                  recv_displs.size() == n,
-              "exa::comm::alltoallv: counts and displacements need one entry per rank ({}), got {}, {}, {}, {}", n,
-              send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size());
+  require_alltoallv_layout(n, send_counts, send_displs, recv_counts, recv_displs);
   // The arrays must outlive the operation: the request keeps copies.
   auto arrays = std::make_shared<std::vector<int>>();
   arrays->reserve(4 * n);

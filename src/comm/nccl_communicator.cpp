@@ -112,9 +112,7 @@ Request NcclCommunicator::ialltoallv(const void* send, const std::vector<int>& s
                                      const std::vector<int>& recv_counts, const std::vector<int>& recv_displs,
                                      DType t) {
   const auto n = static_cast<std::size_t>(size_);
-  EXA_REQUIRE(send_counts.size() == n && send_displs.size() == n && recv_counts.size() == n &&
-                  recv_displs.size() == n,
-              "exa::comm::alltoallv: counts and displacements need one entry per rank ({})", n);
+  require_alltoallv_layout(n, send_counts, send_displs, recv_counts, recv_displs);
   const std::size_t es = dtype_size(t);
   const auto* s = static_cast<const char*>(send);
   auto* r = static_cast<char*>(recv);
