@@ -31,10 +31,13 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
   return m;
 }
 
+std::int64_t ModelConfig::capacity_for(double factor, std::int64_t tokens, std::int64_t k, std::int64_t experts) {
+  if (factor <= 0) return 0;
+  return static_cast<std::int64_t>(std::ceil(factor * static_cast<double>(tokens * k) / static_cast<double>(experts)));
+}
+
 std::int64_t ModelConfig::expert_capacity(std::int64_t tokens) const {
-  if (capacity_factor <= 0) return 0;
-  return static_cast<std::int64_t>(
-      std::ceil(capacity_factor * static_cast<double>(tokens * top_k) / static_cast<double>(n_experts)));
+  return capacity_for(capacity_factor, tokens, top_k, n_experts);
 }
 
 }  // namespace exa::model

@@ -30,6 +30,8 @@ struct ModelConfig {
   bool is_moe_layer(std::int64_t layer) const { return moe_every > 0 && (layer + 1) % moe_every == 0; }
   // Slots per expert for `tokens` tokens: ceil(c * tokens * k / E); 0 = dropless.
   std::int64_t expert_capacity(std::int64_t tokens) const;
+  // The same for an explicit factor, top-k and expert count.
+  static std::int64_t capacity_for(double factor, std::int64_t tokens, std::int64_t k, std::int64_t experts);
 };
 
 }  // namespace exa::model

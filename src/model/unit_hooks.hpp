@@ -16,6 +16,7 @@
 // the Weights the caller passed (fixed buffers), it only fills or drains them.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace exa::model {
 
@@ -34,6 +35,31 @@ class UnitHooks {
 
 // A shared instance that does nothing (the default).
 UnitHooks& no_unit_hooks();
+
+// Several hooks side by side (data parallelism, later pipeline and expert
+// parallelism): each event goes to every member, in the order they were
+// added. Members are not owned.
+class UnitHookList final : public UnitHooks {
+ public:
+  void add(UnitHooks* h) {
+    if (h != nullptr) hooks_.push_back(h);
+  }
+  void clear() { hooks_.clear(); }
+  std::size_t size() const { return hooks_.size(); }
+
+  void before_forward(int unit) override {
+    for (auto* h : hooks_) h->before_forward(unit);
+  }
+  void before_backward(int unit) override {
+    for (auto* h : hooks_) h->before_backward(unit);
+  }
+  void after_backward(int unit) override {
+    for (auto* h : hooks_) h->after_backward(unit);
+  }
+
+ private:
+  std::vector<UnitHooks*> hooks_;
+};
 
 // Unit of a parameter by its global name; n_layers = L.
 int unit_of(const std::string& param_name, std::int64_t n_layers);

@@ -61,7 +61,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   grad_accum_ = cfg.get_int("train.grad_accum");
   global_batch_ = micro_batch_ * grad_accum_ * dp_.size();
   dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
-  model_.set_hooks(&dp_);
+  model_.add_hooks(&dp_);
   opt_.clipper().set_reduction(dp_.norm_reduction());
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
   flops_ = count_flops(mcfg_);

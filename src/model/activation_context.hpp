@@ -1,0 +1,110 @@
+#pragma once
+// Activation contexts: what one micro-batch's forward pass keeps for its
+// backward pass (docs/architecture.md, "Activation contexts and schedules").
+//
+// A StageModel's forward fills a StageContext and hands it to the caller;
+// backward consumes it. Several contexts may be alive at once (1F1B keeps up
+// to pp - stage of them), each with buffers of its own. Contexts come from
+// the model's pool and go back to it after backward, so a steady schedule
+// allocates nothing per step: a context is reallocated only when the
+// micro-batch shape changes.
+//
+// Everything a LayerContext holds is recomputable from `x` (the block input)
+// and the weights, which is what activation recomputation will exploit.
+#include <cstdint>
+#include <vector>
+
+#include "core/types.hpp"
+#include "kernels/permute.hpp"
+#include "kernels/router.hpp"
+#include "model/forward_result.hpp"
+
+namespace exa::model {
+
+// Shape of a micro-batch: B sequences of T tokens, N = B*T rows.
+struct MicroBatchShape {
+  std::int64_t B = 0, T = 0;
+  std::int64_t N() const { return B * T; }
+  bool operator==(const MicroBatchShape& o) const { return B == o.B && T == o.T; }
+  bool operator!=(const MicroBatchShape& o) const { return !(*this == o); }
+};
+
+template <class T, class D = Device>
+struct LayerContext {
+  using V1 = Kokkos::View<T*, Layout, D>;
+  using V2 = Kokkos::View<T**, Layout, D>;
+  using V3 = Kokkos::View<T***, Layout, D>;
+  using I1 = Kokkos::View<int*, Layout, D>;
+  using I2 = Kokkos::View<int**, Layout, D>;
+
+  // Attention sub-block (local heads).
+  V2 x;          // block input (residual stream) [N,d]
+  V1 attn_rstd;  // [N]
+  V2 attn_xn;    // RMSNorm(x) [N,d]
+  V2 q, k, v;    // projections, RoPE applied to q and k: [N,Hl*hd], [N,Hkvl*hd], [N,Hkvl*hd]
+  V2 attn_o;     // attention output before wo [N,Hl*hd]
+  V3 attn_lse;   // [B,Hl,T]
+  // FFN sub-block.
+  V2 x_mid;      // x + Attn(...) [N,d]
+  V1 ffn_rstd;   // [N]
+  V2 ffn_xn;     // RMSNorm(x_mid) [N,d]
+  // Dense SwiGLU: a = xn w1^T, b = xn w3^T, h = silu(a) * b   [N,d_ff local]
+  V2 a, b, h;
+  // MoE.
+  V2 router_logits, probs;  // [N,E]
+  V1 router_lse;            // [N]
+  I2 topk;                  // [N,k]
+  V2 gates;                 // [N,k]
+  I1 counts;                // [E] routed (before dropping)
+  kernels::PermutePlan<D> plan;
+  V2 xp, ea, eb, eh, yp;    // permuted rows (first plan.rows of N*k): [.,d], [.,F] x3, [.,d]
+  V3 sa, sb, sh;            // shared experts [S,N,F]
+  kernels::RouterLosses router_losses;
+
+  // Bytes held for the backward pass (the memory activation recomputation
+  // would give back).
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    auto add = [&n](const auto& v) { n += v.span() * sizeof(typename std::decay_t<decltype(v)>::value_type); };
+    for (const auto* v2 : {&x, &attn_xn, &q, &k, &v, &attn_o, &x_mid, &ffn_xn, &a, &b, &h, &router_logits, &probs,
+                           &gates, &xp, &ea, &eb, &eh, &yp})
+      add(*v2);
+    for (const auto* v1 : {&attn_rstd, &ffn_rstd, &router_lse}) add(*v1);
+    for (const auto* v3 : {&attn_lse, &sa, &sb, &sh}) add(*v3);
+    add(topk);
+    add(counts);
+    add(plan.row_of);
+    add(plan.token_of);
+    return n;
+  }
+};
+
+// One micro-batch's activations on one pipeline stage.
+template <class T, class D = Device>
+struct StageContext {
+  using V1 = Kokkos::View<T*, Layout, D>;
+  using V2 = Kokkos::View<T**, Layout, D>;
+  using Ids = Kokkos::View<std::int32_t*, Layout, D>;
+
+  MicroBatchShape shape;
+  std::vector<LayerContext<T, D>> layers;  // the stage's layers, in order
+  V2 out;                                  // the last layer's output [N,d] (the final norm's input on the last stage)
+  // First stage: the micro-batch's input tokens (copied: the embedding's
+  // backward needs them after the caller has reused its batch buffers).
+  Ids tokens;
+  // Last stage: targets, the final norm and the head.
+  Ids targets;
+  V2 hf, logits;  // final RMSNorm output [N,d], logits [N,V local]
+  V1 rstd_f, ce_lse;
+  std::int64_t n_valid = 0;
+  ForwardResult result;  // what the forward reported (loss on the last stage, routing of its MoE layers)
+  bool live = false;  // filled by a forward and not yet consumed by a backward
+
+  std::size_t bytes() const {
+    std::size_t n = (out.span() + hf.span() + logits.span() + rstd_f.span() + ce_lse.span()) * sizeof(T);
+    for (const auto& c : layers) n += c.bytes();
+    return n;
+  }
+};
+
+}  // namespace exa::model

@@ -1,0 +1,99 @@
+#pragma once
+// The attention sub-block of a layer: x_mid = x + wo(Attn(rope(wq xn),
+// rope(wk xn), wv xn)) with xn = RMSNorm(x). Projections go through the
+// Linear seam (wq/wk/wv column-parallel, wo row-parallel), the attention
+// itself through CoreAttention. Head counts are this rank's.
+#include <memory>
+#include <string>
+
+#include "core/profiling.hpp"
+#include "core/types.hpp"
+#include "kernels/rope.hpp"
+#include "model/activation_context.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/layers/scratch.hpp"
+#include "model/seams/core_attention.hpp"
+#include "model/seams/linear.hpp"
+#include "model/weights.hpp"
+
+namespace exa::model {
+
+struct AttentionShape {
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;  // local heads
+};
+
+template <class T, class D = Device>
+class AttentionBlock {
+ public:
+  using Rope = kernels::RopeTable<T, D>;
+  using LinearP = std::shared_ptr<const Linear<T, D>>;
+
+  AttentionBlock(std::int64_t layer, AttentionShape shape, double norm_eps, LinearP column, LinearP row,
+                 std::shared_ptr<const CoreAttention<T, D>> core, bool fence)
+      : prefix_("layers." + std::to_string(layer) + "."),
+        shape_(shape),
+        norm_(prefix_ + "attn_norm.weight", norm_eps),
+        column_(std::move(column)),
+        row_(std::move(row)),
+        core_(std::move(core)),
+        fence_(fence) {}
+
+  const AttentionShape& shape() const { return shape_; }
+  std::vector<std::string> param_names() const {
+    return {norm_.param_name(), prefix_ + "attn.wq.weight", prefix_ + "attn.wk.weight", prefix_ + "attn.wv.weight",
+            prefix_ + "attn.wo.weight"};
+  }
+
+  // c.x -> c.x_mid (and the activations backward needs).
+  void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, MicroBatchShape mb, const Rope& rope) const {
+    ScopedRegion region("forward/attn", fence_);
+    norm_.forward(c.x, lw.attn_norm, c.attn_xn, c.attn_rstd);
+    column_->forward(c.attn_xn, lw.wq, c.q);
+    column_->forward(c.attn_xn, lw.wk, c.k);
+    column_->forward(c.attn_xn, lw.wv, c.v);
+    const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
+    const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
+    kernels::rope_forward(q4, rope, pos_offset_);
+    kernels::rope_forward(k4, rope, pos_offset_);
+    core_->forward(q4, k4, v4, o4, c.attn_lse, positions());
+    Kokkos::deep_copy(c.x_mid, c.x);
+    row_->forward(c.attn_o, lw.wo, c.x_mid, /*accumulate=*/true);
+  }
+
+  // s.dres holds d(loss)/d(x_mid) on entry and d(loss)/d(x) on return.
+  void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const LayerWeights<T, D>& lg,
+                MicroBatchShape mb, const Rope& rope, LayerScratch<T, D>& s) const {
+    ScopedRegion region("backward/attn", fence_);
+    row_->backward(c.attn_o, lw.wo, s.dres, s.dout, lg.wo);
+    const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
+    const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
+    const auto do4 = heads(s.dout, mb, shape_.heads), dq4 = heads(s.dq, mb, shape_.heads);
+    const auto dk4 = heads(s.dk, mb, shape_.kv_heads), dv4 = heads(s.dv, mb, shape_.kv_heads);
+    core_->backward(do4, q4, k4, v4, o4, c.attn_lse, dq4, dk4, dv4, positions());
+    kernels::rope_backward(dq4, rope, pos_offset_);
+    kernels::rope_backward(dk4, rope, pos_offset_);
+    column_->backward(c.attn_xn, lw.wq, s.dq, s.dxn, lg.wq, /*accumulate_dx=*/false);
+    column_->backward(c.attn_xn, lw.wk, s.dk, s.dxn, lg.wk, true);
+    column_->backward(c.attn_xn, lw.wv, s.dv, s.dxn, lg.wv, true);
+    norm_.backward(c.x, lw.attn_norm, c.attn_rstd, s.dxn, s.dres, lg.attn_norm, /*accumulate_dx=*/true);
+  }
+
+ private:
+  using A4 = typename CoreAttention<T, D>::A4;
+  A4 heads(const Kokkos::View<T**, Layout, D>& x, MicroBatchShape mb, std::int64_t h) const {
+    return kernels::view_as_bthd(x, mb.B, mb.T, h, shape_.head_dim);
+  }
+  AttentionPositions positions() const { return {pos_offset_, pos_offset_}; }
+
+  std::string prefix_;
+  AttentionShape shape_;
+  RMSNorm<T, D> norm_;
+  LinearP column_, row_;
+  std::shared_ptr<const CoreAttention<T, D>> core_;
+  bool fence_;
+  // Position of this rank's first token in the sequence (context
+  // parallelism shifts it; 0 when the rank holds whole sequences).
+  index_t pos_offset_ = 0;
+};
+
+}  // namespace exa::model

@@ -1,0 +1,168 @@
+#pragma once
+// The MoE FFN sub-block: out = x_mid + sum_j gates_j Expert_{topk_j}(xn)
+// + sum_s Shared_s(xn), xn = RMSNorm(x_mid). The router (replicated) picks
+// top-k experts in fp32; the TokenDispatcher seam moves tokens to their
+// experts and back; shared experts are dense SwiGLUs every token passes
+// through (column/row Linears like the dense MLP).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/profiling.hpp"
+#include "kernels/router.hpp"
+#include "kernels/swiglu.hpp"
+#include "model/activation_context.hpp"
+#include "model/forward_result.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/layers/scratch.hpp"
+#include "model/model_config.hpp"
+#include "model/seams/linear.hpp"
+#include "model/seams/token_dispatcher.hpp"
+#include "model/weights.hpp"
+
+namespace exa::model {
+
+namespace moe_detail {
+// y += x elementwise on [N,d] (a free function: CUDA extended lambdas may not
+// live in private members).
+template <class YV, class XV>
+void add_inplace(const YV& y, const XV& x) {
+  using Exec = exec_of<YV>;
+  const index_t n = y.extent(0), d = y.extent(1);
+  Kokkos::parallel_for(
+      "exa::model::add_inplace", Kokkos::RangePolicy<Exec>(0, n * d), KOKKOS_LAMBDA(const index_t i) {
+        const index_t r = i / d, c = i % d;
+        y(r, c) += x(r, c);
+      });
+}
+
+template <class V3>
+auto mat(const V3& v, index_t i) {
+  return Kokkos::subview(v, i, Kokkos::ALL, Kokkos::ALL);
+}
+}  // namespace moe_detail
+
+struct MoeShape {
+  std::int64_t n_experts = 0, top_k = 0;  // routing is over all experts, whoever holds them
+  std::int64_t n_shared = 0;
+  std::int64_t d_expert = 0;              // this rank's columns of each expert
+  double capacity_factor = 0;             // 0 = dropless
+  kernels::RouterOptions router;
+};
+
+template <class T, class D = Device>
+class MoeBlock {
+ public:
+  using V2 = Kokkos::View<T**, Layout, D>;
+  using LinearP = std::shared_ptr<const Linear<T, D>>;
+
+  MoeBlock(std::int64_t layer, MoeShape shape, double norm_eps, LinearP column, LinearP row, LinearP replicated,
+           std::shared_ptr<TokenDispatcher<T, D>> dispatcher, bool fence)
+      : layer_(layer),
+        prefix_("layers." + std::to_string(layer) + "."),
+        shape_(shape),
+        norm_(prefix_ + "ffn_norm.weight", norm_eps),
+        column_(std::move(column)),
+        row_(std::move(row)),
+        router_(std::move(replicated)),
+        dispatcher_(std::move(dispatcher)),
+        fence_(fence) {}
+
+  const MoeShape& shape() const { return shape_; }
+  std::vector<std::string> param_names() const {
+    std::vector<std::string> n{norm_.param_name(), prefix_ + "moe.router.weight", prefix_ + "moe.experts.w1",
+                               prefix_ + "moe.experts.w3", prefix_ + "moe.experts.w2"};
+    if (shape_.n_shared > 0)
+      for (const char* w : {"w1", "w3", "w2"}) n.push_back(prefix_ + "moe.shared." + w);
+    return n;
+  }
+
+  // c.x_mid -> out. `moe_y` is scratch [N,d]. Appends the layer's routing
+  // statistics when `routing` is given.
+  void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const V2& out, const V2& moe_y,
+               std::vector<LayerRouting>* routing) const {
+    namespace K = kernels;
+    ScopedRegion region("forward/moe", fence_);
+    const std::int64_t N = c.x_mid.extent(0);
+    norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);
+    {
+      ScopedRegion r("forward/moe/router", fence_);
+      router_->forward(c.ffn_xn, lw.router, c.router_logits);
+      c.router_losses = K::router_forward(c.router_logits, shape_.router, c.probs, c.router_lse, c.topk, c.gates,
+                                          c.counts);
+    }
+    {
+      ScopedRegion r("forward/moe/experts", fence_);
+      const auto cap = ModelConfig::capacity_for(shape_.capacity_factor, N, shape_.top_k, shape_.n_experts);
+      dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y);
+      Kokkos::deep_copy(out, c.x_mid);
+      moe_detail::add_inplace(out, moe_y);
+    }
+    if (shape_.n_shared > 0) {
+      ScopedRegion r("forward/moe/shared", fence_);
+      using moe_detail::mat;
+      for (index_t s = 0; s < shape_.n_shared; ++s) {
+        const auto sa = mat(c.sa, s), sb = mat(c.sb, s), sh = mat(c.sh, s);
+        column_->forward(c.ffn_xn, mat(lw.shared_w1, s), sa);
+        column_->forward(c.ffn_xn, mat(lw.shared_w3, s), sb);
+        K::swiglu_forward(sa, sb, sh);
+        row_->forward(sh, mat(lw.shared_w2, s), out, /*accumulate=*/true);
+      }
+    }
+    if (routing) routing->push_back(statistics(c, N));
+  }
+
+  // s.dres: d(loss)/d(out) on entry, d(loss)/d(x_mid) on return.
+  void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const LayerWeights<T, D>& lg,
+                double loss_scale, LayerScratch<T, D>& s) const {
+    namespace K = kernels;
+    using moe_detail::mat;
+    ScopedRegion region("backward/moe", fence_);
+    {
+      ScopedRegion r("backward/moe/experts", fence_);
+      dispatcher_->backward(c, lw, lg, s.dres, s.dxn, s.dgates);  // overwrites dxn
+    }
+    if (shape_.n_shared > 0) {
+      ScopedRegion r("backward/moe/shared", fence_);
+      for (index_t e = 0; e < shape_.n_shared; ++e) {
+        row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, mat(lg.shared_w2, e));
+        K::swiglu_backward(mat(c.sa, e), mat(c.sb, e), s.dsh, s.dsa, s.dsb);
+        column_->backward(c.ffn_xn, mat(lw.shared_w1, e), s.dsa, s.dxn, mat(lg.shared_w1, e), true);
+        column_->backward(c.ffn_xn, mat(lw.shared_w3, e), s.dsb, s.dxn, mat(lg.shared_w3, e), true);
+      }
+    }
+    {
+      ScopedRegion r("backward/moe/router", fence_);
+      K::router_backward(s.dgates, c.probs, c.router_lse, c.topk, c.gates, c.counts, shape_.router, loss_scale,
+                         loss_scale, s.drouter);
+      router_->backward(c.ffn_xn, lw.router, s.drouter, s.dxn, lg.router, /*accumulate_dx=*/true);
+    }
+    norm_.backward(c.x_mid, lw.ffn_norm, c.ffn_rstd, s.dxn, s.dres, lg.ffn_norm, /*accumulate_dx=*/true);
+  }
+
+ private:
+  LayerRouting statistics(const LayerContext<T, D>& c, std::int64_t N) const {
+    LayerRouting lr;
+    lr.layer = layer_;
+    const auto routed = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.counts);
+    const auto kept = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.plan.counts);
+    std::int64_t total_kept = 0;
+    for (std::int64_t e = 0; e < shape_.n_experts; ++e) {
+      lr.routed.push_back(routed(e));
+      lr.kept.push_back(kept(e));
+      total_kept += kept(e);
+    }
+    lr.dropped = N * shape_.top_k - total_kept;
+    return lr;
+  }
+
+  std::int64_t layer_;
+  std::string prefix_;
+  MoeShape shape_;
+  RMSNorm<T, D> norm_;
+  LinearP column_, row_, router_;
+  std::shared_ptr<TokenDispatcher<T, D>> dispatcher_;
+  bool fence_;
+};
+
+}  // namespace exa::model

@@ -1,0 +1,36 @@
+#pragma once
+// CoreAttention: causal softmax attention on already projected, RoPE-rotated
+// q, k, v (docs/architecture.md, "Seams"). The positions of the query and
+// key rows are explicit so that context parallelism can replace it with ring
+// attention, where a rank's queries meet key blocks from other ranks:
+// query row i sits at position q_offset + i, key row j at k_offset + j, and
+// i attends to j when q_offset + i >= k_offset + j.
+//
+//   q [B,T,Hl,hd]   k, v [B,Tk,Hkvl,hd]   out [B,T,Hl,hd]   lse [B,Hl,T]
+//
+// Head counts are this rank's (tensor parallelism splits heads).
+#include "core/types.hpp"
+
+namespace exa::model {
+
+struct AttentionPositions {
+  index_t q_offset = 0;
+  index_t k_offset = 0;
+};
+
+template <class T, class D = Device>
+class CoreAttention {
+ public:
+  using A4 = Kokkos::View<T****, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Lse = Kokkos::View<T***, Layout, D>;
+
+  virtual ~CoreAttention() = default;
+  // out and lse (log-sum-exp of each query row's scores) are overwritten.
+  virtual void forward(const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
+                       AttentionPositions pos) const = 0;
+  // Gradients of sum(out * dout): dq, dk, dv are overwritten.
+  virtual void backward(const A4& dout, const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
+                        const A4& dq, const A4& dk, const A4& dv, AttentionPositions pos) const = 0;
+};
+
+}  // namespace exa::model

@@ -1,0 +1,39 @@
+#pragma once
+// Linear: the seam every projection of the model goes through
+// (docs/architecture.md, "Seams"). y = x W^T with W stored [out, in] as in
+// PyTorch's nn.Linear, on this rank's piece of W.
+//
+// Tensor parallelism replaces it with column- and row-parallel versions that
+// add the collectives around the same local product; the zero-bubble
+// pipeline schedule runs backward_input on the critical path and defers
+// backward_weight. The local version (local_linear.hpp) is the plain gemm.
+#include "core/types.hpp"
+#include "model/weights.hpp"
+
+namespace exa::model {
+
+template <class T, class D = Device>
+class Linear {
+ public:
+  using Act = Kokkos::View<T**, Layout, D>;
+  using Wt = typename LayerWeights<T, D>::W2;
+
+  virtual ~Linear() = default;
+  // y[N,out] = x[N,in] W^T  (+ y when accumulate).
+  virtual void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const = 0;
+  // dx[N,in] = dy W  (+ dx when accumulate).
+  virtual void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const = 0;
+  // dW[out,in] = dy^T x  (+ dW when accumulate; gradients accumulate over
+  // micro-batches, so that is the default).
+  virtual void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const = 0;
+
+  // Both halves of the backward, input gradient first (skipped when dx has
+  // no data).
+  void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
+                bool accumulate_dx = false) const {
+    if (dx.data() != nullptr) backward_input(dy, w, dx, accumulate_dx);
+    backward_weight(x, dy, dw, true);
+  }
+};
+
+}  // namespace exa::model

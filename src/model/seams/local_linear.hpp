@@ -1,0 +1,25 @@
+#pragma once
+// The single-rank Linear: one gemm per product (kernels/gemm.hpp).
+#include "kernels/gemm.hpp"
+#include "model/seams/linear.hpp"
+
+namespace exa::model {
+
+template <class T, class D = Device>
+class LocalLinear final : public Linear<T, D> {
+ public:
+  using typename Linear<T, D>::Act;
+  using typename Linear<T, D>::Wt;
+
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+    kernels::gemm('N', 'T', T(1), x, w, accumulate ? T(1) : T(0), y);
+  }
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+    kernels::gemm('N', 'N', T(1), dy, w, accumulate ? T(1) : T(0), dx);
+  }
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+    kernels::gemm('T', 'N', T(1), dy, x, accumulate ? T(1) : T(0), dw);
+  }
+};
+
+}  // namespace exa::model

@@ -1,0 +1,91 @@
+#pragma once
+// The single-rank TokenDispatcher: a permutation plan, one grouped gemm per
+// expert (kernels/gemm.hpp) and the gate-weighted unpermute. Its backward
+// scratch (N*k permuted rows) is shared by every MoE layer of the stage:
+// one backward runs at a time.
+#include <vector>
+
+#include "core/profiling.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/permute.hpp"
+#include "kernels/swiglu.hpp"
+#include "model/seams/token_dispatcher.hpp"
+
+namespace exa::model {
+
+template <class T, class D = Device>
+class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
+ public:
+  using typename TokenDispatcher<T, D>::V2;
+
+  // Every one of the n_experts experts lives on this rank.
+  explicit LocalTokenDispatcher(int n_experts) : n_experts_(n_experts) {}
+
+  void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, std::int64_t capacity, const V2& xn,
+               const V2& y) override {
+    namespace K = kernels;
+    c.plan = K::permute_plan(c.topk, n_experts_, capacity);
+    const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
+    const auto xp = Kokkos::subview(c.xp, rows, Kokkos::ALL);
+    const auto ea = Kokkos::subview(c.ea, rows, Kokkos::ALL);
+    const auto eb = Kokkos::subview(c.eb, rows, Kokkos::ALL);
+    const auto eh = Kokkos::subview(c.eh, rows, Kokkos::ALL);
+    const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
+    const auto off = offsets(c);
+    K::permute_forward(xn, c.plan.token_of, xp);
+    K::grouped_linear_forward(xp, w.w1, off, ea);
+    K::grouped_linear_forward(xp, w.w3, off, eb);
+    K::swiglu_forward(ea, eb, eh);
+    K::grouped_linear_forward(eh, w.w2, off, yp);
+    K::unpermute_forward(yp, c.gates, c.plan.row_of, y);
+  }
+
+  void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, const LayerWeights<T, D>& g, const V2& dy,
+                const V2& dxn, const V2& dgates) override {
+    namespace K = kernels;
+    ensure_scratch(c);
+    const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
+    const auto xp = Kokkos::subview(c.xp, rows, Kokkos::ALL);
+    const auto ea = Kokkos::subview(c.ea, rows, Kokkos::ALL);
+    const auto eb = Kokkos::subview(c.eb, rows, Kokkos::ALL);
+    const auto eh = Kokkos::subview(c.eh, rows, Kokkos::ALL);
+    const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
+    const auto dyp = Kokkos::subview(dyp_, rows, Kokkos::ALL);
+    const auto dxp = Kokkos::subview(dxp_, rows, Kokkos::ALL);
+    const auto dea = Kokkos::subview(dea_, rows, Kokkos::ALL);
+    const auto deb = Kokkos::subview(deb_, rows, Kokkos::ALL);
+    const auto deh = Kokkos::subview(deh_, rows, Kokkos::ALL);
+    const auto off = offsets(c);
+    K::unpermute_backward(dy, yp, c.gates, c.plan.row_of, dyp, dgates);
+    K::grouped_linear_backward(eh, w.w2, dyp, off, deh, g.w2, true);
+    K::swiglu_backward(ea, eb, deh, dea, deb);
+    K::grouped_linear_backward(xp, w.w1, dea, off, dxp, g.w1, true, false);
+    K::grouped_linear_backward(xp, w.w3, deb, off, dxp, g.w3, true, true);
+    K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
+  }
+
+  std::size_t scratch_bytes() const override {
+    return (dyp_.span() + dxp_.span() + dea_.span() + deb_.span() + deh_.span()) * sizeof(T);
+  }
+
+ private:
+  static std::vector<index_t> offsets(const LayerContext<T, D>& c) {
+    const auto& o = c.plan.offsets_host;
+    return std::vector<index_t>(o.data(), o.data() + o.extent(0));
+  }
+  // Sized for the largest micro-batch seen (rows <= N*k).
+  void ensure_scratch(const LayerContext<T, D>& c) {
+    const std::size_t rows = c.xp.extent(0), d = c.xp.extent(1), F = c.ea.extent(1);
+    if (dyp_.extent(0) >= rows && dyp_.extent(1) == d && dea_.extent(1) == F) return;
+    dyp_ = V2("exa::model::dyp", rows, d);
+    dxp_ = V2("exa::model::dxp", rows, d);
+    dea_ = V2("exa::model::dea", rows, F);
+    deb_ = V2("exa::model::deb", rows, F);
+    deh_ = V2("exa::model::deh", rows, F);
+  }
+
+  int n_experts_;
+  V2 dyp_, dxp_, dea_, deb_, deh_;
+};
+
+}  // namespace exa::model

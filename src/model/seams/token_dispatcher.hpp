@@ -1,0 +1,39 @@
+#pragma once
+// TokenDispatcher: how routed tokens reach their experts and come back
+// (docs/architecture.md, "Seams"). Given the router's choices in the layer
+// context (topk [N,k], gates [N,k]):
+//
+//   y[n] = sum_j gates[n,j] * Expert_{topk[n,j]}(xn[n])
+//
+// with Expert_e(x) = w2_e (silu(w1_e x) * w3_e x), honouring the capacity
+// (ceil(c * N * k / E) slots per expert, overflow dropped in token order,
+// decided here, at the tokens' own rank). The local dispatcher permutes,
+// runs one grouped gemm per expert and unpermutes; expert parallelism
+// replaces it with an all-to-all version over this rank's expert range.
+#include <cstdint>
+
+#include "core/types.hpp"
+#include "model/activation_context.hpp"
+#include "model/weights.hpp"
+
+namespace exa::model {
+
+template <class T, class D = Device>
+class TokenDispatcher {
+ public:
+  using V2 = Kokkos::View<T**, Layout, D>;
+
+  virtual ~TokenDispatcher() = default;
+  // Fills the dispatch state of c (plan, permuted rows) and overwrites y [N,d].
+  // capacity = 0 is dropless.
+  virtual void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, std::int64_t capacity, const V2& xn,
+                       const V2& y) = 0;
+  // From dy [N,d]: overwrites dxn [N,d] and dgates [N,k], accumulates the
+  // expert weights' gradients into g.
+  virtual void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, const LayerWeights<T, D>& g,
+                        const V2& dy, const V2& dxn, const V2& dgates) = 0;
+  // Bytes of scratch the dispatcher keeps between calls.
+  virtual std::size_t scratch_bytes() const { return 0; }
+};
+
+}  // namespace exa::model

@@ -1,0 +1,157 @@
+#pragma once
+// StageModel: the layers [l0, l1) of the ExaMoE transformer that one
+// pipeline stage holds, plus the embedding when l0 = 0 and the final norm,
+// LM head and loss when l1 = L (docs/architecture.md, "The model as layers").
+// The whole model on one rank is the stage [0, L).
+//
+//   tokens [B,T] -> embed -> L x { x += Attn(RMSNorm(x)); x += FFN(RMSNorm(x)) }
+//          -> RMSNorm -> LM head -> mean cross-entropy over the valid targets
+//   loss = ce + sum over MoE layers of (aux + z)   (coefficients included)
+//
+// Its parts are layer objects (layers/), each owning its parameter names,
+// built from a StagePlan (local heads, columns, experts, vocabulary) and a
+// Seams set (the Linear, CoreAttention, TokenDispatcher and LossHead
+// implementations); parallel::build_model is the one place that picks them.
+//
+// Micro-batches: forward fills an activation context from the model's pool
+// and returns it; backward consumes it and gives it back. Several contexts
+// may be alive at once (pipeline schedules); one pass runs at a time.
+//
+//   auto& c1 = model.forward(w, {inputs1, targets1});
+//   auto& c2 = model.forward(w, {inputs2, targets2});
+//   model.backward(c2, w, g, 0.5);   // g += 0.5 d(loss_2)/d(params)
+//   model.backward(c1, w, g, 0.5);
+//
+// Loss scaling: a forward's loss is its micro-batch MEAN (ce over its valid
+// targets, aux and z per MoE layer as the router defines them); backward
+// ACCUMULATES (+=) loss_scale * d(loss)/d(param) into `grads`. A stage
+// without the head takes d(loss)/d(its output) instead (d_out, already
+// scaled), a stage without the embedding returns d(loss)/d(its input) in
+// d_in.
+//
+// Unit hooks (unit_hooks.hpp) run at unit boundaries, every attached list
+// member in order. Templated on the scalar T (float for training, double for
+// the finite-difference tests) and the Kokkos device D; stage_model.cpp
+// instantiates <float, Device> and <double, Device>. Phases carry
+// exa::ScopedRegion names: forward/embed, forward/attn, forward/ffn,
+// forward/moe (/router, /experts, /shared), forward/head, and the same under
+// backward/.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/types.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/rope.hpp"
+#include "model/activation_context.hpp"
+#include "model/forward_result.hpp"
+#include "model/layers/embedding.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/layers/scratch.hpp"
+#include "model/layers/transformer_layer.hpp"
+#include "model/model_config.hpp"
+#include "model/seams/seams.hpp"
+#include "model/stage_plan.hpp"
+#include "model/unit_hooks.hpp"
+#include "model/weights.hpp"
+
+namespace exa::model {
+
+struct ModelOptions {
+  bool fence_phases = false;  // fence at the end of each phase so the timers charge device work correctly
+  kernels::AttentionTiles attention_tiles{};
+};
+
+template <class T, class D = Device>
+class StageModel {
+ public:
+  using V1 = Kokkos::View<T*, Layout, D>;
+  using V2 = Kokkos::View<T**, Layout, D>;
+  using Tokens = Kokkos::View<const std::int32_t**, Layout, D>;  // [B,T], contiguous
+  using W = Weights<T, D>;
+  using Context = StageContext<T, D>;
+
+  // A micro-batch entering the stage: tokens on the first stage, the
+  // previous stage's output (with its shape) elsewhere; targets on the last.
+  struct Input {
+    Tokens tokens;
+    Tokens targets;
+    V2 hidden;              // [N,d]
+    MicroBatchShape shape;  // needed with `hidden` only
+  };
+
+  // The single-rank model: the whole stage with the local seams.
+  explicit StageModel(const ModelConfig& cfg, ModelOptions opt = {});
+  StageModel(const ModelConfig& cfg, const StagePlan& plan, Seams<T, D> seams, ModelOptions opt = {});
+  virtual ~StageModel() = default;
+  StageModel(const StageModel&) = delete;
+  StageModel& operator=(const StageModel&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const StagePlan& plan() const { return plan_; }
+  const std::vector<TransformerLayer<T, D>>& layers() const { return layers_; }
+  // Every parameter this stage reads, by global name, in spec order.
+  std::vector<std::string> param_names() const;
+
+  // Attaches hooks (not owned) after those already attached.
+  void add_hooks(UnitHooks* hooks) { hooks_.add(hooks); }
+  void clear_hooks() { hooks_.clear(); }
+
+  // Runs the micro-batch; the returned context (owned by the model) holds
+  // its activations and result until backward() consumes it.
+  Context& forward(const W& w, const Input& in);
+  // grads += loss_scale * d(loss of ctx's forward)/d(weights); see above for
+  // d_out / d_in on inner stages. ctx goes back to the pool.
+  void backward(Context& ctx, const W& w, const W& grads, double loss_scale = 1.0, const V2& d_out = {},
+                const V2& d_in = {});
+  // Gives a context back without a backward (a forward whose gradient is
+  // not wanted).
+  void release(Context& ctx);
+
+  // Evaluation (whole model): per-token cross-entropy (nats) into ce [B*T]
+  // (0 where the target is ignored), no aux/z. Returns the sum and the count
+  // of valid targets. Routing (and capacity) as in forward. Live contexts
+  // are not disturbed.
+  kernels::CrossEntropySum eval(const W& w, const Tokens& inputs, const Tokens& targets, const V1& ce);
+  // Generation (whole model): logits [B,V] of position pos (default T-1) of
+  // each sequence. Causal, so later tokens do not influence them (with
+  // capacity_factor > 0 they can, through expert capacity).
+  void next_logits(const W& w, const Tokens& inputs, const V2& out, std::int64_t pos = -1);
+
+  int live_contexts() const;
+  // Bytes of activations held by every context of the pool (for the memory
+  // report: with the sequential schedule, one micro-batch's).
+  std::size_t activation_bytes() const;
+
+ private:
+  using Ids = Kokkos::View<const std::int32_t*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Context& acquire(MicroBatchShape shape);
+  void allocate(Context& c, MicroBatchShape shape) const;
+  void ensure_scratch(MicroBatchShape shape);
+  Ids flat(const Tokens& t, const char* what) const;
+  // Embedding (or the incoming hidden state) and the layers into c.out.
+  kernels::RouterLosses run_layers(Context& c, const W& w, const Input& in, std::vector<LayerRouting>* routing);
+  void load_targets(Context& c, const Tokens& targets) const;
+  void check_weights(const W& w, const char* what) const;
+  int head_unit() const { return static_cast<int>(cfg_.n_layers) + 1; }
+
+  ModelConfig cfg_;
+  StagePlan plan_;
+  Seams<T, D> seams_;
+  ModelOptions opt_;
+  std::optional<Embedding<T, D>> embedding_;
+  std::vector<TransformerLayer<T, D>> layers_;
+  std::optional<RMSNorm<T, D>> final_norm_;
+  UnitHookList hooks_;
+  std::vector<std::unique_ptr<Context>> pool_;
+  kernels::RopeTable<T, D> rope_;
+  MicroBatchShape scratch_shape_;
+  LayerScratch<T, D> scratch_;
+};
+
+extern template class StageModel<float, Device>;
+extern template class StageModel<double, Device>;
+
+}  // namespace exa::model

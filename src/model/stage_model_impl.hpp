@@ -1,0 +1,428 @@
+#pragma once
+// Template definitions of StageModel<T, D> (stage_model.hpp). Included by
+// stage_model.cpp, which instantiates <float, Device> and <double, Device>;
+// include it directly only to instantiate another (T, D).
+#include <algorithm>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/profiling.hpp"
+#include "model/stage_model.hpp"
+
+namespace exa::model {
+
+namespace stage_detail {
+
+// dst[b,:] = src[b*T + pos, :]
+template <class SV, class DV>
+void gather_position(const SV& src, index_t Tn, index_t pos, const DV& dst) {
+  using Exec = exec_of<DV>;
+  const index_t nb = dst.extent(0), d = dst.extent(1);
+  Kokkos::parallel_for(
+      "exa::model::gather_position", Kokkos::RangePolicy<Exec>(0, nb * d), KOKKOS_LAMBDA(const index_t i) {
+        const index_t b = i / d, c = i % d;
+        dst(b, c) = src(b * Tn + pos, c);
+      });
+}
+
+// Number of ids outside [lo, hi).
+template <class IV>
+index_t count_out_of_range(const IV& ids, index_t lo, index_t hi) {
+  using Exec = exec_of<IV>;
+  index_t bad = 0;
+  Kokkos::parallel_reduce(
+      "exa::model::check_tokens", Kokkos::RangePolicy<Exec>(0, ids.extent(0)),
+      KOKKOS_LAMBDA(const index_t n, index_t& acc) { acc += (ids(n) < lo || ids(n) >= hi) ? 1 : 0; }, bad);
+  return bad;
+}
+
+template <class V>
+double sum_of(const V& v) {
+  using Exec = exec_of<V>;
+  double s = 0;
+  Kokkos::parallel_reduce(
+      "exa::model::sum", Kokkos::RangePolicy<Exec>(0, v.extent(0)),
+      KOKKOS_LAMBDA(const index_t n, double& acc) { acc += double(v(n)); }, s);
+  return s;
+}
+
+}  // namespace stage_detail
+
+template <class T, class D>
+StageModel<T, D>::StageModel(const ModelConfig& cfg, ModelOptions opt)
+    : StageModel(cfg, StagePlan::whole(cfg), Seams<T, D>::local(StagePlan::whole(cfg), opt.attention_tiles), opt) {}
+
+template <class T, class D>
+StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seams<T, D> seams, ModelOptions opt)
+    : cfg_(cfg), plan_(plan), seams_(std::move(seams)), opt_(opt) {
+  EXA_REQUIRE(cfg_.n_heads > 0 && cfg_.d_model % cfg_.n_heads == 0,
+              "StageModel: d_model {} is not a multiple of n_heads {}", cfg_.d_model, cfg_.n_heads);
+  EXA_REQUIRE(cfg_.n_kv_heads > 0 && cfg_.n_heads % cfg_.n_kv_heads == 0,
+              "StageModel: n_heads {} is not a multiple of n_kv_heads {}", cfg_.n_heads, cfg_.n_kv_heads);
+  EXA_REQUIRE(cfg_.head_dim() % 2 == 0, "StageModel: head dim {} must be even for RoPE", cfg_.head_dim());
+  EXA_REQUIRE(plan_.kv_heads > 0 && plan_.heads % plan_.kv_heads == 0,
+              "StageModel: this rank's {} query heads are not a multiple of its {} key-value heads", plan_.heads,
+              plan_.kv_heads);
+  EXA_REQUIRE(plan_.n_layers == cfg_.n_layers && plan_.local_layers() >= 1,
+              "StageModel: the plan's layers [{}, {}) of {} do not fit the model's {} layers", plan_.layer_begin,
+              plan_.layer_end, plan_.n_layers, cfg_.n_layers);
+  bool any_moe = false;
+  for (std::int64_t i = plan_.layer_begin; i < plan_.layer_end; ++i) any_moe = any_moe || cfg_.is_moe_layer(i);
+  if (any_moe)
+    EXA_REQUIRE(cfg_.top_k >= 1 && cfg_.top_k <= cfg_.n_experts,
+                "StageModel: top_k {} must be in [1, n_experts = {}]", cfg_.top_k, cfg_.n_experts);
+  EXA_REQUIRE(seams_.column && seams_.row && seams_.replicated && seams_.attention &&
+                  (!any_moe || seams_.dispatcher) && (!plan_.has_head() || seams_.loss_head),
+              "StageModel: a seam implementation is missing (build the model through parallel::build_model)");
+
+  const bool fence = opt_.fence_phases;
+  if (plan_.has_embedding()) embedding_.emplace(plan_.vocab_begin, plan_.vocab_end, cfg_.vocab_size);
+  const AttentionShape ashape{plan_.heads, plan_.kv_heads, cfg_.head_dim()};
+  const MoeShape mshape{cfg_.n_experts, cfg_.top_k, cfg_.n_shared_experts, plan_.d_expert, cfg_.capacity_factor,
+                        kernels::RouterOptions{cfg_.norm_topk, cfg_.aux_coef, cfg_.z_coef}};
+  for (std::int64_t l = plan_.layer_begin; l < plan_.layer_end; ++l) {
+    auto attn = std::make_unique<AttentionBlock<T, D>>(l, ashape, cfg_.norm_eps, seams_.column, seams_.row,
+                                                       seams_.attention, fence);
+    std::unique_ptr<DenseMlp<T, D>> mlp;
+    std::unique_ptr<MoeBlock<T, D>> moe;
+    if (cfg_.is_moe_layer(l))
+      moe = std::make_unique<MoeBlock<T, D>>(l, mshape, cfg_.norm_eps, seams_.column, seams_.row, seams_.replicated,
+                                             seams_.dispatcher, fence);
+    else
+      mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence);
+    layers_.emplace_back(l, std::move(attn), std::move(mlp), std::move(moe));
+  }
+  if (plan_.has_head()) final_norm_.emplace("norm.weight", cfg_.norm_eps);
+}
+
+template <class T, class D>
+std::vector<std::string> StageModel<T, D>::param_names() const {
+  std::vector<std::string> n;
+  if (embedding_) n.push_back(Embedding<T, D>::param_name());
+  for (const auto& l : layers_) {
+    const auto ln = l.param_names();
+    n.insert(n.end(), ln.begin(), ln.end());
+  }
+  if (final_norm_) {
+    n.push_back(final_norm_->param_name());
+    if (!cfg_.tie_embeddings) n.push_back("lm_head.weight");
+  }
+  return n;
+}
+
+template <class T, class D>
+void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
+  const std::int64_t N = shape.N(), B = shape.B, Tn = shape.T, d = cfg_.d_model, H = plan_.heads,
+                     Hkv = plan_.kv_heads, hd = cfg_.head_dim(), E = cfg_.n_experts, K = cfg_.top_k,
+                     F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff,
+                     V = plan_.vocab_end - plan_.vocab_begin;
+  using L = LayerContext<T, D>;
+  auto v1 = [](const char* l, std::int64_t a) { return V1(std::string("exa::model::") + l, a); };
+  auto v2 = [](const char* l, std::int64_t a, std::int64_t b) { return V2(std::string("exa::model::") + l, a, b); };
+  auto v3 = [](const char* l, std::int64_t a, std::int64_t b, std::int64_t e) {
+    return typename L::V3(std::string("exa::model::") + l, a, b, e);
+  };
+  c = Context{};
+  c.shape = shape;
+  c.layers.resize(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    auto& lc = c.layers[i];
+    lc.x = v2("x", N, d);
+    lc.attn_rstd = v1("attn_rstd", N);
+    lc.attn_xn = v2("attn_xn", N, d);
+    lc.q = v2("q", N, H * hd);
+    lc.k = v2("k", N, Hkv * hd);
+    lc.v = v2("v", N, Hkv * hd);
+    lc.attn_o = v2("attn_o", N, H * hd);
+    lc.attn_lse = v3("attn_lse", B, H, Tn);
+    lc.x_mid = v2("x_mid", N, d);
+    lc.ffn_rstd = v1("ffn_rstd", N);
+    lc.ffn_xn = v2("ffn_xn", N, d);
+    if (layers_[i].is_moe()) {
+      lc.router_logits = v2("router_logits", N, E);
+      lc.probs = v2("router_probs", N, E);
+      lc.router_lse = v1("router_lse", N);
+      lc.topk = typename L::I2("exa::model::topk", N, K);
+      lc.gates = v2("gates", N, K);
+      lc.counts = typename L::I1("exa::model::counts", E);
+      lc.xp = v2("xp", N * K, d);
+      lc.ea = v2("ea", N * K, F);
+      lc.eb = v2("eb", N * K, F);
+      lc.eh = v2("eh", N * K, F);
+      lc.yp = v2("yp", N * K, d);
+      if (S > 0) {
+        lc.sa = v3("sa", S, N, F);
+        lc.sb = v3("sb", S, N, F);
+        lc.sh = v3("sh", S, N, F);
+      }
+    } else {
+      lc.a = v2("a", N, Fd);
+      lc.b = v2("b", N, Fd);
+      lc.h = v2("h", N, Fd);
+    }
+  }
+  c.out = v2("h_final", N, d);
+  if (plan_.has_embedding()) c.tokens = typename Context::Ids("exa::model::tokens", N);
+  if (plan_.has_head()) {
+    c.targets = typename Context::Ids("exa::model::targets", N);
+    c.hf = v2("hf", N, d);
+    c.logits = v2("logits", N, V);
+    c.rstd_f = v1("rstd_final", N);
+    c.ce_lse = v1("ce_lse", N);
+  }
+}
+
+template <class T, class D>
+void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
+  if (rope_.max_pos() < shape.T) rope_ = kernels::make_rope_table<T, D>(shape.T, cfg_.head_dim(), cfg_.rope_theta);
+  if (shape == scratch_shape_) return;
+  scratch_shape_ = shape;
+  const std::int64_t N = shape.N(), d = cfg_.d_model, H = plan_.heads, Hkv = plan_.kv_heads, hd = cfg_.head_dim(),
+                     E = cfg_.n_experts, K = cfg_.top_k, F = plan_.d_expert, S = cfg_.n_shared_experts,
+                     Fd = plan_.d_ff;
+  auto v2 = [](const char* l, std::int64_t a, std::int64_t b) { return V2(std::string("exa::model::") + l, a, b); };
+  auto& s = scratch_;
+  s = LayerScratch<T, D>{};
+  s.dres = v2("dres", N, d);
+  s.dxn = v2("dxn", N, d);
+  s.dq = v2("dq", N, H * hd);
+  s.dk = v2("dk", N, Hkv * hd);
+  s.dv = v2("dv", N, Hkv * hd);
+  s.dout = v2("do", N, H * hd);
+  const bool any_moe = std::any_of(layers_.begin(), layers_.end(), [](const auto& l) { return l.is_moe(); });
+  const bool any_dense = std::any_of(layers_.begin(), layers_.end(), [](const auto& l) { return !l.is_moe(); });
+  if (any_dense) {
+    s.dda = v2("dda", N, Fd);
+    s.ddb = v2("ddb", N, Fd);
+    s.ddh = v2("ddh", N, Fd);
+  }
+  if (any_moe) {
+    s.dgates = v2("dgates", N, K);
+    s.drouter = v2("drouter", N, E);
+    s.moe_y = v2("moe_y", N, d);
+    if (S > 0) {
+      s.dsa = v2("dsa", N, F);
+      s.dsb = v2("dsb", N, F);
+      s.dsh = v2("dsh", N, F);
+    }
+  }
+}
+
+template <class T, class D>
+typename StageModel<T, D>::Context& StageModel<T, D>::acquire(MicroBatchShape shape) {
+  EXA_REQUIRE(shape.B > 0 && shape.T > 0, "StageModel: empty micro-batch [{}, {}]", shape.B, shape.T);
+  for (auto& p : pool_)
+    if (!p->live && p->shape == shape) return *p;
+  for (auto& p : pool_)
+    if (!p->live) {
+      allocate(*p, shape);
+      return *p;
+    }
+  pool_.push_back(std::make_unique<Context>());
+  allocate(*pool_.back(), shape);
+  return *pool_.back();
+}
+
+template <class T, class D>
+typename StageModel<T, D>::Ids StageModel<T, D>::flat(const Tokens& t, const char* what) const {
+  EXA_REQUIRE(t.span_is_contiguous(), "StageModel: {} must be a contiguous [B,T] array", what);
+  return Ids(t.data(), t.extent(0) * t.extent(1));
+}
+
+template <class T, class D>
+void StageModel<T, D>::check_weights(const W& w, const char* what) const {
+  EXA_REQUIRE(std::int64_t(w.layers.size()) == cfg_.n_layers, "StageModel::{}: weights have {} layers, the model {}",
+              what, w.layers.size(), cfg_.n_layers);
+}
+
+template <class T, class D>
+kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const Input& in,
+                                                   std::vector<LayerRouting>* routing) {
+  const std::int64_t N = c.shape.N();
+  if (embedding_) {
+    hooks_.before_forward(0);
+    ScopedRegion region("forward/embed", opt_.fence_phases);
+    Kokkos::deep_copy(c.tokens, flat(in.tokens, "inputs"));
+    const index_t bad = stage_detail::count_out_of_range(c.tokens, 0, cfg_.vocab_size);
+    EXA_REQUIRE(bad == 0, "StageModel: {} input tokens lie outside the vocabulary [0, {})", bad, cfg_.vocab_size);
+    embedding_->forward(c.tokens, w.embed, c.layers.empty() ? c.out : c.layers[0].x);
+  } else {
+    EXA_REQUIRE(std::int64_t(in.hidden.extent(0)) == N && std::int64_t(in.hidden.extent(1)) == cfg_.d_model,
+                "StageModel: stage [{}, {}) takes the previous stage's [{}, {}] output, got [{}, {}]",
+                plan_.layer_begin, plan_.layer_end, N, cfg_.d_model, in.hidden.extent(0), in.hidden.extent(1));
+    Kokkos::deep_copy(c.layers[0].x, in.hidden);
+  }
+  kernels::RouterLosses sum;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const std::int64_t l = layers_[i].index();
+    const auto& lw = w.layers[std::size_t(l)];
+    hooks_.before_forward(static_cast<int>(l) + 1);
+    EXA_REQUIRE(lw.moe == layers_[i].is_moe(), "StageModel: weights of layer {} are {} but the model's layer is {}",
+                l, lw.moe ? "MoE" : "dense", lw.moe ? "dense" : "MoE");
+    const V2 out = i + 1 < layers_.size() ? c.layers[i + 1].x : c.out;
+    const auto rl = layers_[i].forward(c.layers[i], lw, c.shape, rope_, out, scratch_, routing);
+    sum.aux += rl.aux;
+    sum.z += rl.z;
+  }
+  return sum;
+}
+
+template <class T, class D>
+void StageModel<T, D>::load_targets(Context& c, const Tokens& targets) const {
+  Kokkos::deep_copy(c.targets, flat(targets, "targets"));
+  const index_t bad = stage_detail::count_out_of_range(c.targets, -0x7fffffff, cfg_.vocab_size);
+  EXA_REQUIRE(bad == 0, "StageModel: {} targets are >= the vocabulary size {}", bad, cfg_.vocab_size);
+}
+
+template <class T, class D>
+typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const Input& in) {
+  check_weights(w, "forward");
+  MicroBatchShape shape = in.shape;
+  if (plan_.has_embedding()) shape = {std::int64_t(in.tokens.extent(0)), std::int64_t(in.tokens.extent(1))};
+  if (plan_.has_head())
+    EXA_REQUIRE(std::int64_t(in.targets.extent(0)) == shape.B && std::int64_t(in.targets.extent(1)) == shape.T,
+                "StageModel::forward: inputs [{}, {}] and targets [{}, {}] differ in shape", shape.B, shape.T,
+                in.targets.extent(0), in.targets.extent(1));
+  Context& c = acquire(shape);
+  ensure_scratch(shape);
+  c.result = ForwardResult{};
+  c.result.n_tokens = shape.N();
+  const auto rl = run_layers(c, w, in, &c.result.routing);
+  if (final_norm_) {
+    ScopedRegion region("forward/head", opt_.fence_phases);
+    load_targets(c, in.targets);
+    hooks_.before_forward(head_unit());
+    final_norm_->forward(c.out, w.norm, c.hf, c.rstd_f);
+    const auto ce = seams_.loss_head->forward(c, w.lm_head);
+    c.n_valid = ce.n_valid;
+    c.result.n_valid = ce.n_valid;
+    c.result.loss.ce = ce.mean();
+  }
+  c.result.loss.aux = rl.aux;
+  c.result.loss.z = rl.z;
+  c.result.loss.loss = c.result.loss.ce + c.result.loss.aux + c.result.loss.z;
+  c.live = true;
+  return c;
+}
+
+template <class T, class D>
+void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_scale, const V2& d_out,
+                                const V2& d_in) {
+  const bool ours = std::any_of(pool_.begin(), pool_.end(), [&](const auto& p) { return p.get() == &c; });
+  EXA_REQUIRE(ours && c.live, "StageModel::backward needs a context returned by this model's forward() and not "
+              "yet consumed (backward() and release() give it back)");
+  check_weights(w, "backward");
+  check_weights(g, "backward (gradients)");
+  ensure_scratch(c.shape);
+  auto& s = scratch_;
+  const std::int64_t N = c.shape.N();
+  if (final_norm_) {
+    hooks_.before_backward(head_unit());
+    {
+      ScopedRegion region("backward/head", opt_.fence_phases);
+      seams_.loss_head->backward(c, w.lm_head, loss_scale, s.dxn, g.lm_head);
+      final_norm_->backward(c.out, w.norm, c.rstd_f, s.dxn, s.dres, g.norm, /*accumulate_dx=*/false);
+    }
+    hooks_.after_backward(head_unit());
+  } else {
+    EXA_REQUIRE(std::int64_t(d_out.extent(0)) == N && std::int64_t(d_out.extent(1)) == cfg_.d_model,
+                "StageModel::backward: stage [{}, {}) needs d(loss)/d(output) [{}, {}], got [{}, {}]",
+                plan_.layer_begin, plan_.layer_end, N, cfg_.d_model, d_out.extent(0), d_out.extent(1));
+    Kokkos::deep_copy(s.dres, d_out);
+  }
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    const std::int64_t l = layers_[i].index();
+    hooks_.before_backward(static_cast<int>(l) + 1);
+    layers_[i].backward(c.layers[i], w.layers[std::size_t(l)], g.layers[std::size_t(l)], c.shape, rope_, loss_scale,
+                        s);
+    hooks_.after_backward(static_cast<int>(l) + 1);
+  }
+  if (embedding_) {
+    hooks_.before_backward(0);
+    {
+      ScopedRegion region("backward/embed", opt_.fence_phases);
+      embedding_->backward(c.tokens, s.dres, g.embed);
+    }
+    hooks_.after_backward(0);
+  } else {
+    EXA_REQUIRE(std::int64_t(d_in.extent(0)) == N && std::int64_t(d_in.extent(1)) == cfg_.d_model,
+                "StageModel::backward: stage [{}, {}) returns d(loss)/d(input) [{}, {}] but d_in is [{}, {}]",
+                plan_.layer_begin, plan_.layer_end, N, cfg_.d_model, d_in.extent(0), d_in.extent(1));
+    Kokkos::deep_copy(d_in, s.dres);
+  }
+  c.live = false;
+}
+
+template <class T, class D>
+void StageModel<T, D>::release(Context& c) {
+  c.live = false;
+}
+
+template <class T, class D>
+kernels::CrossEntropySum StageModel<T, D>::eval(const W& w, const Tokens& inputs, const Tokens& targets,
+                                                const V1& ce) {
+  EXA_REQUIRE(embedding_ && final_norm_, "StageModel::eval needs the whole model (this stage holds layers [{}, {}))",
+              plan_.layer_begin, plan_.layer_end);
+  EXA_REQUIRE(inputs.extent(0) == targets.extent(0) && inputs.extent(1) == targets.extent(1),
+              "StageModel::eval: inputs [{}, {}] and targets [{}, {}] differ in shape", inputs.extent(0),
+              inputs.extent(1), targets.extent(0), targets.extent(1));
+  check_weights(w, "eval");
+  const MicroBatchShape shape{std::int64_t(inputs.extent(0)), std::int64_t(inputs.extent(1))};
+  Context& c = acquire(shape);
+  ensure_scratch(shape);
+  EXA_REQUIRE(std::int64_t(ce.extent(0)) == shape.N(), "StageModel::eval: ce has {} entries, the batch {} tokens",
+              ce.extent(0), shape.N());
+  Input in;
+  in.tokens = inputs;
+  run_layers(c, w, in, nullptr);
+  ScopedRegion region("forward/head", opt_.fence_phases);
+  load_targets(c, targets);
+  hooks_.before_forward(head_unit());
+  final_norm_->forward(c.out, w.norm, c.hf, c.rstd_f);
+  seams_.loss_head->eval(c, w.lm_head, ce);
+  kernels::CrossEntropySum s;
+  s.loss_sum = stage_detail::sum_of(ce);
+  s.n_valid = shape.N() - stage_detail::count_out_of_range(c.targets, 0, cfg_.vocab_size);  // targets < 0 ignored
+  return s;
+}
+
+template <class T, class D>
+void StageModel<T, D>::next_logits(const W& w, const Tokens& inputs, const V2& out, std::int64_t pos) {
+  EXA_REQUIRE(embedding_ && final_norm_,
+              "StageModel::next_logits needs the whole model (this stage holds layers [{}, {}))", plan_.layer_begin,
+              plan_.layer_end);
+  check_weights(w, "next_logits");
+  const std::int64_t B = inputs.extent(0), Tn = inputs.extent(1);
+  if (pos < 0) pos = Tn - 1;
+  EXA_REQUIRE(pos < Tn, "StageModel::next_logits: position {} is beyond the {} tokens given", pos, Tn);
+  EXA_REQUIRE(std::int64_t(out.extent(0)) == B && std::int64_t(out.extent(1)) == cfg_.vocab_size,
+              "StageModel::next_logits: out is {}x{}, expected {}x{}", out.extent(0), out.extent(1), B,
+              cfg_.vocab_size);
+  const MicroBatchShape shape{B, Tn};
+  Context& c = acquire(shape);
+  ensure_scratch(shape);
+  Input in;
+  in.tokens = inputs;
+  run_layers(c, w, in, nullptr);
+  ScopedRegion region("forward/head", opt_.fence_phases);
+  V2 h("exa::model::next_h", B, cfg_.d_model), hn("exa::model::next_hn", B, cfg_.d_model);
+  V1 rstd("exa::model::next_rstd", B);
+  stage_detail::gather_position(c.out, Tn, pos, h);
+  hooks_.before_forward(head_unit());
+  final_norm_->forward(h, w.norm, hn, rstd);
+  seams_.loss_head->logits(hn, w.lm_head, out);
+}
+
+template <class T, class D>
+int StageModel<T, D>::live_contexts() const {
+  return static_cast<int>(std::count_if(pool_.begin(), pool_.end(), [](const auto& p) { return p->live; }));
+}
+
+template <class T, class D>
+std::size_t StageModel<T, D>::activation_bytes() const {
+  std::size_t n = 0;
+  for (const auto& p : pool_) n += p->bytes();
+  return n;
+}
+
+}  // namespace exa::model

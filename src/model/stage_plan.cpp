@@ -1,0 +1,32 @@
+#include "model/stage_plan.hpp"
+
+#include "core/error.hpp"
+
+namespace exa::model {
+
+StagePlan StagePlan::layers(const ModelConfig& cfg, std::int64_t l0, std::int64_t l1) {
+  EXA_REQUIRE(0 <= l0 && l0 < l1 && l1 <= cfg.n_layers,
+              "StagePlan: layers [{}, {}) are not a non-empty range of the model's {} layers", l0, l1,
+              cfg.n_layers);
+  StagePlan p;
+  p.layer_begin = l0;
+  p.layer_end = l1;
+  p.n_layers = cfg.n_layers;
+  p.heads = cfg.n_heads;
+  p.kv_heads = cfg.n_kv_heads;
+  p.d_ff = cfg.d_ff;
+  p.d_expert = cfg.d_expert;
+  p.expert_begin = 0;
+  p.expert_end = cfg.n_experts;
+  p.vocab_begin = 0;
+  p.vocab_end = cfg.vocab_size;
+  return p;
+}
+
+StagePlan StagePlan::whole(const ModelConfig& cfg) {
+  EXA_REQUIRE(cfg.n_layers >= 1, "StagePlan: the model needs at least one layer (model.n_layers = {})",
+              cfg.n_layers);
+  return layers(cfg, 0, cfg.n_layers);
+}
+
+}  // namespace exa::model

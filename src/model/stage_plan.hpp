@@ -1,0 +1,34 @@
+#pragma once
+// StagePlan: what one rank's part of the model is, fixed when the model is
+// built (docs/architecture.md, "Partitioned layers"): the layer range of its
+// pipeline stage and the local extents that tensor and expert parallelism
+// set. The layer objects copy what they need from it; nothing in a forward
+// or backward pass reads head counts, vocabulary or expert ranges from the
+// global ModelConfig.
+#include <cstdint>
+
+#include "model/model_config.hpp"
+
+namespace exa::model {
+
+struct StagePlan {
+  std::int64_t layer_begin = 0, layer_end = 0;   // layers [layer_begin, layer_end) of n_layers
+  std::int64_t n_layers = 0;
+  std::int64_t heads = 0, kv_heads = 0;          // query / key-value heads on this rank
+  std::int64_t d_ff = 0;                         // dense FFN columns on this rank
+  std::int64_t d_expert = 0;                     // expert FFN columns on this rank
+  std::int64_t expert_begin = 0, expert_end = 0; // experts held here
+  std::int64_t vocab_begin = 0, vocab_end = 0;   // vocabulary rows of the embedding and head held here
+
+  // The whole model on one rank: the stage [0, L) with every head, column,
+  // expert and vocabulary row.
+  static StagePlan whole(const ModelConfig& cfg);
+  // The whole-width stage [l0, l1) (pipeline stages without other splits).
+  static StagePlan layers(const ModelConfig& cfg, std::int64_t l0, std::int64_t l1);
+
+  bool has_embedding() const { return layer_begin == 0; }
+  bool has_head() const { return layer_end == n_layers; }
+  std::int64_t local_layers() const { return layer_end - layer_begin; }
+};
+
+}  // namespace exa::model
