@@ -105,7 +105,10 @@ std::vector<std::string> StageModel<T, D>::param_names() const {
   }
   if (final_norm_) {
     n.push_back(final_norm_->param_name());
+    // Tied, the head reads the embedding (a second copy on a last stage
+    // without the embedding).
     if (!cfg_.tie_embeddings) n.push_back("lm_head.weight");
+    else if (!embedding_) n.push_back(Embedding<T, D>::param_name());
   }
   return n;
 }

@@ -1,0 +1,68 @@
+#pragma once
+// Schedule: the order in which one stage runs a step's micro-batches through
+// forward and backward (docs/architecture.md, "Activation contexts and
+// schedules"). A schedule is a list of operations; run_schedule executes it
+// on any model whose forward returns an activation context, keeping each
+// micro-batch's context alive from its forward to its backward. Pipeline
+// schedules (GPipe, 1F1B, interleaved, zero-bubble) are further lists over
+// the same executor; the sequential one, forward then backward per
+// micro-batch, is today's single-stage step.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace exa::parallel {
+
+struct MicroBatchOp {
+  enum class Kind { Forward, Backward };
+  Kind kind = Kind::Forward;
+  int micro = 0;
+  bool operator==(const MicroBatchOp& o) const { return kind == o.kind && micro == o.micro; }
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+  virtual std::string name() const = 0;
+  // This stage's operations for a step of n_micro micro-batches.
+  virtual std::vector<MicroBatchOp> ops(int n_micro) const = 0;
+};
+
+// F0 B0 F1 B1 ...: one context alive at a time.
+class SequentialSchedule final : public Schedule {
+ public:
+  std::string name() const override { return "sequential"; }
+  std::vector<MicroBatchOp> ops(int n_micro) const override;
+};
+
+// exa::Error unless every micro-batch in [0, n_micro) runs one forward and,
+// later, one backward. Returns the most contexts alive at once.
+int check_schedule(const std::vector<MicroBatchOp>& ops, int n_micro, const std::string& name);
+
+// Runs `schedule` for n_micro micro-batches:
+//   forward(j)  -> the context micro-batch j's backward will consume
+//   backward(j, context, last)  last: no other backward follows in this step
+template <class Forward, class Backward>
+void run_schedule(const Schedule& schedule, int n_micro, Forward&& forward, Backward&& backward) {
+  const auto ops = schedule.ops(n_micro);
+  check_schedule(ops, n_micro, schedule.name());
+  using Ctx = decltype(&forward(0));
+  std::vector<Ctx> alive(static_cast<std::size_t>(n_micro), nullptr);
+  std::size_t last_backward = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == MicroBatchOp::Kind::Backward) last_backward = i;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const auto& op = ops[i];
+    auto& slot = alive[static_cast<std::size_t>(op.micro)];
+    if (op.kind == MicroBatchOp::Kind::Forward) {
+      slot = &forward(op.micro);
+    } else {
+      backward(op.micro, *slot, i == last_backward);
+      slot = nullptr;
+    }
+  }
+}
+
+}  // namespace exa::parallel
