@@ -1,4 +1,4 @@
-#include "train/bench_runner.hpp"
+#include "bench/bench_runner.hpp"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -30,7 +30,7 @@
 #include "train/flops.hpp"
 #include "kernels/gemm.hpp"
 
-namespace exa::train {
+namespace exa::bench {
 
 namespace fs = std::filesystem;
 
@@ -130,7 +130,7 @@ struct Step {
   optim::Optimizer opt;
   io::Sampler sampler;
   std::int64_t micro_batch, grad_accum;
-  DeviceBatch batch;
+  train::DeviceBatch batch;
   std::vector<std::int32_t> tokens_log;  // every micro-batch's inputs then targets, for PyTorch
 
   explicit Step(const deck::Config& c)
@@ -139,7 +139,7 @@ struct Step {
         store(model::parameter_specs(mcfg)),
         model(mcfg, model::ModelOptions{/*fence_phases=*/true, {}}),
         opt(store, c),
-        sampler(open_deck_dataset(c), static_cast<std::uint64_t>(c.get_int("train.seed"))),
+        sampler(train::open_deck_dataset(c), static_cast<std::uint64_t>(c.get_int("train.seed"))),
         micro_batch(c.get_int("train.micro_batch")),
         grad_accum(c.get_int("train.grad_accum")),
         batch(micro_batch, mcfg.seq_len) {
@@ -412,7 +412,7 @@ BenchResult run_bench(const deck::Config& cfg, const BenchOptions& opt) {
   r.seq_len = m.seq_len;
   r.tokens_per_step = step.micro_batch * step.grad_accum * m.seq_len;
   r.params = step.store.local_numel();
-  const FlopCount fc = count_flops(m);
+  const train::FlopCount fc = train::count_flops(m);
   r.active_params = fc.active_params;
   r.flops_per_token = fc.per_token_train;
   r.attn_flops_per_token = fc.per_token_train - 6 * fc.active_params;
@@ -692,4 +692,4 @@ std::string to_json_line(const BenchResult& r) {
   return j.dump();
 }
 
-}  // namespace exa::train
+}  // namespace exa::bench

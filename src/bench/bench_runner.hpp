@@ -2,7 +2,7 @@
 // examoe-bench's engine: time the training step of a deck on one rank,
 // break the time down by phase and by kernel, and compare with PyTorch
 // training the same model on the same batches in the same run
-// (tests/reference/bench_torch.py). DESIGN.md, "Performance method".
+// (tests/reference/bench_torch.py). docs/architecture.md, "Performance method".
 //
 //   BenchResult r = run_bench(cfg, opts);   // warmup, sgemm peak, timed steps, torch
 //   std::cout << format_report(r) << to_json_line(r) << "\n";
@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "core/deck/config.hpp"
-#include "train/bench_profile.hpp"
+#include "bench/bench_profile.hpp"
 
-namespace exa::train {
+namespace exa::bench {
 
 struct BenchOptions {
   std::int64_t steps = 5;   // timed optimizer steps
@@ -109,4 +109,4 @@ std::string format_report(const BenchResult& r);
 // Everything as one JSON object on one line (no newline).
 std::string to_json_line(const BenchResult& r);
 
-}  // namespace exa::train
+}  // namespace exa::bench
