@@ -20,6 +20,8 @@
 #include "core/error.hpp"
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
+#include "bench/bench_json.hpp"
+#include "bench/bench_report.hpp"
 #include "bench/bench_runner.hpp"
 
 int main(int argc, char** argv) {

@@ -2,15 +2,17 @@
 // examoe-bench's engine: time the training step of a deck on one rank,
 // break the time down by phase and by kernel, and compare with PyTorch
 // training the same model on the same batches in the same run
-// (tests/reference/bench_torch.py). docs/architecture.md, "Performance method".
+// (tests/reference/bench_torch.py). docs/architecture.md, "Performance
+// method".
 //
 //   BenchResult r = run_bench(cfg, opts);   // warmup, sgemm peak, timed steps, torch
 //   std::cout << format_report(r) << to_json_line(r) << "\n";
 //
-// The step is the Trainer's (zero grads; per micro-batch: sample, upload,
-// forward, backward with the accumulation seed; clip + AdamW), built here
-// directly so that the phases can be fenced (exact per-phase times on
-// asynchronous backends too) and nothing is written to a run directory.
+// The pieces, one file each: the step (bench_step), the machine probes
+// (bench_machine: load, BLAS, sgemm peak), the profiler (bench_profile),
+// the phase tree (bench_phases), the kernel table (bench_kernels), the
+// PyTorch run (bench_torch), the report (bench_report) and the JSON line
+// (bench_json).
 //
 // Noise. On a shared machine a single-threaded step is stretched by
 // time-slicing but never shortened. Every step, the sgemm peak and the
@@ -21,92 +23,12 @@
 // the share of a core the run got. The 1-minute load average before and
 // after says how clean the machine was. MFU is achieved over peak in the
 // same clock; the ratio to PyTorch is median over median in the same clock.
-#include <cstdint>
-#include <string>
-#include <vector>
-
+#include "bench/bench_options.hpp"
+#include "bench/bench_result.hpp"
 #include "core/deck/config.hpp"
-#include "bench/bench_profile.hpp"
 
 namespace exa::bench {
 
-struct BenchOptions {
-  std::int64_t steps = 5;   // timed optimizer steps
-  std::int64_t warmup = 2;  // untimed steps first
-  bool torch = true;        // run the PyTorch comparison
-  bool kernels = true;      // per-kernel table and CPU-time phases (Kokkos Tools callbacks)
-  std::string python = "/usr/bin/python3";
-  std::string torch_script;  // default: <source tree>/tests/reference/bench_torch.py
-  std::string workdir;       // cfg.json and tokens.bin for PyTorch (kept); default: a temporary directory
-};
-
-// A quantity timed by both clocks, per step.
-struct Timing {
-  std::vector<double> wall, cpu;  // per timed step, seconds
-  double wall_median = 0, wall_best = 0, cpu_median = 0, cpu_best = 0;
-};
-
-struct PhaseRow {
-  std::string name;  // "forward", "forward/attn", "forward/moe/experts", "forward/moe (rest)", ...
-  int depth = 0;     // indentation level
-  double cpu = 0;    // s per step, inclusive of sub-phases (0 without the profiler)
-  double wall = 0;   // s per step, inclusive
-  bool leaf = false; // the split below is filled (CPU seconds per step, exclusive of sub-phases)
-  double gemm = 0, kernels = 0, copy = 0, host = 0;
-};
-
-struct KernelRow {
-  std::string kernel;  // "gemm", "deep_copy" or a Kokkos kernel label
-  std::string phases;  // the phases it ran in, largest first
-  double cpu = 0, wall = 0;  // s per step
-  double calls = 0;          // per step
-  double gflop = 0;          // per step, where counted (gemm, attention); else 0
-};
-
-struct BenchResult {
-  // Configuration.
-  std::string deck, exec_space;
-  std::int64_t tokens_per_step = 0, micro_batch = 0, grad_accum = 0, seq_len = 0, params = 0;
-  double active_params = 0, flops_per_token = 0, attn_flops_per_token = 0;
-  int blas_threads = 0;  // 0 = could not be queried
-  std::string blas;      // OpenBLAS build and core (openblas_get_config/corename), "" when unknown
-  std::int64_t steps = 0, warmup = 0;
-  // Timing.
-  Timing step;
-  double tokens_per_s = 0, tokens_per_s_best = 0;          // wall, median and best step
-  double tokens_per_s_cpu = 0, tokens_per_s_cpu_best = 0;  // CPU time
-  double gflops = 0, gflops_cpu = 0;                       // achieved (count_flops), median step
-  double sgemm_gflops = 0, sgemm_gflops_cpu = 0;           // one core, right before the timed steps
-  double sgemm_gflops_after = 0, sgemm_gflops_cpu_after = 0;  // right after (a contention probe)
-  double mfu = 0, mfu_cpu = 0;
-  double load_before = 0, load_after = 0;  // 1-minute load averages
-  std::vector<double> losses;
-  double imbalance = 1;
-  // Where the time goes.
-  std::vector<PhaseRow> phases;
-  std::vector<KernelRow> kernels;
-  bool have_profile = false;
-  double gemm_gflop = 0, gemm_cpu = 0, gemm_gflops = 0;  // per step; GFLOP/s in CPU time
-  double attn_fwd_gflop = 0, attn_fwd_cpu = 0, attn_fwd_gflops = 0;
-  double attn_bwd_cpu = 0, attn_bwd_gflops = 0;  // backward counted as 2x forward
-  // PyTorch (tests/reference/bench_torch.py's JSON line).
-  struct Torch {
-    bool ran = false;  // false: --no-torch, or it failed (error says why)
-    std::string error, json, version;
-    Timing step;
-    double tokens_per_s = 0, tokens_per_s_best = 0, tokens_per_s_cpu = 0, tokens_per_s_cpu_best = 0;
-    double sgemm_gflops = 0, sgemm_gflops_cpu = 0, load_before = 0;
-  } torch;
-  // ExaMoE tokens/s over PyTorch tokens/s: median/median in CPU time (the
-  // headline: robust to load) and wall time, and best/best.
-  double ratio = 0, ratio_wall = 0, ratio_best = 0, ratio_wall_best = 0;
-};
-
 BenchResult run_bench(const deck::Config& cfg, const BenchOptions& opt);
-
-// The human-readable report (several lines, ends with a newline).
-std::string format_report(const BenchResult& r);
-// Everything as one JSON object on one line (no newline).
-std::string to_json_line(const BenchResult& r);
 
 }  // namespace exa::bench
