@@ -20,7 +20,7 @@
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
 #include "io/token_shard.hpp"
-#include "train/evaluate_checkpoint.hpp"
+#include "inference/evaluate_checkpoint.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -32,7 +32,7 @@ std::string version_text() {
 }
 
 struct EvalArgs {
-  exa::train::EvalOptions opt;
+  exa::inference::EvalOptions opt;
 };
 
 struct ConvertArgs {
@@ -45,9 +45,9 @@ int run_eval(const EvalArgs& a, int rank) {
               "directory)");
   EXA_REQUIRE(!a.opt.tokens_file.empty(),
               "no tokens file given: pass --tokens FILE (a token shard .tok, an HDF5 file .h5 or a text file)");
-  const auto report = exa::train::evaluate_checkpoint(a.opt, MPI_COMM_WORLD);
+  const auto report = exa::inference::evaluate_checkpoint(a.opt, MPI_COMM_WORLD);
   if (rank == 0) {
-    fmt::print("{}\n", exa::train::to_json_line(report));
+    fmt::print("{}\n", exa::inference::to_json_line(report));
     std::fflush(stdout);
   }
   return 0;

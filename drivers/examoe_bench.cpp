@@ -1,8 +1,8 @@
-// examoe-bench: the training-step benchmark (DESIGN.md, "Performance
-// method"). On one rank: warmup steps, the sgemm peak of one core, timed
-// steps, a per-phase and per-kernel breakdown, then PyTorch training the same
-// model on the same batches (tests/reference/bench_torch.py, one thread) and
-// the ratio of the two. The last stdout line is one JSON object with it all.
+// examoe-bench: the training-step benchmark (docs/architecture.md,
+// "Performance method"). On one rank: warmup steps, the sgemm peak of one
+// core, timed steps, a per-phase and per-kernel breakdown, then PyTorch
+// training the same model on the same batches (tests/reference/bench_torch.py,
+// one thread) and the ratio of the two. The last stdout line is one JSON object with it all.
 //
 //   examoe-bench DECK.toml [--set k=v]... [--steps 5] [--warmup 2] [--no-torch]
 //                [--no-kernels] [--python /usr/bin/python3] [--torch-script PATH]
@@ -20,7 +20,9 @@
 #include "core/error.hpp"
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
-#include "train/bench_runner.hpp"
+#include "bench/bench_json.hpp"
+#include "bench/bench_report.hpp"
+#include "bench/bench_runner.hpp"
 
 int main(int argc, char** argv) {
   exa::MpiEnvironment mpi(argc, argv);
@@ -28,7 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{"examoe-bench: time ExaMoE's training step on one rank and compare with PyTorch on the same config"};
   std::string deck;
   std::vector<std::string> overrides;
-  exa::train::BenchOptions opt;
+  exa::bench::BenchOptions opt;
   bool no_torch = false, no_kernels = false;
   app.add_option("deck", deck, "TOML input deck, e.g. input/bench.toml")->required();
   app.add_option("--set", overrides, "override a deck key, e.g. --set train.micro_batch=4 (repeatable)")
@@ -47,9 +49,9 @@ int main(int argc, char** argv) {
   try {
     EXA_REQUIRE(mpi.size() == 1, "examoe-bench runs on one rank, not {}: launch it without mpiexec", mpi.size());
     const auto cfg = exa::deck::Config::load(deck, overrides, 1);
-    const auto r = exa::train::run_bench(cfg, opt);
-    std::fputs(exa::train::format_report(r).c_str(), stdout);
-    std::fputs((exa::train::to_json_line(r) + "\n").c_str(), stdout);
+    const auto r = exa::bench::run_bench(cfg, opt);
+    std::fputs(exa::bench::format_report(r).c_str(), stdout);
+    std::fputs((exa::bench::to_json_line(r) + "\n").c_str(), stdout);
     std::fflush(stdout);
     return 0;
   } catch (const exa::Error& e) {

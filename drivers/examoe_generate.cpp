@@ -3,7 +3,7 @@
 //   examoe-generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //
 // Prints the prompt followed by the continuation (byte-level tokens) on
-// rank 0's stdout. The sampling lives in src/train/generate.cpp.
+// rank 0's stdout. The sampling lives in src/inference/generate.cpp.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 #include "core/error.hpp"
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
-#include "train/generate.hpp"
+#include "inference/generate.hpp"
 
 int main(int argc, char** argv) {
   exa::MpiEnvironment mpi(argc, argv);
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
       "examoe-generate: sample text from an ExaMoE checkpoint (byte-level tokens).\n"
       "  examoe-generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] "
       "[--seed S]"};
-  exa::train::GenerateOptions opt;
+  exa::inference::GenerateOptions opt;
   std::uint64_t seed = 0;
   app.add_option("--checkpoint", opt.checkpoint, "run directory, its ckpt/ directory or a step_<N> directory");
   app.add_option("--prompt", opt.prompt, "text to continue");
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       if (mpi.rank() == 0) fmt::print(stderr, "examoe-generate: seed {} (pass --seed {} to repeat)\n", seed, seed);
     }
     opt.seed = seed;
-    const std::string text = exa::train::generate(opt, MPI_COMM_WORLD);
+    const std::string text = exa::inference::generate(opt, MPI_COMM_WORLD);
     if (mpi.rank() == 0) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fputc('\n', stdout);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The performance benchmark of DESIGN.md ("Performance method"): ExaMoE's
-# training step on one rank and one core against PyTorch on the same config,
-# batches and core, measured in one run (drivers/examoe_bench.cpp).
+# The performance benchmark of docs/architecture.md ("Performance method"):
+# ExaMoE's training step on one rank and one core against PyTorch on the same
+# config, batches and core, measured in one run (drivers/examoe_bench.cpp).
 #
 #   scripts/bench.sh [DECK] [examoe-bench options...]
 #     DECK      default input/bench.toml

@@ -6,7 +6,8 @@
 #   scripts/test.sh openmp           # OpenMP Kokkos from Debian source: full suite, 2 threads
 #   scripts/test.sh cuda             # CUDA Kokkos: compile and link only (no GPU here)
 #
-# Each leg's wall time is printed; the last line sums the ctest counts.
+# The layering check (scripts/check-layering.sh) runs first. Each leg's wall
+# time is printed; the last line sums the ctest counts.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 legs=("$@")
@@ -29,6 +30,14 @@ run_ctest() {  # build-dir, extra env...
   return "$rc"
 }
 
+# The layering rule (docs/architecture.md, "Layers"): no build needed, so first.
+t0=$(date +%s)
+echo "=== layering ==="
+rc=0
+"$root/scripts/check-layering.sh" "$root" || rc=1
+summary+=("$(printf '%-8s %-4s %4d s' layering "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(( $(date +%s) - t0 ))")")
+[ $rc -ne 0 ] && status=1
+
 for leg in "${legs[@]}"; do
   t0=$(date +%s)
   echo "=== leg: $leg ==="
@@ -41,7 +50,7 @@ for leg in "${legs[@]}"; do
     *) echo "test.sh: unknown leg '$leg' (want serial, openmp or cuda)" >&2; rc=2 ;;
   esac
   dt=$(( $(date +%s) - t0 ))
-  summary+=("$(printf '%-7s %-4s %4d s' "$leg" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$dt")")
+  summary+=("$(printf '%-8s %-4s %4d s' "$leg" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$dt")")
   [ $rc -ne 0 ] && status=1
 done
 echo "=== legs ==="

@@ -22,8 +22,8 @@
 // grad_scale = 0: the step must not be applied; the trainer skips it or stops
 // (require_finite gives the message naming the step).
 #include <cstdint>
-#include <functional>
 
+#include "core/reduction.hpp"
 #include "model/parameter_store.hpp"
 
 namespace exa::deck {
@@ -31,9 +31,6 @@ class Config;
 }
 
 namespace exa::optim {
-
-// Sum of a per-rank double over the ranks (identity on one rank).
-using Reduction = std::function<double(double)>;
 
 struct ClipResult {
   double norm = 0.0;        // global L2 norm of the (unscaled) gradient, before clipping

@@ -362,7 +362,7 @@ void DataParallel::finish_gradients() {
   Kokkos::fence();
 }
 
-optim::Reduction DataParallel::norm_reduction() {
+Reduction DataParallel::norm_reduction() {
   if (opt_.zero == 0) return {};  // replicas: every rank already has the whole norm
   return [this](double x) { return group_.sum(x); };
 }

@@ -48,12 +48,12 @@
 #include <vector>
 
 #include "comm/process_grid.hpp"
+#include "core/reduction.hpp"
 #include "core/types.hpp"
 #include "model/model_config.hpp"
 #include "model/parameter_store.hpp"
 #include "model/unit_hooks.hpp"
 #include "model/weights.hpp"
-#include "optim/grad_clip.hpp"
 #include "parallel/data_group.hpp"
 #include "parallel/shard_layout.hpp"
 
@@ -113,7 +113,7 @@ class DataParallel final : public model::UnitHooks {
   // the data-parallel ranks of this rank's part of the gradient.
   void finish_gradients();
   // Sum over the ranks whose parts make up the model once (GradClipper).
-  optim::Reduction norm_reduction();
+  Reduction norm_reduction();
 
   double sum(double x) { return group_.sum(x); }
   std::int64_t sum(std::int64_t x) { return group_.sum(x); }

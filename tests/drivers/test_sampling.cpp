@@ -1,4 +1,4 @@
-// exa::train::sample_token: greedy, temperature and top-k sampling of one
+// exa::inference::sample_token: greedy, temperature and top-k sampling of one
 // token from logits with a given uniform draw (what examoe-generate does per
 // step).
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "train/generate.hpp"
+#include "inference/generate.hpp"
 
-using exa::train::sample_token;
+using exa::inference::sample_token;
 
 TEST(SampleToken, GreedyTakesTheLargestLogitLowestIdOnTies) {
   EXPECT_EQ(sample_token({0.f, 3.f, 1.f, 3.f}, 0.0, 0, 0.5), 1);

@@ -1,50 +1,15 @@
 #pragma once
-// examoe-bench's engine: time the training step of a deck on one rank,
-// break the time down by phase and by kernel, and compare with PyTorch
-// training the same model on the same batches in the same run
-// (tests/reference/bench_torch.py). DESIGN.md, "Performance method".
-//
-//   BenchResult r = run_bench(cfg, opts);   // warmup, sgemm peak, timed steps, torch
-//   std::cout << format_report(r) << to_json_line(r) << "\n";
-//
-// The step is the Trainer's (zero grads; per micro-batch: sample, upload,
-// forward, backward with the accumulation seed; clip + AdamW), built here
-// directly so that the phases can be fenced (exact per-phase times on
-// asynchronous backends too) and nothing is written to a run directory.
-//
-// Noise. On a shared machine a single-threaded step is stretched by
-// time-slicing but never shortened. Every step, the sgemm peak and the
-// PyTorch steps are therefore timed with two clocks, wall and this process's
-// CPU time, and summarised by the median (the best step beside it). CPU time
-// is the robust figure under load (it does not count the slices another job
-// ran in), wall time the honest one on a quiet machine; their quotient is
-// the share of a core the run got. The 1-minute load average before and
-// after says how clean the machine was. MFU is achieved over peak in the
-// same clock; the ratio to PyTorch is median over median in the same clock.
+// Everything one examoe-bench run measured: the configuration, the step
+// times in both clocks and the rates derived from them, where the time goes
+// (phases, kernels), and the PyTorch side. run_bench fills it;
+// format_report and to_json_line print it.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/deck/config.hpp"
-#include "train/bench_profile.hpp"
+#include "bench/bench_timing.hpp"
 
-namespace exa::train {
-
-struct BenchOptions {
-  std::int64_t steps = 5;   // timed optimizer steps
-  std::int64_t warmup = 2;  // untimed steps first
-  bool torch = true;        // run the PyTorch comparison
-  bool kernels = true;      // per-kernel table and CPU-time phases (Kokkos Tools callbacks)
-  std::string python = "/usr/bin/python3";
-  std::string torch_script;  // default: <source tree>/tests/reference/bench_torch.py
-  std::string workdir;       // cfg.json and tokens.bin for PyTorch (kept); default: a temporary directory
-};
-
-// A quantity timed by both clocks, per step.
-struct Timing {
-  std::vector<double> wall, cpu;  // per timed step, seconds
-  double wall_median = 0, wall_best = 0, cpu_median = 0, cpu_best = 0;
-};
+namespace exa::bench {
 
 struct PhaseRow {
   std::string name;  // "forward", "forward/attn", "forward/moe/experts", "forward/moe (rest)", ...
@@ -102,11 +67,4 @@ struct BenchResult {
   double ratio = 0, ratio_wall = 0, ratio_best = 0, ratio_wall_best = 0;
 };
 
-BenchResult run_bench(const deck::Config& cfg, const BenchOptions& opt);
-
-// The human-readable report (several lines, ends with a newline).
-std::string format_report(const BenchResult& r);
-// Everything as one JSON object on one line (no newline).
-std::string to_json_line(const BenchResult& r);
-
-}  // namespace exa::train
+}  // namespace exa::bench

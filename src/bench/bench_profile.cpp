@@ -1,4 +1,4 @@
-#include "train/bench_profile.hpp"
+#include "bench/bench_profile.hpp"
 
 #include <time.h>
 
@@ -8,7 +8,7 @@
 
 #include "core/profiling.hpp"
 
-namespace exa::train {
+namespace exa::bench {
 
 double process_cpu_seconds() {
   timespec ts{};
@@ -168,4 +168,4 @@ KernelTable KernelProfiler::kernels() { return st().kernels; }
 
 RegionTable KernelProfiler::regions() { return st().region_totals; }
 
-}  // namespace exa::train
+}  // namespace exa::bench

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace exa::train {
+namespace exa::inference {
 
 struct GenerateOptions {
   std::string checkpoint;
@@ -42,4 +42,4 @@ std::int32_t sample_token(const std::vector<float>& logits, double temperature, 
 // is not bytes.
 std::string generate(const GenerateOptions& opt, MPI_Comm comm);
 
-}  // namespace exa::train
+}  // namespace exa::inference

@@ -21,7 +21,7 @@
 
 #include "io/token_store.hpp"
 
-namespace exa::train {
+namespace exa::inference {
 
 // Reads a token file for evaluation: a token shard (.tok, or any file
 // starting with the shard magic), an HDF5 file (.h5/.hdf5, or any file with
@@ -60,4 +60,4 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm);
 // on one line (no trailing newline).
 std::string to_json_line(const EvalReport& r);
 
-}  // namespace exa::train
+}  // namespace exa::inference

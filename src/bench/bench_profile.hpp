@@ -35,7 +35,7 @@
 #include <string>
 #include <utility>
 
-namespace exa::train {
+namespace exa::bench {
 
 struct KernelStat {
   double wall = 0, cpu = 0;  // seconds
@@ -63,4 +63,4 @@ class KernelProfiler {
   static RegionTable regions();
 };
 
-}  // namespace exa::train
+}  // namespace exa::bench

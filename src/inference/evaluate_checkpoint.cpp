@@ -1,4 +1,4 @@
-#include "train/evaluate_checkpoint.hpp"
+#include "inference/evaluate_checkpoint.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -15,9 +15,9 @@
 #include "io/token_h5.hpp"
 #include "io/token_shard.hpp"
 #include "io/token_text.hpp"
-#include "train/checkpoint_model.hpp"
+#include "inference/checkpoint_model.hpp"
 
-namespace exa::train {
+namespace exa::inference {
 
 namespace fs = std::filesystem;
 
@@ -153,4 +153,4 @@ std::string to_json_line(const EvalReport& r) {
   return j.dump();
 }
 
-}  // namespace exa::train
+}  // namespace exa::inference

@@ -3,7 +3,7 @@
 // `examoe-generate`): the configuration is rebuilt from what the checkpoint
 // stores, so the user passes only the checkpoint.
 //
-//   exa::train::CheckpointModel m("runs/tiny", MPI_COMM_WORLD);
+//   exa::inference::CheckpointModel m("runs/tiny", MPI_COMM_WORLD);
 //   m.model().eval(m.weights(), inputs, targets, ce);
 //
 // The configuration comes from the checkpoint's deck text (verbatim, as the
@@ -25,7 +25,7 @@
 #include "model/parameter_store.hpp"
 #include "model/transformer.hpp"
 
-namespace exa::train {
+namespace exa::inference {
 
 // The training configuration stored in a checkpoint (see the file comment).
 // exa::Error naming the checkpoint when it cannot be rebuilt.
@@ -59,4 +59,4 @@ class CheckpointModel {
   model::Weights<float, Device> w_;
 };
 
-}  // namespace exa::train
+}  // namespace exa::inference

@@ -1,4 +1,4 @@
-#include "train/generate.hpp"
+#include "inference/generate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 #include "core/philox.hpp"
 #include "core/profiling.hpp"
 #include "io/token_text.hpp"
-#include "train/checkpoint_model.hpp"
+#include "inference/checkpoint_model.hpp"
 
-namespace exa::train {
+namespace exa::inference {
 
 std::int32_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, double u) {
   EXA_REQUIRE(!logits.empty(), "sample_token: no logits");
@@ -99,4 +99,4 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
   return out;
 }
 
-}  // namespace exa::train
+}  // namespace exa::inference

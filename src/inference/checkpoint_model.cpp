@@ -1,4 +1,4 @@
-#include "train/checkpoint_model.hpp"
+#include "inference/checkpoint_model.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -11,7 +11,7 @@
 #include "model/parameter_specs.hpp"
 #include "model/weights.hpp"
 
-namespace exa::train {
+namespace exa::inference {
 
 namespace {
 
@@ -80,4 +80,4 @@ CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dr
   w_ = model::bind_values(mcfg_, *store_);
 }
 
-}  // namespace exa::train
+}  // namespace exa::inference
