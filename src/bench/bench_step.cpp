@@ -6,6 +6,7 @@
 #include "io/dataset.hpp"
 #include "model/parameter_specs.hpp"
 #include "train/deck_dataset.hpp"
+#include "train/micro_batches.hpp"
 
 namespace exa::bench {
 
@@ -24,8 +25,7 @@ Step::Step(const deck::Config& c)
   g = model::bind_grads(mcfg, store);
 }
 
-void Step::upload(const io::Batch& b) {
-  batch.upload(b);
+void Step::log_tokens(const io::Batch& b) {
   tokens_log.insert(tokens_log.end(), b.inputs.begin(), b.inputs.end());
   tokens_log.insert(tokens_log.end(), b.targets.begin(), b.targets.end());
 }
@@ -33,30 +33,22 @@ void Step::upload(const io::Batch& b) {
 std::pair<double, double> Step::run(std::int64_t step) {
   const auto slice = io::dp_slice(micro_batch * grad_accum, 0, 1);
   store.zero_grads();
-  double loss = 0, imbalance = 1;
-  for (std::int64_t j = 0; j < grad_accum; ++j) {
-    {
-      ScopedRegion r(kIo, true);
-      upload(sampler.train(step, io::micro_slice(slice, j, micro_batch)));
-    }
-    {
-      ScopedRegion r(kForward, true);
-      const auto fr = model.forward(w, batch.inputs, batch.targets);
-      loss += fr.loss.loss;
-      imbalance = std::max(imbalance, fr.max_imbalance());
-    }
-    {
-      ScopedRegion r(kBackward, true);
-      model.backward(w, g, opt.accumulation().backward_seed());
-    }
-  }
+  train::MicroBatchStep ms{model, schedule, w, g, opt.accumulation().backward_seed(), batch,
+                           [&](std::int64_t j) {
+                             auto b = sampler.train(step, io::micro_slice(slice, j, micro_batch));
+                             log_tokens(b);
+                             return b;
+                           },
+                           {},
+                           train::MicroBatchRegions{kIo, kForward, kBackward, true}};
+  const auto t = train::run_micro_batches(ms, grad_accum);
   optim::StepReport rep;
   {
     ScopedRegion r(kOptimizer, true);
     rep = opt.step(store, step);
   }
   if (!rep.finite()) optim::require_finite(rep.clip, step + 1);
-  return {loss / double(grad_accum), imbalance};
+  return {t.loss / double(grad_accum), t.imbalance};
 }
 
 }  // namespace exa::bench

@@ -1,7 +1,7 @@
 #pragma once
 // The benchmark's training step: one step exactly as Trainer::train_step
-// does it at one rank (zero grads; per micro-batch: sample, upload, forward,
-// backward with the accumulation seed; clip + AdamW), with the phase
+// does it at one rank (zero grads; the micro-batches through the same
+// train::run_micro_batches and schedule; clip + AdamW), with the phase
 // regions below around its parts. It is built here directly so that the
 // phases can be fenced (exact per-phase times on asynchronous backends too)
 // and nothing is written to a run directory.
@@ -14,9 +14,10 @@
 #include "io/sampler.hpp"
 #include "model/model_config.hpp"
 #include "model/parameter_store.hpp"
-#include "model/transformer.hpp"
+#include "model/stage_model.hpp"
 #include "model/weights.hpp"
 #include "optim/optimizer.hpp"
+#include "parallel/schedule.hpp"
 #include "train/device_batch.hpp"
 
 namespace exa::bench {
@@ -31,7 +32,8 @@ struct Step {
   const deck::Config& cfg;
   model::ModelConfig mcfg;
   model::ParameterStore store;
-  model::Transformer<float> model;
+  model::StageModel<float> model;
+  parallel::SequentialSchedule schedule;
   model::Weights<float, Device> w, g;
   optim::Optimizer opt;
   io::Sampler sampler;
@@ -41,8 +43,8 @@ struct Step {
 
   explicit Step(const deck::Config& c);
 
-  // Uploads b and appends its tokens to tokens_log.
-  void upload(const io::Batch& b);
+  // Appends b's tokens to tokens_log.
+  void log_tokens(const io::Batch& b);
   // Optimizer step `step`; returns (mean loss, worst imbalance).
   std::pair<double, double> run(std::int64_t step);
 };

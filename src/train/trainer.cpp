@@ -15,7 +15,9 @@
 #include "io/checkpoint/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "model/weights.hpp"
+#include "parallel/build_model.hpp"
 #include "train/deck_dataset.hpp"
+#include "train/micro_batches.hpp"
 #include "train/sgemm_peak.hpp"
 
 namespace exa::train {
@@ -53,7 +55,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
-      model_(mcfg_),
+      model_(parallel::build_model(mcfg_, grid_)),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
   steps_ = cfg.get_int("train.steps");
@@ -61,7 +63,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   grad_accum_ = cfg.get_int("train.grad_accum");
   global_batch_ = micro_batch_ * grad_accum_ * dp_.size();
   dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
-  model_.add_hooks(&dp_);
+  model_->add_hooks(&dp_);
   opt_.clipper().set_reduction(dp_.norm_reduction());
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
   flops_ = count_flops(mcfg_);
@@ -110,28 +112,17 @@ StepResult Trainer::train_step(std::int64_t step) {
   const auto& acc = opt_.accumulation();
   const auto slice = io::dp_slice(global_batch_, dp_.rank(), dp_.size());
   dp_.begin_step();
-  double loss = 0, ce = 0, aux = 0, z = 0;
-  for (std::int64_t j = 0; j < grad_accum_; ++j) {
-    {
-      ScopedRegion io_region("io/batch");
-      batch_.upload(sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
-    }
-    ScopedRegion region("compute/micro_batch", true);
-    dp_.set_sync(j + 1 == grad_accum_);
-    const auto fr = model_.forward(dp_.weights(), batch_.inputs, batch_.targets);
-    model_.backward(dp_.weights(), dp_.grads(), acc.backward_seed());
-    loss += fr.loss.loss;
-    ce += fr.loss.ce;
-    aux += fr.loss.aux;
-    z += fr.loss.z;
-    r.imbalance = std::max(r.imbalance, fr.max_imbalance());
-  }
+  MicroBatchStep ms{*model_, *schedule_, dp_.weights(), dp_.grads(), acc.backward_seed(), batch_,
+                    [&](std::int64_t j) { return sampler_.train(step, io::micro_slice(slice, j, micro_batch_)); },
+                    [&](std::int64_t, bool last) { dp_.set_sync(last); }};
+  const auto t = run_micro_batches(ms, grad_accum_);
+  r.imbalance = t.imbalance;
   dp_.finish_gradients();
   const double n = double(grad_accum_) * dp_.size();
-  r.loss = dp_.sum(loss) / n;
-  r.ce = dp_.sum(ce) / n;
-  r.aux = dp_.sum(aux) / n;
-  r.z = dp_.sum(z) / n;
+  r.loss = dp_.sum(t.loss) / n;
+  r.ce = dp_.sum(t.ce) / n;
+  r.aux = dp_.sum(t.aux) / n;
+  r.z = dp_.sum(t.z) / n;
   {
     ScopedRegion region("compute/optimizer", true);
     r.report = opt_.step(dp_.store(), step);
@@ -163,7 +154,7 @@ double Trainer::evaluate() {
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t j = 0; j < grad_accum_; ++j) {
       batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
-      const auto s = model_.eval(dp_.weights(), batch_.inputs, batch_.targets, ce);
+      const auto s = model_->eval(dp_.weights(), batch_.inputs, batch_.targets, ce);
       sum += s.loss_sum;
       count += s.n_valid;
     }
@@ -249,7 +240,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.mem_grads = mem.grads;
   s.mem_buffers = mem.buffers;
   s.mem_optim = double(opt_.bytes());
-  s.mem_activations = double(model_.activation_bytes());
+  s.mem_activations = double(model_->activation_bytes());
   s.mem_peak_rss = double(peak_rss_bytes());
   phase_timers().reset();
   eval_comm_s_ = 0;

@@ -22,9 +22,10 @@
 #include "io/metrics_writer.hpp"
 #include "io/sampler.hpp"
 #include "model/parameter_store.hpp"
-#include "model/transformer.hpp"
+#include "model/stage_model.hpp"
 #include "optim/optimizer.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/schedule.hpp"
 #include "train/device_batch.hpp"
 #include "train/flops.hpp"
 #include "train/step_log.hpp"
@@ -78,7 +79,8 @@ class Trainer {
   comm::WatchdogScope watchdog_;
   model::ModelConfig mcfg_;
   parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
-  model::Transformer<float> model_;
+  std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for grid_
+  std::unique_ptr<parallel::Schedule> schedule_ = std::make_unique<parallel::SequentialSchedule>();
   optim::Optimizer opt_;
   io::Sampler sampler_;
   std::unique_ptr<io::MetricsWriter> metrics_;
