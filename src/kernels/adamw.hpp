@@ -75,7 +75,8 @@ inline void check_hyper(const AdamWHyper& h) {
 }  // namespace adamw_detail
 
 template <class P, class G, class M, class S>
-void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_avg_sq, const AdamWHyper& h) {
+void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_avg_sq, const AdamWHyper& h,
+                const exec_of<P>& exec = exec_of<P>{}) {
   using T = scalar_of<P>;
   static_assert(std::is_floating_point<T>::value, "adamw: param must hold float or double");
   static_assert(std::is_same<typename M::value_type, T>::value && std::is_same<typename S::value_type, T>::value,
@@ -102,7 +103,7 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
   const auto m = adamw_detail::flat(exp_avg);
   const auto v = adamw_detail::flat(exp_avg_sq);
   Kokkos::parallel_for(
-      "exa::adamw::step", Kokkos::RangePolicy<exec_of<P>>(0, p.extent(0)), KOKKOS_LAMBDA(const std::size_t i) {
+      "exa::adamw::step", Kokkos::RangePolicy<exec_of<P>>(exec, 0, p.extent(0)), KOKKOS_LAMBDA(const std::size_t i) {
         const T gi = static_cast<T>(g(i)) * gs;
         const T pi = p(i) * decay;
         const T mi = m(i) * b1 + omb1 * gi;

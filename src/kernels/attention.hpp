@@ -66,12 +66,12 @@ using Scratch1 = Kokkos::View<T*, Kokkos::LayoutRight, typename Exec::scratch_me
 // Host backends: let Kokkos choose (1 thread per team on Serial/OpenMP).
 // Device backends: one thread per tile row.
 template <class Exec>
-Kokkos::TeamPolicy<Exec> team_policy(int league, int rows) {
+Kokkos::TeamPolicy<Exec> team_policy(const Exec& exec, int league, int rows) {
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) {
     (void)rows;
-    return Kokkos::TeamPolicy<Exec>(league, Kokkos::AUTO);
+    return Kokkos::TeamPolicy<Exec>(exec, league, Kokkos::AUTO);
   } else {
-    return Kokkos::TeamPolicy<Exec>(league, rows < 256 ? rows : 256);
+    return Kokkos::TeamPolicy<Exec>(exec, league, rows < 256 ? rows : 256);
   }
 }
 
@@ -165,7 +165,8 @@ namespace attention_detail {
 // Team-kernel (device) forward; also runs on host backends (tests compare it
 // with the host path).
 template <class Q, class K, class V, class O, class L>
-void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse, AttentionTiles tiles) {
+void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse, AttentionTiles tiles,
+                  const exec_of<O>& exec = exec_of<O>{}) {
   namespace ad = attention_detail;
   using Exec = exec_of<O>;
   using T = scalar_of<O>;
@@ -188,7 +189,7 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
 
   const std::size_t bytes = 2 * S2::shmem_size(bk, hd) + S2::shmem_size(bq, bk) + 2 * S1::shmem_size(bq);
   const int lvl = ad::scratch_level<Exec>(bytes);
-  auto policy = ad::team_policy<Exec>(sh.B * H * nqt, bq);
+  auto policy = ad::team_policy<Exec>(exec, sh.B * H * nqt, bq);
   policy.set_scratch_size(lvl, Kokkos::PerTeam(bytes));
 
   Kokkos::parallel_for(
@@ -262,7 +263,7 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
 // Team-kernel (device) backward.
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
 void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
-                   const DK& dk, const DV& dv, AttentionTiles tiles) {
+                   const DK& dk, const DV& dv, AttentionTiles tiles, const exec_of<DQ>& exec = exec_of<DQ>{}) {
   namespace ad = attention_detail;
   using Exec = exec_of<DQ>;
   using T = scalar_of<DQ>;
@@ -291,9 +292,9 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
 
   // D_i = dout_i . out_i, laid out like lse.
   Kokkos::View<T***, Kokkos::LayoutRight, typename DQ::device_type> delta(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::attention::delta"), B, H, Tn);
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::delta"), B, H, Tn);
   Kokkos::parallel_for(
-      "exa::attention::backward_delta", Kokkos::RangePolicy<Exec>(0, static_cast<index_t>(B) * H * Tn),
+      "exa::attention::backward_delta", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<index_t>(B) * H * Tn),
       KOKKOS_LAMBDA(const index_t idx) {
         const int i = static_cast<int>(idx % Tn);
         const int h = static_cast<int>((idx / Tn) % H);
@@ -307,7 +308,7 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   {
     const std::size_t bytes = 2 * S2::shmem_size(bk, hd);
     const int lvl = ad::scratch_level<Exec>(bytes);
-    auto policy = ad::team_policy<Exec>(B * H * nqt, bq);
+    auto policy = ad::team_policy<Exec>(exec, B * H * nqt, bq);
     policy.set_scratch_size(lvl, Kokkos::PerTeam(bytes));
     Kokkos::parallel_for(
         "exa::attention::backward_dq", policy, KOKKOS_LAMBDA(const Member& team) {
@@ -355,7 +356,7 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   {
     const std::size_t bytes = 2 * S2::shmem_size(bq, hd) + 2 * S1::shmem_size(bq);
     const int lvl = ad::scratch_level<Exec>(bytes);
-    auto policy = ad::team_policy<Exec>(B * Hkv * nkt, bk);
+    auto policy = ad::team_policy<Exec>(exec, B * Hkv * nkt, bk);
     policy.set_scratch_size(lvl, Kokkos::PerTeam(bytes));
     Kokkos::parallel_for(
         "exa::attention::backward_dkdv", policy, KOKKOS_LAMBDA(const Member& team) {
@@ -430,9 +431,10 @@ constexpr bool use_host_path() {
 }  // namespace attention_detail
 
 // out = softmax(scale q k^T + causal mask) v, per head; lse[b,h,i] saved.
+// Runs on `exec`, an instance of out's execution space.
 template <class Q, class K, class V, class O, class L>
 void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L& lse,
-                       AttentionTiles tiles = {}) {
+                       AttentionTiles tiles = {}, const exec_of<O>& exec = exec_of<O>{}) {
   namespace ad = attention_detail;
   ad::require_layout_right<Q>();
   ad::require_layout_right<K>();
@@ -440,16 +442,18 @@ void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L
   ad::require_layout_right<O>();
   ad::check_tiles(tiles);
   if constexpr (ad::use_host_path<O>())
-    ad::forward_host(q, k, v, out, lse, tiles);
+    ad::forward_host(q, k, v, out, lse, tiles, exec);
   else
-    ad::forward_team(q, k, v, out, lse, tiles);
+    ad::forward_team(q, k, v, out, lse, tiles, exec);
 }
 
 // Gradients of sum(out * dout) with respect to q, k and v. dq, dk, dv are
-// overwritten. `out` and `lse` are the forward's results.
+// overwritten. `out` and `lse` are the forward's results. Runs on `exec`, an
+// instance of dq's execution space.
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
 void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse,
-                        const DQ& dq, const DK& dk, const DV& dv, AttentionTiles tiles = {}) {
+                        const DQ& dq, const DK& dk, const DV& dv, AttentionTiles tiles = {},
+                        const exec_of<DQ>& exec = exec_of<DQ>{}) {
   namespace ad = attention_detail;
   ad::require_layout_right<DO>();
   ad::require_layout_right<Q>();
@@ -461,9 +465,9 @@ void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, cons
   ad::require_layout_right<DV>();
   ad::check_tiles(tiles);
   if constexpr (ad::use_host_path<DQ>())
-    ad::backward_host(dout, q, k, v, out, lse, dq, dk, dv, tiles);
+    ad::backward_host(dout, q, k, v, out, lse, dq, dk, dv, tiles, exec);
   else
-    ad::backward_team(dout, q, k, v, out, lse, dq, dk, dv, tiles);
+    ad::backward_team(dout, q, k, v, out, lse, dq, dk, dv, tiles, exec);
 }
 
 }  // namespace exa::kernels

@@ -48,9 +48,9 @@ using HostMat = Kokkos::View<T**, Kokkos::LayoutRight, typename Like::device_typ
 
 // Copy head `h` of x [B,T,H,hd] at batch b into contiguous dst [T,hd].
 template <class Exec, class X, class T>
-void host_gather_head(const char* label, const X& x, int b, int h, T* dst) {
+void host_gather_head(const Exec& exec, const char* label, const X& x, int b, int h, T* dst) {
   const int Tn = static_cast<int>(x.extent(1)), hd = static_cast<int>(x.extent(3));
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(0, Tn), [=](const int i) {
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, Tn), [=](const int i) {
     const auto* src = &x(b, i, h, 0);
     T* d = dst + static_cast<std::size_t>(i) * hd;
     for (int c = 0; c < hd; ++c) d[c] = T(src[c]);
@@ -59,9 +59,10 @@ void host_gather_head(const char* label, const X& x, int b, int h, T* dst) {
 
 // Copy contiguous src [rows,hd] into rows i0.. of head h of x [B,T,H,hd] at batch b.
 template <class Exec, class X, class T>
-void host_scatter_head(const char* label, const T* src, int rows, const X& x, int b, int i0, int h) {
+void host_scatter_head(const Exec& exec, const char* label, const T* src, int rows, const X& x, int b, int i0,
+                       int h) {
   const int hd = static_cast<int>(x.extent(3));
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(0, rows), [=](const int r) {
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, rows), [=](const int r) {
     auto* d = &x(b, i0 + r, h, 0);
     const T* s = src + static_cast<std::size_t>(r) * hd;
     for (int c = 0; c < hd; ++c) d[c] = s[c];
@@ -74,7 +75,8 @@ inline int host_block(const AttentionTiles& t, int Tn) {
 }
 
 template <class Q, class K, class V, class O, class L>
-void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse, const AttentionTiles& tiles) {
+void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse, const AttentionTiles& tiles,
+                  const exec_of<O>& exec = exec_of<O>{}) {
   using Exec = exec_of<O>;
   using T = scalar_of<O>;
   using M = HostMat<O, T>;
@@ -87,7 +89,7 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
   const int bq = host_block(tiles, Tn);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const std::size_t th = static_cast<std::size_t>(Tn) * hd;
-  Buf buf(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::attention::host_fwd_scratch"),
+  Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_fwd_scratch"),
           3 * th + static_cast<std::size_t>(bq) * Tn + static_cast<std::size_t>(bq) * hd);
   T* Qc = buf.data();
   T* Kc = Qc + th;
@@ -98,19 +100,19 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
     for (int h = 0; h < H; ++h) {
       const int g = h / rep;
       if (h % rep == 0) {
-        host_gather_head<Exec>("exa::attention::host_gather_kv", k, b, g, Kc);
-        host_gather_head<Exec>("exa::attention::host_gather_kv", v, b, g, Vc);
+        host_gather_head(exec, "exa::attention::host_gather_kv", k, b, g, Kc);
+        host_gather_head(exec, "exa::attention::host_gather_kv", v, b, g, Vc);
       }
-      host_gather_head<Exec>("exa::attention::host_gather_q", q, b, h, Qc);
+      host_gather_head(exec, "exa::attention::host_gather_q", q, b, h, Qc);
       for (int i0 = 0; i0 < Tn; i0 += bq) {
         const int m = bq < Tn - i0 ? bq : Tn - i0;
         const int n = i0 + m;  // keys 0..n-1 reach this tile
         const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
         const M Kn(Kc, n, hd), Vn(Vc, n, hd);
         const M S(Sc, m, n), Ot(Oc, m, hd);
-        gemm('N', 'T', scale, Qt, Kn, T(0), S);
+        gemm('N', 'T', scale, Qt, Kn, T(0), S, exec);
         Kokkos::parallel_for(
-            "exa::attention::host_softmax", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+            "exa::attention::host_softmax", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
               const int i = i0 + r;
               T* s = Sc + static_cast<std::size_t>(r) * n;
               T mx = s[0];
@@ -126,15 +128,15 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
               for (int j = i + 1; j < n; ++j) s[j] = T(0);
               lse(b, h, i) = mx + std::log(sum);
             });
-        gemm('N', 'N', T(1), S, Vn, T(0), Ot);
-        host_scatter_head<Exec>("exa::attention::host_scatter_out", Oc, m, out, b, i0, h);
+        gemm('N', 'N', T(1), S, Vn, T(0), Ot, exec);
+        host_scatter_head(exec, "exa::attention::host_scatter_out", Oc, m, out, b, i0, h);
       }
     }
 }
 
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
 void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
-                   const DK& dk, const DV& dv, const AttentionTiles& tiles) {
+                   const DK& dk, const DV& dv, const AttentionTiles& tiles, const exec_of<DQ>& exec = exec_of<DQ>{}) {
   using Exec = exec_of<DQ>;
   using T = scalar_of<DQ>;
   using M = HostMat<DQ, T>;
@@ -150,7 +152,7 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   const std::size_t th = static_cast<std::size_t>(Tn) * hd;
   const std::size_t tile_s = static_cast<std::size_t>(bq) * Tn;
   // Q, dO, K, V, dK, dV [T,hd]; P, dP [bq,T]; dQ tile [bq,hd]; D [T].
-  Buf buf(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::attention::host_bwd_scratch"),
+  Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_bwd_scratch"),
           6 * th + 2 * tile_s + static_cast<std::size_t>(bq) * hd + Tn);
   T* Qc = buf.data();
   T* DOc = Qc + th;
@@ -164,14 +166,14 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   T* Dc = DQc + static_cast<std::size_t>(bq) * hd;
   for (int b = 0; b < B; ++b)
     for (int g = 0; g < Hkv; ++g) {
-      host_gather_head<Exec>("exa::attention::host_gather_kv", k, b, g, Kc);
-      host_gather_head<Exec>("exa::attention::host_gather_kv", v, b, g, Vc);
+      host_gather_head(exec, "exa::attention::host_gather_kv", k, b, g, Kc);
+      host_gather_head(exec, "exa::attention::host_gather_kv", v, b, g, Vc);
       for (int hr = 0; hr < rep; ++hr) {
         const int h = g * rep + hr;
-        host_gather_head<Exec>("exa::attention::host_gather_q", q, b, h, Qc);
-        host_gather_head<Exec>("exa::attention::host_gather_dout", dout, b, h, DOc);
+        host_gather_head(exec, "exa::attention::host_gather_q", q, b, h, Qc);
+        host_gather_head(exec, "exa::attention::host_gather_dout", dout, b, h, DOc);
         Kokkos::parallel_for(
-            "exa::attention::host_delta", Kokkos::RangePolicy<Exec>(0, Tn),
+            "exa::attention::host_delta", Kokkos::RangePolicy<Exec>(exec, 0, Tn),
             [=](const int i) { Dc[i] = dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), hd); });
         for (int i0 = 0; i0 < Tn; i0 += bq) {
           const int m = bq < Tn - i0 ? bq : Tn - i0;
@@ -185,9 +187,9 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           // later tile of that head first reaches rows i0..n-1, which are zeroed
           // explicitly below before accumulating.
           const bool first_head = hr == 0;
-          gemm('N', 'T', scale, Qt, Kn, T(0), P);
+          gemm('N', 'T', scale, Qt, Kn, T(0), P, exec);
           Kokkos::parallel_for(
-              "exa::attention::host_probs", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+              "exa::attention::host_probs", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
                 const int i = i0 + r;
                 T* p = Pc + static_cast<std::size_t>(r) * n;
                 const T l = lse(b, h, i);
@@ -196,7 +198,7 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
               });
           if (first_head)
             Kokkos::parallel_for(
-                "exa::attention::host_zero_dkdv", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+                "exa::attention::host_zero_dkdv", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
                   T* a = DKc + static_cast<std::size_t>(i0 + r) * hd;
                   T* c = DVc + static_cast<std::size_t>(i0 + r) * hd;
                   for (int e = 0; e < hd; ++e) {
@@ -204,23 +206,23 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
                     c[e] = T(0);
                   }
                 });
-          gemm('T', 'N', T(1), P, DOt, T(1), DVn);
-          gemm('N', 'T', T(1), DOt, Vn, T(0), DP);
+          gemm('T', 'N', T(1), P, DOt, T(1), DVn, exec);
+          gemm('N', 'T', T(1), DOt, Vn, T(0), DP, exec);
           Kokkos::parallel_for(
-              "exa::attention::host_dscores", Kokkos::RangePolicy<Exec>(0, m), [=](const int r) {
+              "exa::attention::host_dscores", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
                 const int i = i0 + r;
                 const T* p = Pc + static_cast<std::size_t>(r) * n;
                 T* d = DPc + static_cast<std::size_t>(r) * n;
                 const T di = Dc[i];
                 for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks j > i
               });
-          gemm('N', 'N', scale, DP, Kn, T(0), DQt);
-          gemm('T', 'N', scale, DP, Qt, T(1), DKn);
-          host_scatter_head<Exec>("exa::attention::host_scatter_dq", DQc, m, dq, b, i0, h);
+          gemm('N', 'N', scale, DP, Kn, T(0), DQt, exec);
+          gemm('T', 'N', scale, DP, Qt, T(1), DKn, exec);
+          host_scatter_head(exec, "exa::attention::host_scatter_dq", DQc, m, dq, b, i0, h);
         }
       }
-      host_scatter_head<Exec>("exa::attention::host_scatter_dk", DKc, Tn, dk, b, 0, g);
-      host_scatter_head<Exec>("exa::attention::host_scatter_dv", DVc, Tn, dv, b, 0, g);
+      host_scatter_head(exec, "exa::attention::host_scatter_dk", DKc, Tn, dk, b, 0, g);
+      host_scatter_head(exec, "exa::attention::host_scatter_dv", DVc, Tn, dv, b, 0, g);
     }
 }
 

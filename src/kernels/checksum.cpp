@@ -52,11 +52,11 @@ std::string checksum_hex(std::uint64_t c) {
   return std::string(s, 16);
 }
 
-template std::uint64_t checksum(const View1<float>&, index_t);
-template std::uint64_t checksum(const View2<float>&, index_t);
-template std::uint64_t checksum(const View3<float>&, index_t);
-template std::uint64_t checksum(const View1<const float>&, index_t);
-template std::uint64_t checksum(const View2<const float>&, index_t);
-template std::uint64_t checksum(const View3<const float>&, index_t);
+template std::uint64_t checksum(const View1<float>&, index_t, const ExecSpace&);
+template std::uint64_t checksum(const View2<float>&, index_t, const ExecSpace&);
+template std::uint64_t checksum(const View3<float>&, index_t, const ExecSpace&);
+template std::uint64_t checksum(const View1<const float>&, index_t, const ExecSpace&);
+template std::uint64_t checksum(const View2<const float>&, index_t, const ExecSpace&);
+template std::uint64_t checksum(const View3<const float>&, index_t, const ExecSpace&);
 
 }  // namespace exa::kernels

@@ -85,7 +85,7 @@ KOKKOS_FORCEINLINE_FUNCTION std::uint64_t checksum_bits(const T& x) {
 // order, so it checksums like its LayoutRight copy); contiguous LayoutRight
 // Views of any rank. Runs in v's execution space. An empty View gives 0.
 template <class V>
-std::uint64_t checksum(const V& v, index_t global_offset = 0) {
+std::uint64_t checksum(const V& v, index_t global_offset = 0, const exec_of<V>& exec = exec_of<V>{}) {
   using T = scalar_of<V>;
   using Exec = exec_of<V>;
   EXA_REQUIRE(global_offset >= 0, "checksum: global offset must be >= 0, got {}", global_offset);
@@ -99,7 +99,7 @@ std::uint64_t checksum(const V& v, index_t global_offset = 0) {
     Kokkos::View<const T*, Kokkos::LayoutRight, typename V::device_type, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
         flat(v.data(), n);
     Kokkos::parallel_reduce(
-        "exa::checksum::flat", Kokkos::RangePolicy<Exec>(0, n),
+        "exa::checksum::flat", Kokkos::RangePolicy<Exec>(exec, 0, n),
         KOKKOS_LAMBDA(const std::size_t i, std::uint64_t& acc) {
           acc += checksum_mix64(off + i, checksum_bits(flat(i)));
         },
@@ -108,13 +108,13 @@ std::uint64_t checksum(const V& v, index_t global_offset = 0) {
   }
   if constexpr (R == 1) {
     Kokkos::parallel_reduce(
-        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(0, n),
+        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(exec, 0, n),
         KOKKOS_LAMBDA(const std::size_t i, std::uint64_t& acc) { acc += checksum_mix64(off + i, checksum_bits(v(i))); },
         sum);
   } else if constexpr (R == 2) {
     const std::size_t e1 = v.extent(1);
     Kokkos::parallel_reduce(
-        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(0, n),
+        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(exec, 0, n),
         KOKKOS_LAMBDA(const std::size_t i, std::uint64_t& acc) {
           acc += checksum_mix64(off + i, checksum_bits(v(i / e1, i % e1)));
         },
@@ -122,7 +122,7 @@ std::uint64_t checksum(const V& v, index_t global_offset = 0) {
   } else if constexpr (R == 3) {
     const std::size_t e1 = v.extent(1), e2 = v.extent(2);
     Kokkos::parallel_reduce(
-        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(0, n),
+        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(exec, 0, n),
         KOKKOS_LAMBDA(const std::size_t i, std::uint64_t& acc) {
           const std::size_t i2 = i % e2, r = i / e2;
           acc += checksum_mix64(off + i, checksum_bits(v(r / e1, r % e1, i2)));
@@ -131,7 +131,7 @@ std::uint64_t checksum(const V& v, index_t global_offset = 0) {
   } else if constexpr (R == 4) {
     const std::size_t e1 = v.extent(1), e2 = v.extent(2), e3 = v.extent(3);
     Kokkos::parallel_reduce(
-        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(0, n),
+        "exa::checksum::strided", Kokkos::RangePolicy<Exec>(exec, 0, n),
         KOKKOS_LAMBDA(const std::size_t i, std::uint64_t& acc) {
           const std::size_t i3 = i % e3, r3 = i / e3;
           const std::size_t i2 = r3 % e2, r2 = r3 / e2;

@@ -45,27 +45,27 @@ void check_pair(const S& src, const D& dst, const char* what) {
 
 // dst[i] = round_to_nearest_even_bf16(src[i]).
 template <class S, class D>
-void fp32_to_bf16(const S& src, const D& dst) {
+void fp32_to_bf16(const S& src, const D& dst, const exec_of<D>& exec = exec_of<D>{}) {
   static_assert(std::is_same<scalar_of<S>, float>::value, "fp32_to_bf16: source must hold float");
   static_assert(std::is_same<typename D::value_type, bf16>::value, "fp32_to_bf16: destination must hold exa::bf16");
   convert_detail::check_pair(src, dst, "fp32_to_bf16");
   const auto s = convert_detail::flat(src);
   const auto d = convert_detail::flat(dst);
   Kokkos::parallel_for(
-      "exa::convert::fp32_to_bf16", Kokkos::RangePolicy<exec_of<D>>(0, d.extent(0)),
+      "exa::convert::fp32_to_bf16", Kokkos::RangePolicy<exec_of<D>>(exec, 0, d.extent(0)),
       KOKKOS_LAMBDA(const std::size_t i) { d(i) = to_bf16(s(i)); });
 }
 
 // dst[i] = float(src[i]) (exact).
 template <class S, class D>
-void bf16_to_fp32(const S& src, const D& dst) {
+void bf16_to_fp32(const S& src, const D& dst, const exec_of<D>& exec = exec_of<D>{}) {
   static_assert(std::is_same<scalar_of<S>, bf16>::value, "bf16_to_fp32: source must hold exa::bf16");
   static_assert(std::is_same<typename D::value_type, float>::value, "bf16_to_fp32: destination must hold float");
   convert_detail::check_pair(src, dst, "bf16_to_fp32");
   const auto s = convert_detail::flat(src);
   const auto d = convert_detail::flat(dst);
   Kokkos::parallel_for(
-      "exa::convert::bf16_to_fp32", Kokkos::RangePolicy<exec_of<D>>(0, d.extent(0)),
+      "exa::convert::bf16_to_fp32", Kokkos::RangePolicy<exec_of<D>>(exec, 0, d.extent(0)),
       KOKKOS_LAMBDA(const std::size_t i) { d(i) = to_float(s(i)); });
 }
 

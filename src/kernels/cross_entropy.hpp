@@ -46,12 +46,13 @@ KOKKOS_INLINE_FUNCTION double ce_row_lse(const Member& team, const LV& logits, i
   return double(mx) + kx::log(s);
 }
 
-template <class TV>
-index_t ce_count_valid(const TV& targets) {
-  using Exec = typename TV::execution_space;
+// Runs on the caller's instance (of the logits' space, from which targets
+// must be accessible anyway).
+template <class TV, class Exec>
+index_t ce_count_valid(const TV& targets, const Exec& exec) {
   index_t cnt = 0;
   Kokkos::parallel_reduce(
-      "exa::cross_entropy::count", Kokkos::RangePolicy<Exec>(0, targets.extent(0)),
+      "exa::cross_entropy::count", Kokkos::RangePolicy<Exec>(exec, 0, targets.extent(0)),
       KOKKOS_LAMBDA(const index_t n, index_t& acc) { acc += targets(n) >= 0 ? 1 : 0; }, cnt);
   return cnt;
 }
@@ -60,7 +61,8 @@ index_t ce_count_valid(const TV& targets) {
 
 // Sum of the per-row losses and the count of non-ignored rows; saves lse[N].
 template <class LV, class TV, class LseV>
-CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, const LseV& lse) {
+CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, const LseV& lse,
+                                          const exec_of<LV>& exec = exec_of<LV>{}) {
   static_assert(LV::rank == 2 && TV::rank == 1 && LseV::rank == 1,
                 "exa::cross_entropy_forward: logits[N,V], targets[N], lse[N]");
   using Exec = typename LV::execution_space;
@@ -73,7 +75,7 @@ CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, c
   if (n_rows == 0) return out;
   double total = 0;
   Kokkos::parallel_reduce(
-      "exa::cross_entropy::forward", Policy(n_rows, Kokkos::AUTO),
+      "exa::cross_entropy::forward", Policy(exec, n_rows, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team, double& acc) {
         const index_t n = team.league_rank();
         const double l = detail::ce_row_lse(team, logits, n);
@@ -85,19 +87,21 @@ CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, c
       },
       total);
   out.loss_sum = total;
-  out.n_valid = detail::ce_count_valid(targets);
+  out.n_valid = detail::ce_count_valid(targets, exec);
   return out;
 }
 
 // Mean loss over the non-ignored rows (0 when every row is ignored); saves lse[N].
 template <class LV, class TV, class LseV>
-double cross_entropy_forward(const LV& logits, const TV& targets, const LseV& lse) {
-  return cross_entropy_forward_sum(logits, targets, lse).mean();
+double cross_entropy_forward(const LV& logits, const TV& targets, const LseV& lse,
+                             const exec_of<LV>& exec = exec_of<LV>{}) {
+  return cross_entropy_forward_sum(logits, targets, lse, exec).mean();
 }
 
 // Per-row losses (evaluation): losses[n] = lse[n] - logits[n, target[n]], 0 where ignored; saves lse[N].
 template <class LV, class TV, class LseV, class LossV>
-void cross_entropy_rows(const LV& logits, const TV& targets, const LseV& lse, const LossV& losses) {
+void cross_entropy_rows(const LV& logits, const TV& targets, const LseV& lse, const LossV& losses,
+                        const exec_of<LV>& exec = exec_of<LV>{}) {
   static_assert(LV::rank == 2 && TV::rank == 1 && LseV::rank == 1 && LossV::rank == 1,
                 "exa::cross_entropy_rows: logits[N,V], targets[N], lse[N], losses[N]");
   using Exec = typename LV::execution_space;
@@ -111,7 +115,7 @@ void cross_entropy_rows(const LV& logits, const TV& targets, const LseV& lse, co
               losses.extent(0), n_rows);
   if (n_rows == 0) return;
   Kokkos::parallel_for(
-      "exa::cross_entropy::rows", Policy(n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "exa::cross_entropy::rows", Policy(exec, n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const index_t n = team.league_rank();
         const double l = detail::ce_row_lse(team, logits, n);
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
@@ -126,7 +130,7 @@ void cross_entropy_rows(const LV& logits, const TV& targets, const LseV& lse, co
 // target < 0. dlogits may be logits itself.
 template <class LV, class TV, class LseV, class DLV>
 void cross_entropy_backward(const LV& logits, const TV& targets, const LseV& lse, double dloss, index_t n_valid,
-                            const DLV& dlogits) {
+                            const DLV& dlogits, const exec_of<DLV>& exec = exec_of<DLV>{}) {
   static_assert(LV::rank == 2 && TV::rank == 1 && LseV::rank == 1 && DLV::rank == 2,
                 "exa::cross_entropy_backward: logits[N,V], targets[N], lse[N], dlogits[N,V]");
   using Exec = typename DLV::execution_space;
@@ -139,7 +143,7 @@ void cross_entropy_backward(const LV& logits, const TV& targets, const LseV& lse
               n_rows, V);
   const T scale = n_valid > 0 ? T(dloss / double(n_valid)) : T(0);
   Kokkos::parallel_for(
-      "exa::cross_entropy::backward", Kokkos::RangePolicy<Exec>(0, n_rows * V), KOKKOS_LAMBDA(const index_t idx) {
+      "exa::cross_entropy::backward", Kokkos::RangePolicy<Exec>(exec, 0, n_rows * V), KOKKOS_LAMBDA(const index_t idx) {
         const index_t r = idx / V, c = idx % V;
         const std::int64_t t = targets(r);
         if (t < 0) {

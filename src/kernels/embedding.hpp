@@ -33,7 +33,8 @@ struct ColumnBlock {
 
 // out[n, :] = table[tok[n], :]; table [V,d], tokens [N] (int32), out [N,d].
 template <class TableV, class TokV, class OutV>
-void embedding_forward(const TableV& table, const TokV& tokens, const OutV& out) {
+void embedding_forward(const TableV& table, const TokV& tokens, const OutV& out,
+                       const exec_of<OutV>& exec = exec_of<OutV>{}) {
   static_assert(TableV::rank == 2 && TokV::rank == 1 && OutV::rank == 2,
                 "exa::embedding_forward: table[V,d], tokens[N], out[N,d]");
   using Exec = typename OutV::execution_space;
@@ -41,7 +42,7 @@ void embedding_forward(const TableV& table, const TokV& tokens, const OutV& out)
   EXA_REQUIRE(index_t(out.extent(0)) == n_tok && index_t(out.extent(1)) == d,
               "exa::embedding_forward: out is {}x{}, expected {}x{}", out.extent(0), out.extent(1), n_tok, d);
   Kokkos::parallel_for(
-      "exa::embedding::forward", Kokkos::RangePolicy<Exec>(0, n_tok * d), KOKKOS_LAMBDA(index_t i) {
+      "exa::embedding::forward", Kokkos::RangePolicy<Exec>(exec, 0, n_tok * d), KOKKOS_LAMBDA(index_t i) {
         const index_t n = i / d, j = i % d;
         out(n, j) = table(tokens(n), j);
       });
@@ -50,7 +51,8 @@ void embedding_forward(const TableV& table, const TokV& tokens, const OutV& out)
 // dtable[v, :] = (accumulate ? dtable[v, :] : 0) + sum_{n : tok[n] == v} dout[n, :],
 // summed in token order (deterministic, no atomics).
 template <class TokV, class DOutV, class DTableV>
-void embedding_backward(const TokV& tokens, const DOutV& dout, const DTableV& dtable, bool accumulate) {
+void embedding_backward(const TokV& tokens, const DOutV& dout, const DTableV& dtable, bool accumulate,
+                        const exec_of<DTableV>& exec = exec_of<DTableV>{}) {
   static_assert(TokV::rank == 1 && DOutV::rank == 2 && DTableV::rank == 2,
                 "exa::embedding_backward: tokens[N], dout[N,d], dtable[V,d]");
   using Exec = typename DTableV::execution_space;
@@ -61,7 +63,7 @@ void embedding_backward(const TokV& tokens, const DOutV& dout, const DTableV& dt
   const index_t cb = detail::ColumnBlock<Exec>::value;
   const index_t n_blocks = (d + cb - 1) / cb;
   Kokkos::parallel_for(
-      "exa::embedding::backward", Kokkos::RangePolicy<Exec>(0, n_blocks), KOKKOS_LAMBDA(index_t blk) {
+      "exa::embedding::backward", Kokkos::RangePolicy<Exec>(exec, 0, n_blocks), KOKKOS_LAMBDA(index_t blk) {
         const index_t j0 = blk * cb;
         const index_t j1 = (j0 + cb < d) ? j0 + cb : d;
         if (!accumulate)

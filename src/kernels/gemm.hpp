@@ -20,13 +20,32 @@
 // Unlike KokkosBlas::gemm (3.4), a product with an empty inner dimension
 // (K = 0, e.g. the weight gradient of an expert that received no tokens)
 // still applies beta to C, as BLAS does: C = beta C (C = 0 when beta = 0).
+//
+// Every form takes a trailing execution-space instance of C's execution
+// space (default: the default instance), so that a caller can put compute on
+// its own CUDA stream, apart from communication. Kokkos Kernels 3.4.1's
+// KokkosBlas::gemm has no instance overload (it always runs on the default
+// instance, cuBLAS on the default stream); 4.x has one. See run_gemm below.
 #include <KokkosBlas3_gemm.hpp>
+#include <KokkosKernels_config.h>
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/types.hpp"
+
+// KokkosBlas::gemm(space, transA, ...) is used from Kokkos Kernels 4.0 on
+// (every 4.x has it; 3.4.1, the oldest release ExaMoE supports, does not).
+// Older releases do not define KOKKOSKERNELS_VERSION (3.4.1 does not), and
+// Kokkos Kernels is released in lockstep with Kokkos, so Kokkos' own
+// version decides there.
+#if defined(KOKKOSKERNELS_VERSION)
+#define EXA_KK_GEMM_TAKES_INSTANCE (KOKKOSKERNELS_VERSION >= 40000)
+#else
+#define EXA_KK_GEMM_TAKES_INSTANCE (KOKKOS_VERSION >= 40000)
+#endif
 
 namespace exa::kernels {
 
@@ -40,13 +59,13 @@ inline bool gemm_trans_flag(char t, const char* which) {
 
 // C = beta * C, with beta == 0 writing exact zeros (BLAS semantics: C is not read).
 template <class CV>
-void gemm_scale(const CV& C, typename CV::non_const_value_type beta) {
+void gemm_scale(const CV& C, typename CV::non_const_value_type beta, const exec_of<CV>& exec) {
   using T = typename CV::non_const_value_type;
-  using Exec = typename CV::execution_space;
+  using Exec = exec_of<CV>;
   const index_t m = C.extent(0), n = C.extent(1);
   if (m == 0 || n == 0 || beta == T(1)) return;
   Kokkos::parallel_for(
-      "exa::gemm::scale_c", Kokkos::RangePolicy<Exec>(0, m * n), KOKKOS_LAMBDA(index_t i) {
+      "exa::gemm::scale_c", Kokkos::RangePolicy<Exec>(exec, 0, m * n), KOKKOS_LAMBDA(index_t i) {
         const index_t r = i / n, c = i % n;
         C(r, c) = (beta == T(0)) ? T(0) : beta * C(r, c);
       });
@@ -65,14 +84,47 @@ inline void check_group_offsets(const std::vector<index_t>& offsets, index_t exp
               what, offsets[experts], rows);
 }
 
+// True when `exec` is not the default instance of its space, i.e. it has its
+// own CUDA stream. Host instances run their work synchronously, so for them
+// the distinction does not matter and this is false.
+template <class Exec>
+bool is_own_stream(const Exec& exec) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same<Exec, Kokkos::Cuda>::value) return exec.cuda_stream() != Kokkos::Cuda().cuda_stream();
+#endif
+  (void)exec;
+  return false;
+}
+
+// KokkosBlas::gemm on `exec`. With Kokkos Kernels >= 4.0 that is its
+// instance overload. Older releases (3.4.1) only run on the default
+// instance (cuBLAS on the default stream). The product is the same there
+// (the same BLAS call, bit for bit), only the stream differs, so for an
+// instance with its own stream the call is ordered by hand: wait for the
+// work already queued on `exec` (which may have produced A and B), run, and
+// wait for the device (whichever stream the BLAS used) so that work queued
+// on `exec` afterwards sees C. The default instance pays nothing extra.
+template <class AV, class BV, class CV>
+void run_gemm(const char* ta, const char* tb, typename CV::const_value_type alpha, const AV& A, const BV& B,
+              typename CV::const_value_type beta, const CV& C, const exec_of<CV>& exec) {
+#if EXA_KK_GEMM_TAKES_INSTANCE
+  KokkosBlas::gemm(exec, ta, tb, alpha, A, B, beta, C);
+#else
+  const bool own = is_own_stream(exec);
+  if (own) exec.fence();
+  KokkosBlas::gemm(ta, tb, alpha, A, B, beta, C);
+  if (own) Kokkos::fence();
+#endif
+}
+
 }  // namespace detail
 
 // C = alpha * op(A) * op(B) + beta * C, op = identity ('N') or transpose ('T').
-// Runs in C's execution space. A, B, C are rank-2 Views (any layout Kokkos
-// Kernels accepts; all-LayoutRight or all-LayoutLeft reach the BLAS TPL).
+// Runs in C's execution space, on `exec`. A, B, C are rank-2 Views (any layout
+// Kokkos Kernels accepts; all-LayoutRight or all-LayoutLeft reach the BLAS TPL).
 template <class AV, class BV, class CV>
 void gemm(char transA, char transB, typename CV::const_value_type alpha, const AV& A, const BV& B,
-          typename CV::const_value_type beta, const CV& C) {
+          typename CV::const_value_type beta, const CV& C, const exec_of<CV>& exec = exec_of<CV>{}) {
   static_assert(AV::rank == 2 && BV::rank == 2 && CV::rank == 2, "exa::gemm: A, B, C must be rank-2 Views");
   using T = typename CV::non_const_value_type;
   const bool ta = detail::gemm_trans_flag(transA, "transA");
@@ -86,21 +138,22 @@ void gemm(char transA, char transB, typename CV::const_value_type alpha, const A
               transB, kb, n, C.extent(0), C.extent(1));
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == T(0)) {
-    detail::gemm_scale(C, beta);
+    detail::gemm_scale(C, beta, exec);
     return;
   }
   const char ta_s[2] = {ta ? 'T' : 'N', '\0'};
   const char tb_s[2] = {tb ? 'T' : 'N', '\0'};
   Kokkos::Profiling::pushRegion("exa::gemm");
-  KokkosBlas::gemm(ta_s, tb_s, alpha, A, B, beta, C);
+  detail::run_gemm(ta_s, tb_s, alpha, A, B, beta, C, exec);
   Kokkos::Profiling::popRegion();
 }
 
 // y[N,out] = x[N,in] W[out,in]^T (+ y when accumulate).
 template <class XV, class WV, class YV>
-void linear_forward(const XV& x, const WV& W, const YV& y, bool accumulate = false) {
+void linear_forward(const XV& x, const WV& W, const YV& y, bool accumulate = false,
+                    const exec_of<YV>& exec = exec_of<YV>{}) {
   using T = typename YV::non_const_value_type;
-  gemm('N', 'T', T(1), x, W, accumulate ? T(1) : T(0), y);
+  gemm('N', 'T', T(1), x, W, accumulate ? T(1) : T(0), y, exec);
 }
 
 // Backward of y = x W^T given dy:
@@ -108,16 +161,16 @@ void linear_forward(const XV& x, const WV& W, const YV& y, bool accumulate = fal
 //   dW[out,in] (+)= dy^T x        (+= when accumulate_dW)
 template <class XV, class WV, class DYV, class DXV, class DWV>
 void linear_backward(const XV& x, const WV& W, const DYV& dy, const DXV& dx, const DWV& dW, bool accumulate_dW,
-                     bool accumulate_dx = false) {
+                     bool accumulate_dx = false, const exec_of<DWV>& exec = exec_of<DWV>{}) {
   using T = typename DWV::non_const_value_type;
-  if (dx.data() != nullptr) gemm('N', 'N', T(1), dy, W, accumulate_dx ? T(1) : T(0), dx);
-  gemm('T', 'N', T(1), dy, x, accumulate_dW ? T(1) : T(0), dW);
+  if (dx.data() != nullptr) gemm('N', 'N', T(1), dy, W, accumulate_dx ? T(1) : T(0), dx, exec);
+  gemm('T', 'N', T(1), dy, x, accumulate_dW ? T(1) : T(0), dW, exec);
 }
 
 // C[b] = alpha op(A[b]) op(B[b]) + beta C[b] for rank-3 Views [batch, rows, cols].
 template <class AV, class BV, class CV>
 void gemm_batched(char transA, char transB, typename CV::const_value_type alpha, const AV& A, const BV& B,
-                  typename CV::const_value_type beta, const CV& C) {
+                  typename CV::const_value_type beta, const CV& C, const exec_of<CV>& exec = exec_of<CV>{}) {
   static_assert(AV::rank == 3 && BV::rank == 3 && CV::rank == 3,
                 "exa::gemm_batched: A, B, C must be rank-3 Views [batch, rows, cols]");
   EXA_REQUIRE(A.extent(0) == C.extent(0) && B.extent(0) == C.extent(0),
@@ -125,7 +178,7 @@ void gemm_batched(char transA, char transB, typename CV::const_value_type alpha,
   Kokkos::Profiling::pushRegion("exa::gemm_batched");
   for (std::size_t b = 0; b < C.extent(0); ++b) {
     gemm(transA, transB, alpha, Kokkos::subview(A, b, Kokkos::ALL, Kokkos::ALL),
-         Kokkos::subview(B, b, Kokkos::ALL, Kokkos::ALL), beta, Kokkos::subview(C, b, Kokkos::ALL, Kokkos::ALL));
+         Kokkos::subview(B, b, Kokkos::ALL, Kokkos::ALL), beta, Kokkos::subview(C, b, Kokkos::ALL, Kokkos::ALL), exec);
   }
   Kokkos::Profiling::popRegion();
 }
@@ -136,7 +189,7 @@ void gemm_batched(char transA, char transB, typename CV::const_value_type alpha,
 // Rows at and beyond offsets[E] are not touched. Empty groups are fine.
 template <class XV, class WV, class YV>
 void grouped_linear_forward(const XV& X, const WV& W, const std::vector<index_t>& offsets, const YV& Y,
-                            bool accumulate = false) {
+                            bool accumulate = false, const exec_of<YV>& exec = exec_of<YV>{}) {
   static_assert(XV::rank == 2 && WV::rank == 3 && YV::rank == 2,
                 "exa::grouped_linear_forward: X[rows,in], W[E,out,in], Y[rows,out]");
   const index_t E = W.extent(0);
@@ -148,7 +201,7 @@ void grouped_linear_forward(const XV& X, const WV& W, const std::vector<index_t>
     const auto rows = Kokkos::make_pair(offsets[e], offsets[e + 1]);
     if (rows.first == rows.second) continue;
     linear_forward(Kokkos::subview(X, rows, Kokkos::ALL), Kokkos::subview(W, e, Kokkos::ALL, Kokkos::ALL),
-                   Kokkos::subview(Y, rows, Kokkos::ALL), accumulate);
+                   Kokkos::subview(Y, rows, Kokkos::ALL), accumulate, exec);
   }
   Kokkos::Profiling::popRegion();
 }
@@ -158,7 +211,8 @@ void grouped_linear_forward(const XV& X, const WV& W, const std::vector<index_t>
 //   dW[e]         (+)= dY[rows of e]^T X[rows of e]   (an empty group gives dW[e] = 0, or leaves it when accumulating)
 template <class XV, class WV, class DYV, class DXV, class DWV>
 void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std::vector<index_t>& offsets,
-                             const DXV& dX, const DWV& dW, bool accumulate_dW, bool accumulate_dx = false) {
+                             const DXV& dX, const DWV& dW, bool accumulate_dW, bool accumulate_dx = false,
+                             const exec_of<DWV>& exec = exec_of<DWV>{}) {
   static_assert(XV::rank == 2 && WV::rank == 3 && DYV::rank == 2 && DXV::rank == 2 && DWV::rank == 3,
                 "exa::grouped_linear_backward: X[rows,in], W[E,out,in], dY[rows,out], dX[rows,in], dW[E,out,in]");
   const index_t E = W.extent(0);
@@ -176,8 +230,8 @@ void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std:
     const auto dYe = Kokkos::subview(dY, rows, Kokkos::ALL);
     using T = typename DWV::non_const_value_type;
     if (want_dx && rows.first != rows.second)
-      gemm('N', 'N', T(1), dYe, We, accumulate_dx ? T(1) : T(0), Kokkos::subview(dX, rows, Kokkos::ALL));
-    gemm('T', 'N', T(1), dYe, Kokkos::subview(X, rows, Kokkos::ALL), accumulate_dW ? T(1) : T(0), dWe);
+      gemm('N', 'N', T(1), dYe, We, accumulate_dx ? T(1) : T(0), Kokkos::subview(dX, rows, Kokkos::ALL), exec);
+    gemm('T', 'N', T(1), dYe, Kokkos::subview(X, rows, Kokkos::ALL), accumulate_dW ? T(1) : T(0), dWe, exec);
   }
   Kokkos::Profiling::popRegion();
 }

@@ -30,7 +30,7 @@ constexpr std::size_t norm_block() {
 
 // Works on a View of any rank whose memory is contiguous (every ExaMoE tensor).
 template <class V>
-double global_sq_norm(const V& v) {
+double global_sq_norm(const V& v, const exec_of<V>& exec = exec_of<V>{}) {
   using T = typename V::non_const_value_type;
   using Exec = typename V::execution_space;
   static_assert(detail::norm_block<Exec>() % detail::kNormLanes == 0,
@@ -41,7 +41,7 @@ double global_sq_norm(const V& v) {
   const std::size_t nblocks = (n + blk - 1) / blk;
   double s = 0;
   Kokkos::parallel_reduce(
-      "exa::global_sq_norm", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>(0, nblocks),
+      "exa::global_sq_norm", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>(exec, 0, nblocks),
       KOKKOS_LAMBDA(const std::size_t b, double& acc) {
         const std::size_t i0 = b * blk;
         const std::size_t i1 = (n - i0 < blk) ? n : i0 + blk;

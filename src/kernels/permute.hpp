@@ -66,9 +66,12 @@ struct PermutePlan {
 };
 
 // Builds the permutation for topk [N,k] over n_experts experts with the
-// given capacity (0 = dropless). Runs in topk's execution space.
+// given capacity (0 = dropless). Runs in topk's execution space, on `exec`;
+// returns once offsets_host is filled (it waits for `exec`), with token_of
+// still being written on `exec`.
 template <class I>
-PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, index_t capacity) {
+PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, index_t capacity,
+                                                  const exec_of<I>& exec = exec_of<I>{}) {
   using D = typename I::device_type;
   using Exec = exec_of<I>;
   const index_t N = static_cast<index_t>(topk.extent(0));
@@ -81,7 +84,7 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
 
   index_t bad = 0;
   Kokkos::parallel_reduce(
-      "exa::permute::check_ids", Kokkos::RangePolicy<Exec>(0, NK),
+      "exa::permute::check_ids", Kokkos::RangePolicy<Exec>(exec, 0, NK),
       KOKKOS_LAMBDA(const index_t a, index_t& acc) {
         const int e = topk(a / K, static_cast<int>(a % K));
         acc += (e < 0 || e >= E) ? 1 : 0;
@@ -94,29 +97,30 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
   plan.k = K;
   plan.n_experts = E;
   plan.capacity = capacity;
-  plan.counts = Kokkos::View<int*, Layout, D>("exa::permute::counts", E);
-  plan.routed = Kokkos::View<int*, Layout, D>("exa::permute::routed", E);
-  plan.offsets = Kokkos::View<index_t*, Layout, D>("exa::permute::offsets", E + 1);
-  plan.row_of = Kokkos::View<int**, Layout, D>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::permute::row_of"),
-                                                N, K);
+  // Allocations (and the zero fills) are queued on `exec` too.
+  plan.counts = Kokkos::View<int*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::counts"), E);
+  plan.routed = Kokkos::View<int*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::routed"), E);
+  plan.offsets = Kokkos::View<index_t*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::offsets"), E + 1);
+  plan.row_of = Kokkos::View<int**, Layout, D>(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::permute::row_of"), N, K);
 
   // Chunks of the flattened (n, j) assignment order.
   const index_t chunk = kx::max(index_t(256), (NK + 4095) / 4096);
   const index_t nchunks = (NK + chunk - 1) / chunk;
-  Kokkos::View<int**, Layout, D> base("exa::permute::chunk_base", nchunks, E);
+  Kokkos::View<int**, Layout, D> base(Kokkos::view_alloc(exec, "exa::permute::chunk_base"), nchunks, E);
 
   auto counts = plan.counts;
   auto routed = plan.routed;
   auto offsets = plan.offsets;
   auto row_of = plan.row_of;
   Kokkos::parallel_for(
-      "exa::permute::histogram", Kokkos::RangePolicy<Exec>(0, nchunks), KOKKOS_LAMBDA(const index_t c) {
+      "exa::permute::histogram", Kokkos::RangePolicy<Exec>(exec, 0, nchunks), KOKKOS_LAMBDA(const index_t c) {
         const index_t a1 = kx::min(NK, (c + 1) * chunk);
         for (index_t a = c * chunk; a < a1; ++a) base(c, topk(a / K, static_cast<int>(a % K))) += 1;
       });
   const index_t cap = capacity;
   Kokkos::parallel_for(
-      "exa::permute::expert_scan", Kokkos::RangePolicy<Exec>(0, E), KOKKOS_LAMBDA(const int e) {
+      "exa::permute::expert_scan", Kokkos::RangePolicy<Exec>(exec, 0, E), KOKKOS_LAMBDA(const int e) {
         int run = 0;
         for (index_t c = 0; c < nchunks; ++c) {
           const int t = base(c, e);
@@ -127,13 +131,13 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
         counts(e) = (cap > 0 && run > cap) ? static_cast<int>(cap) : run;
       });
   Kokkos::parallel_scan(
-      "exa::permute::offsets", Kokkos::RangePolicy<Exec>(0, E + 1),
+      "exa::permute::offsets", Kokkos::RangePolicy<Exec>(exec, 0, E + 1),
       KOKKOS_LAMBDA(const int e, index_t& upd, const bool final) {
         if (final) offsets(e) = upd;
         if (e < E) upd += counts(e);
       });
   Kokkos::parallel_for(
-      "exa::permute::rows", Kokkos::RangePolicy<Exec>(0, nchunks), KOKKOS_LAMBDA(const index_t c) {
+      "exa::permute::rows", Kokkos::RangePolicy<Exec>(exec, 0, nchunks), KOKKOS_LAMBDA(const index_t c) {
         const index_t a1 = kx::min(NK, (c + 1) * chunk);
         for (index_t a = c * chunk; a < a1; ++a) {
           const index_t n = a / K;
@@ -145,15 +149,17 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
       });
 
   plan.offsets_host = Kokkos::View<index_t*, Layout, Kokkos::HostSpace>("exa::permute::offsets_host", E + 1);
-  Kokkos::deep_copy(plan.offsets_host, plan.offsets);
+  // Ordered after the scan on `exec`; the host reads the copy right away.
+  Kokkos::deep_copy(exec, plan.offsets_host, plan.offsets);
+  exec.fence();
   plan.rows = plan.offsets_host(E);
   plan.dropped = NK - plan.rows;
 
   plan.token_of = Kokkos::View<int*, Layout, D>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::permute::token_of"), plan.rows);
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::permute::token_of"), plan.rows);
   auto token_of = plan.token_of;
   Kokkos::parallel_for(
-      "exa::permute::token_of", Kokkos::RangePolicy<Exec>(0, NK), KOKKOS_LAMBDA(const index_t a) {
+      "exa::permute::token_of", Kokkos::RangePolicy<Exec>(exec, 0, NK), KOKKOS_LAMBDA(const index_t a) {
         const index_t n = a / K;
         const int r = row_of(n, static_cast<int>(a % K));
         if (r >= 0) token_of(r) = static_cast<int>(n);
@@ -163,7 +169,7 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
 
 // xp [rows,d] = x [N,d] gathered by token_of [rows].
 template <class X, class R, class XP>
-void permute_forward(const X& x, const R& token_of, const XP& xp) {
+void permute_forward(const X& x, const R& token_of, const XP& xp, const exec_of<XP>& exec = exec_of<XP>{}) {
   using Exec = exec_of<XP>;
   using T = scalar_of<XP>;
   const index_t M = static_cast<index_t>(xp.extent(0));
@@ -172,7 +178,7 @@ void permute_forward(const X& x, const R& token_of, const XP& xp) {
               "exa::kernels::permute_forward: shapes disagree");
   if (M == 0 || d == 0) return;
   Kokkos::parallel_for(
-      "exa::permute::forward", detail::PermuteRows2<Exec>({0, 0}, {M, d}),
+      "exa::permute::forward", detail::PermuteRows2<Exec>(exec, {0, 0}, {M, d}),
       KOKKOS_LAMBDA(const index_t r, const index_t c) {
         xp(r, c) = T(x(token_of(r), c));
       });
@@ -180,7 +186,7 @@ void permute_forward(const X& x, const R& token_of, const XP& xp) {
 
 // dx [N,d] = sum over kept slots j of dxp [row_of[n,j], :] (overwritten).
 template <class DXP, class R2, class DX>
-void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx) {
+void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx, const exec_of<DX>& exec = exec_of<DX>{}) {
   using Exec = exec_of<DX>;
   using T = scalar_of<DX>;
   const index_t N = static_cast<index_t>(dx.extent(0));
@@ -190,7 +196,7 @@ void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx) {
               "exa::kernels::permute_backward: shapes disagree");
   if (N == 0 || d == 0) return;
   Kokkos::parallel_for(
-      "exa::permute::backward", detail::PermuteRows2<Exec>({0, 0}, {N, d}),
+      "exa::permute::backward", detail::PermuteRows2<Exec>(exec, {0, 0}, {N, d}),
       KOKKOS_LAMBDA(const index_t n, const index_t c) {
         T s = 0;
         for (int j = 0; j < K; ++j) {
@@ -203,7 +209,8 @@ void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx) {
 
 // y [N,d] = sum over kept slots j of gates[n,j] * yp [row_of[n,j], :].
 template <class YP, class G, class R2, class Y>
-void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& y) {
+void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& y,
+                       const exec_of<Y>& exec = exec_of<Y>{}) {
   using Exec = exec_of<Y>;
   using T = scalar_of<Y>;
   const index_t N = static_cast<index_t>(y.extent(0));
@@ -214,7 +221,7 @@ void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& 
               "exa::kernels::unpermute_forward: shapes disagree");
   if (N == 0 || d == 0) return;
   Kokkos::parallel_for(
-      "exa::unpermute::forward", detail::PermuteRows2<Exec>({0, 0}, {N, d}),
+      "exa::unpermute::forward", detail::PermuteRows2<Exec>(exec, {0, 0}, {N, d}),
       KOKKOS_LAMBDA(const index_t n, const index_t c) {
         T s = 0;
         for (int j = 0; j < K; ++j) {
@@ -229,7 +236,7 @@ void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& 
 // dyp [rows,d] and dgates [N,k] (both overwritten; dropped slots get 0).
 template <class DY, class YP, class G, class R2, class DYP, class DG>
 void unpermute_backward(const DY& dy, const YP& yp, const G& gates, const R2& row_of, const DYP& dyp,
-                        const DG& dgates) {
+                        const DG& dgates, const exec_of<DYP>& exec = exec_of<DYP>{}) {
   using Exec = exec_of<DYP>;
   using T = scalar_of<DYP>;
   using TG = scalar_of<DG>;
@@ -246,14 +253,14 @@ void unpermute_backward(const DY& dy, const YP& yp, const G& gates, const R2& ro
   // Each row of the permuted buffer comes from exactly one kept (n, j).
   if (N > 0 && K > 0 && d > 0)
     Kokkos::parallel_for(
-        "exa::unpermute::backward_rows", detail::PermuteRows3<Exec>({0, 0, 0}, {N, index_t(K), d}),
+        "exa::unpermute::backward_rows", detail::PermuteRows3<Exec>(exec, {0, 0, 0}, {N, index_t(K), d}),
         KOKKOS_LAMBDA(const index_t n, const index_t jj, const index_t c) {
           const int j = static_cast<int>(jj);
           const int r = row_of(n, j);
           if (r >= 0) dyp(r, c) = T(gates(n, j)) * T(dy(n, c));
         });
   Kokkos::parallel_for(
-      "exa::unpermute::backward_gates", Kokkos::TeamPolicy<Exec>(static_cast<int>(N * K), Kokkos::AUTO),
+      "exa::unpermute::backward_gates", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(N * K), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const index_t a = team.league_rank();
         const index_t n = a / K;

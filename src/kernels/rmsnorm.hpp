@@ -24,7 +24,8 @@ struct RmsnormColumnBlock {
 
 // y[N,d] = x * rstd * w, rstd[N] saved. y may alias x.
 template <class XV, class WV, class YV, class RV>
-void rmsnorm_forward(const XV& x, const WV& w, const YV& y, const RV& rstd, double eps = 1e-5) {
+void rmsnorm_forward(const XV& x, const WV& w, const YV& y, const RV& rstd, double eps = 1e-5,
+                     const exec_of<YV>& exec = exec_of<YV>{}) {
   static_assert(XV::rank == 2 && WV::rank == 1 && YV::rank == 2 && RV::rank == 1,
                 "exa::rmsnorm_forward: x[N,d], w[d], y[N,d], rstd[N]");
   using Exec = typename YV::execution_space;
@@ -40,7 +41,7 @@ void rmsnorm_forward(const XV& x, const WV& w, const YV& y, const RV& rstd, doub
   const T eps_t = T(eps);
   const T inv_d = T(1) / T(d);
   Kokkos::parallel_for(
-      "exa::rmsnorm::forward", Policy(n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "exa::rmsnorm::forward", Policy(exec, n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const index_t n = team.league_rank();
         T ss = 0;
         Kokkos::parallel_reduce(
@@ -63,7 +64,7 @@ void rmsnorm_forward(const XV& x, const WV& w, const YV& y, const RV& rstd, doub
 // dx may alias dy when accumulate_dx is false (dw is formed first).
 template <class XV, class WV, class RV, class DYV, class DXV, class DWV>
 void rmsnorm_backward(const XV& x, const WV& w, const RV& rstd, const DYV& dy, const DXV& dx, const DWV& dw,
-                      bool accumulate_dw, bool accumulate_dx = false) {
+                      bool accumulate_dw, bool accumulate_dx = false, const exec_of<DXV>& exec = exec_of<DXV>{}) {
   static_assert(XV::rank == 2 && WV::rank == 1 && RV::rank == 1 && DYV::rank == 2 && DXV::rank == 2 &&
                     DWV::rank == 1,
                 "exa::rmsnorm_backward: x[N,d], w[d], rstd[N], dy[N,d], dx[N,d], dw[d]");
@@ -83,7 +84,7 @@ void rmsnorm_backward(const XV& x, const WV& w, const RV& rstd, const DYV& dy, c
   constexpr index_t CB = detail::RmsnormColumnBlock<Exec>::value;
   const index_t n_blocks = (d + CB - 1) / CB;
   Kokkos::parallel_for(
-      "exa::rmsnorm::backward_dw", Kokkos::RangePolicy<Exec>(0, n_blocks), KOKKOS_LAMBDA(const index_t blk) {
+      "exa::rmsnorm::backward_dw", Kokkos::RangePolicy<Exec>(exec, 0, n_blocks), KOKKOS_LAMBDA(const index_t blk) {
         const index_t j0 = blk * CB;
         const index_t nj = (j0 + CB < d) ? CB : d - j0;
         double acc[CB];
@@ -99,7 +100,7 @@ void rmsnorm_backward(const XV& x, const WV& w, const RV& rstd, const DYV& dy, c
   if (n_rows == 0) return;
   const T inv_d = T(1) / T(d);
   Kokkos::parallel_for(
-      "exa::rmsnorm::backward_dx", Policy(n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "exa::rmsnorm::backward_dx", Policy(exec, n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const index_t n = team.league_rank();
         const T r = rstd(n);
         T dot = 0;  // sum_j g_j * x_j

@@ -48,7 +48,8 @@ inline void rope_check(index_t hd, const char* what) {
 // x[b,t,h,i], x[b,t,h,i+half] <- rotation by `sign` * angle(t + pos_offset, i).
 // CosSin(pos, i, c, s) provides the cosine and sine.
 template <class XV, class CosSin>
-void rope_apply(const char* label, const XV& x, index_t pos_offset, int sign, const CosSin& cs) {
+void rope_apply(const char* label, const XV& x, index_t pos_offset, int sign, const CosSin& cs,
+                const exec_of<XV>& exec) {
   using Exec = typename XV::execution_space;
   using T = typename XV::non_const_value_type;
   const index_t nb = x.extent(0), nt = x.extent(1), nh = x.extent(2), half = x.extent(3) / 2;
@@ -59,7 +60,7 @@ void rope_apply(const char* label, const XV& x, index_t pos_offset, int sign, co
   using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
                                        Kokkos::IndexType<index_t>>;
   Kokkos::parallel_for(
-      label, Policy({0, 0, 0}, {nb, nt, nh}), KOKKOS_LAMBDA(const index_t b, const index_t t, const index_t h) {
+      label, Policy(exec, {0, 0, 0}, {nb, nt, nh}), KOKKOS_LAMBDA(const index_t b, const index_t t, const index_t h) {
         const index_t pos = t + pos_offset;
         for (index_t i = 0; i < half; ++i) {
           T c, s;
@@ -106,19 +107,18 @@ struct RopeTable {
 };
 
 template <class T, class D = Device>
-RopeTable<T, D> make_rope_table(index_t max_pos, index_t head_dim, double theta = 10000.0) {
+RopeTable<T, D> make_rope_table(index_t max_pos, index_t head_dim, double theta = 10000.0,
+                                const typename D::execution_space& exec = typename D::execution_space{}) {
   detail::rope_check(head_dim, "exa::make_rope_table");
   using Exec = typename D::execution_space;
   RopeTable<T, D> tab;
   tab.head_dim = head_dim;
   tab.theta = theta;
   const index_t half = head_dim / 2;
-  tab.cos = Kokkos::View<T**, Kokkos::LayoutRight, D>(Kokkos::view_alloc(std::string("exa::rope::cos"),
-                                                                         Kokkos::WithoutInitializing),
-                                                      max_pos, half);
-  tab.sin = Kokkos::View<T**, Kokkos::LayoutRight, D>(Kokkos::view_alloc(std::string("exa::rope::sin"),
-                                                                         Kokkos::WithoutInitializing),
-                                                      max_pos, half);
+  tab.cos = Kokkos::View<T**, Kokkos::LayoutRight, D>(
+      Kokkos::view_alloc(exec, std::string("exa::rope::cos"), Kokkos::WithoutInitializing), max_pos, half);
+  tab.sin = Kokkos::View<T**, Kokkos::LayoutRight, D>(
+      Kokkos::view_alloc(exec, std::string("exa::rope::sin"), Kokkos::WithoutInitializing), max_pos, half);
   auto c = tab.cos;
   auto s = tab.sin;
   const detail::RopeDirect<T> direct{head_dim, theta};
@@ -126,7 +126,7 @@ RopeTable<T, D> make_rope_table(index_t max_pos, index_t head_dim, double theta 
   using Policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
                                        Kokkos::IndexType<index_t>>;
   Kokkos::parallel_for(
-      "exa::rope::table", Policy({0, 0}, {max_pos, half}), KOKKOS_LAMBDA(const index_t pos, const index_t i) {
+      "exa::rope::table", Policy(exec, {0, 0}, {max_pos, half}), KOKKOS_LAMBDA(const index_t pos, const index_t i) {
         T cv, sv;
         direct(pos, i, cv, sv);
         c(pos, i) = cv;
@@ -137,20 +137,24 @@ RopeTable<T, D> make_rope_table(index_t max_pos, index_t head_dim, double theta 
 
 // In-place RoPE on x[B,T,H,hd] at positions t + pos_offset (angles computed inline).
 template <class XV>
-void rope_forward(const XV& x, double theta = 10000.0, index_t pos_offset = 0) {
+void rope_forward(const XV& x, double theta = 10000.0, index_t pos_offset = 0,
+                  const exec_of<XV>& exec = exec_of<XV>{}) {
   static_assert(XV::rank == 4, "exa::rope_forward: x must be rank 4 [B, T, H, hd]");
   using T = typename XV::non_const_value_type;
   detail::rope_check(x.extent(3), "exa::rope_forward");
-  detail::rope_apply("exa::rope::forward", x, pos_offset, +1, detail::RopeDirect<T>{index_t(x.extent(3)), theta});
+  detail::rope_apply("exa::rope::forward", x, pos_offset, +1, detail::RopeDirect<T>{index_t(x.extent(3)), theta},
+                     exec);
 }
 
 // In-place backward (rotation by -angle) on the gradient dx[B,T,H,hd].
 template <class XV>
-void rope_backward(const XV& dx, double theta = 10000.0, index_t pos_offset = 0) {
+void rope_backward(const XV& dx, double theta = 10000.0, index_t pos_offset = 0,
+                   const exec_of<XV>& exec = exec_of<XV>{}) {
   static_assert(XV::rank == 4, "exa::rope_backward: dx must be rank 4 [B, T, H, hd]");
   using T = typename XV::non_const_value_type;
   detail::rope_check(dx.extent(3), "exa::rope_backward");
-  detail::rope_apply("exa::rope::backward", dx, pos_offset, -1, detail::RopeDirect<T>{index_t(dx.extent(3)), theta});
+  detail::rope_apply("exa::rope::backward", dx, pos_offset, -1, detail::RopeDirect<T>{index_t(dx.extent(3)), theta},
+                     exec);
 }
 
 namespace detail {
@@ -167,19 +171,21 @@ void rope_table_check(const XV& x, const RopeTable<T, D>& tab, index_t pos_offse
 
 // Same, with angles from a precomputed table.
 template <class XV, class T, class D>
-void rope_forward(const XV& x, const RopeTable<T, D>& tab, index_t pos_offset = 0) {
+void rope_forward(const XV& x, const RopeTable<T, D>& tab, index_t pos_offset = 0,
+                  const exec_of<XV>& exec = exec_of<XV>{}) {
   static_assert(XV::rank == 4, "exa::rope_forward: x must be rank 4 [B, T, H, hd]");
   detail::rope_table_check(x, tab, pos_offset, "exa::rope_forward");
   using TV = Kokkos::View<T**, Kokkos::LayoutRight, D>;
-  detail::rope_apply("exa::rope::forward", x, pos_offset, +1, detail::RopeLookup<TV>{tab.cos, tab.sin});
+  detail::rope_apply("exa::rope::forward", x, pos_offset, +1, detail::RopeLookup<TV>{tab.cos, tab.sin}, exec);
 }
 
 template <class XV, class T, class D>
-void rope_backward(const XV& dx, const RopeTable<T, D>& tab, index_t pos_offset = 0) {
+void rope_backward(const XV& dx, const RopeTable<T, D>& tab, index_t pos_offset = 0,
+                   const exec_of<XV>& exec = exec_of<XV>{}) {
   static_assert(XV::rank == 4, "exa::rope_backward: dx must be rank 4 [B, T, H, hd]");
   detail::rope_table_check(dx, tab, pos_offset, "exa::rope_backward");
   using TV = Kokkos::View<T**, Kokkos::LayoutRight, D>;
-  detail::rope_apply("exa::rope::backward", dx, pos_offset, -1, detail::RopeLookup<TV>{tab.cos, tab.sin});
+  detail::rope_apply("exa::rope::backward", dx, pos_offset, -1, detail::RopeLookup<TV>{tab.cos, tab.sin}, exec);
 }
 
 // Unmanaged [B, T, H, hd] view of a contiguous row-major [B*T, H*hd] tensor.

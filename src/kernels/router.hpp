@@ -42,7 +42,7 @@ struct RouterLosses {
 
 template <class Lg, class P, class S, class I, class G, class C>
 RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P& probs, const S& lse,
-                            const I& topk, const G& gates, const C& counts) {
+                            const I& topk, const G& gates, const C& counts, const exec_of<P>& exec = exec_of<P>{}) {
   using Exec = exec_of<P>;
   using T = scalar_of<P>;
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
@@ -58,7 +58,7 @@ RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P&
   const bool norm = opt.norm_topk;
 
   Kokkos::parallel_for(
-      "exa::router::softmax_topk", Kokkos::RangePolicy<Exec>(0, N), KOKKOS_LAMBDA(const index_t n) {
+      "exa::router::softmax_topk", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(const index_t n) {
         T m = T(logits(n, 0));
         for (int e = 1; e < E; ++e) m = kx::max(m, T(logits(n, e)));
         T s = 0;
@@ -104,10 +104,10 @@ RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P&
 
   // Per-expert assignment count and probability sum: one team per expert.
   Kokkos::View<double*, Kokkos::LayoutRight, typename P::device_type> psum(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::router::psum"), E);
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::router::psum"), E);
   const index_t NK = N * K;
   Kokkos::parallel_for(
-      "exa::router::expert_stats", Kokkos::TeamPolicy<Exec>(E, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "exa::router::expert_stats", Kokkos::TeamPolicy<Exec>(exec, E, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const int e = team.league_rank();
         double ps = 0;
         Kokkos::parallel_reduce(
@@ -128,11 +128,11 @@ RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P&
   if (N == 0) return out;
   double fp = 0;  // sum_e count_e * psum_e
   Kokkos::parallel_reduce(
-      "exa::router::aux_loss", Kokkos::RangePolicy<Exec>(0, E),
+      "exa::router::aux_loss", Kokkos::RangePolicy<Exec>(exec, 0, E),
       KOKKOS_LAMBDA(const int e, double& acc) { acc += double(counts(e)) * psum(e); }, fp);
   double z2 = 0;
   Kokkos::parallel_reduce(
-      "exa::router::z_loss", Kokkos::RangePolicy<Exec>(0, N),
+      "exa::router::z_loss", Kokkos::RangePolicy<Exec>(exec, 0, N),
       KOKKOS_LAMBDA(const index_t n, double& acc) {
         const double l = double(lse(n));
         acc += l * l;
@@ -150,7 +150,8 @@ RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P&
 // factor). `gates`, `probs`, `lse`, `topk`, `counts` are forward outputs.
 template <class DG, class P, class S, class I, class G, class C, class DL>
 void router_backward(const DG& dgates, const P& probs, const S& lse, const I& topk, const G& gates,
-                     const C& counts, const RouterOptions& opt, double d_aux, double d_z, const DL& dlogits) {
+                     const C& counts, const RouterOptions& opt, double d_aux, double d_z, const DL& dlogits,
+                     const exec_of<DL>& exec = exec_of<DL>{}) {
   using Exec = exec_of<DL>;
   using T = scalar_of<DL>;
   const index_t N = static_cast<index_t>(probs.extent(0));
@@ -170,7 +171,7 @@ void router_backward(const DG& dgates, const P& probs, const S& lse, const I& to
   const T c_z = static_cast<T>(d_z * opt.z_coef * 2.0 / dn);
   const bool norm = opt.norm_topk;
   Kokkos::parallel_for(
-      "exa::router::backward", Kokkos::RangePolicy<Exec>(0, N), KOKKOS_LAMBDA(const index_t n) {
+      "exa::router::backward", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(const index_t n) {
         T ssum = 0, gdot = 0;
         for (int j = 0; j < K; ++j) {
           ssum += T(probs(n, topk(n, j)));

@@ -22,13 +22,13 @@ namespace detail {
 template <class Exec>
 Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
                       Kokkos::IndexType<index_t>>
-swiglu_policy(index_t n, index_t f) {
-  return {{0, 0}, {n, f}};
+swiglu_policy(const Exec& exec, index_t n, index_t f) {
+  return {exec, {0, 0}, {n, f}};
 }
 }  // namespace detail
 
 template <class AV, class BV, class HV>
-void swiglu_forward(const AV& a, const BV& b, const HV& h) {
+void swiglu_forward(const AV& a, const BV& b, const HV& h, const exec_of<HV>& exec = exec_of<HV>{}) {
   static_assert(AV::rank == 2 && BV::rank == 2 && HV::rank == 2, "exa::swiglu_forward: a, b, h must be [N,F]");
   using Exec = typename HV::execution_space;
   using T = typename HV::non_const_value_type;
@@ -39,7 +39,8 @@ void swiglu_forward(const AV& a, const BV& b, const HV& h) {
               h.extent(0), h.extent(1));
   if (n == 0 || f == 0) return;
   Kokkos::parallel_for(
-      "exa::swiglu::forward", detail::swiglu_policy<Exec>(n, f), KOKKOS_LAMBDA(const index_t r, const index_t c) {
+      "exa::swiglu::forward", detail::swiglu_policy<Exec>(exec, n, f),
+      KOKKOS_LAMBDA(const index_t r, const index_t c) {
         const T av = a(r, c);
         const T bv = b(r, c);
         h(r, c) = av / (T(1) + kx::exp(-av)) * bv;
@@ -47,7 +48,8 @@ void swiglu_forward(const AV& a, const BV& b, const HV& h) {
 }
 
 template <class AV, class BV, class DHV, class DAV, class DBV>
-void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, const DBV& db) {
+void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, const DBV& db,
+                     const exec_of<DAV>& exec = exec_of<DAV>{}) {
   static_assert(AV::rank == 2 && BV::rank == 2 && DHV::rank == 2 && DAV::rank == 2 && DBV::rank == 2,
                 "exa::swiglu_backward: a, b, dh, da, db must be [N,F]");
   using Exec = typename DAV::execution_space;
@@ -59,7 +61,8 @@ void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, con
   EXA_REQUIRE(same, "exa::swiglu_backward: a, b, dh, da, db must all be {}x{}", n, f);
   if (n == 0 || f == 0) return;
   Kokkos::parallel_for(
-      "exa::swiglu::backward", detail::swiglu_policy<Exec>(n, f), KOKKOS_LAMBDA(const index_t r, const index_t c) {
+      "exa::swiglu::backward", detail::swiglu_policy<Exec>(exec, n, f),
+      KOKKOS_LAMBDA(const index_t r, const index_t c) {
         const T av = a(r, c);
         const T bv = b(r, c);
         const T g = dh(r, c);
