@@ -62,16 +62,21 @@ struct PermutePlan {
   Kokkos::View<index_t*, Layout, D> offsets;
   Kokkos::View<index_t*, Layout, Kokkos::HostSpace> offsets_host;
   Kokkos::View<int**, Layout, D> row_of;
-  Kokkos::View<int*, Layout, D> token_of;
+  Kokkos::View<int*, Layout, D> token_of;  // the first `rows` entries of token_buf
+  // Kept between calls so that rebuilding a plan of the same shape
+  // allocates nothing (no View initialization in a training step).
+  Kokkos::View<int**, Layout, D> chunk_base;
+  Kokkos::View<int*, Layout, D> token_buf;  // [N*k]
 };
 
 // Builds the permutation for topk [N,k] over n_experts experts with the
-// given capacity (0 = dropless). Runs in topk's execution space, on `exec`;
-// returns once offsets_host is filled (it waits for `exec`), with token_of
-// still being written on `exec`.
+// given capacity (0 = dropless) into `plan`, reusing its buffers when their
+// shapes fit. Runs in topk's execution space, on `exec`; returns once
+// offsets_host is filled (it waits for `exec`), with token_of still being
+// written on `exec`.
 template <class I>
-PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, index_t capacity,
-                                                  const exec_of<I>& exec = exec_of<I>{}) {
+void permute_plan(PermutePlan<typename I::device_type>& plan, const I& topk, int n_experts, index_t capacity,
+                  const exec_of<I>& exec = exec_of<I>{}) {
   using D = typename I::device_type;
   using Exec = exec_of<I>;
   const index_t N = static_cast<index_t>(topk.extent(0));
@@ -92,22 +97,31 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
       bad);
   EXA_REQUIRE(bad == 0, "exa::kernels::permute_plan: {} expert ids outside [0, {})", bad, E);
 
-  PermutePlan<D> plan;
   plan.n_tokens = N;
   plan.k = K;
   plan.n_experts = E;
   plan.capacity = capacity;
-  // Allocations (and the zero fills) are queued on `exec` too.
-  plan.counts = Kokkos::View<int*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::counts"), E);
-  plan.routed = Kokkos::View<int*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::routed"), E);
-  plan.offsets = Kokkos::View<index_t*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::offsets"), E + 1);
-  plan.row_of = Kokkos::View<int**, Layout, D>(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::permute::row_of"), N, K);
-
   // Chunks of the flattened (n, j) assignment order.
   const index_t chunk = kx::max(index_t(256), (NK + 4095) / 4096);
   const index_t nchunks = (NK + chunk - 1) / chunk;
-  Kokkos::View<int**, Layout, D> base(Kokkos::view_alloc(exec, "exa::permute::chunk_base"), nchunks, E);
+  // Allocations (and the zero fills) are queued on `exec` too.
+  if (index_t(plan.counts.extent(0)) != E) {
+    plan.counts = Kokkos::View<int*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::counts"), E);
+    plan.routed = Kokkos::View<int*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::routed"), E);
+    plan.offsets = Kokkos::View<index_t*, Layout, D>(Kokkos::view_alloc(exec, "exa::permute::offsets"), E + 1);
+    plan.offsets_host = Kokkos::View<index_t*, Layout, Kokkos::HostSpace>("exa::permute::offsets_host", E + 1);
+  }
+  if (index_t(plan.row_of.extent(0)) != N || int(plan.row_of.extent(1)) != K) {
+    plan.row_of = Kokkos::View<int**, Layout, D>(
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::permute::row_of"), N, K);
+    plan.token_buf = Kokkos::View<int*, Layout, D>(
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::permute::token_of"), NK);
+  }
+  if (index_t(plan.chunk_base.extent(0)) != nchunks || int(plan.chunk_base.extent(1)) != E)
+    plan.chunk_base = Kokkos::View<int**, Layout, D>(
+        Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::permute::chunk_base"), nchunks, E);
+  Kokkos::deep_copy(exec, plan.chunk_base, 0);
+  auto base = plan.chunk_base;
 
   auto counts = plan.counts;
   auto routed = plan.routed;
@@ -148,15 +162,13 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
         }
       });
 
-  plan.offsets_host = Kokkos::View<index_t*, Layout, Kokkos::HostSpace>("exa::permute::offsets_host", E + 1);
   // Ordered after the scan on `exec`; the host reads the copy right away.
   Kokkos::deep_copy(exec, plan.offsets_host, plan.offsets);
   exec.fence();
   plan.rows = plan.offsets_host(E);
   plan.dropped = NK - plan.rows;
 
-  plan.token_of = Kokkos::View<int*, Layout, D>(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::permute::token_of"), plan.rows);
+  plan.token_of = Kokkos::subview(plan.token_buf, Kokkos::make_pair(index_t(0), plan.rows));
   auto token_of = plan.token_of;
   Kokkos::parallel_for(
       "exa::permute::token_of", Kokkos::RangePolicy<Exec>(exec, 0, NK), KOKKOS_LAMBDA(const index_t a) {
@@ -164,6 +176,14 @@ PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, 
         const int r = row_of(n, static_cast<int>(a % K));
         if (r >= 0) token_of(r) = static_cast<int>(n);
       });
+}
+
+// The same into a new plan.
+template <class I>
+PermutePlan<typename I::device_type> permute_plan(const I& topk, int n_experts, index_t capacity,
+                                                  const exec_of<I>& exec = exec_of<I>{}) {
+  PermutePlan<typename I::device_type> plan;
+  permute_plan(plan, topk, n_experts, capacity, exec);
   return plan;
 }
 

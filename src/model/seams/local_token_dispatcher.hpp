@@ -24,7 +24,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
   void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, std::int64_t capacity, const V2& xn,
                const V2& y) override {
     namespace K = kernels;
-    c.plan = K::permute_plan(c.topk, n_experts_, capacity);
+    K::permute_plan(c.plan, c.topk, n_experts_, capacity);  // reuses the context's plan buffers
     const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
     const auto xp = Kokkos::subview(c.xp, rows, Kokkos::ALL);
     const auto ea = Kokkos::subview(c.ea, rows, Kokkos::ALL);
