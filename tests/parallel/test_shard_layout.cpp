@@ -70,9 +70,9 @@ TEST(ShardLayout, PartsCoverEveryTensorOnce) {
           std::int64_t in_unit = 0;
           for (std::size_t i = un.first_spec; i < un.end_spec; ++i) {
             EXPECT_EQ(L.unit_of_spec(i), u);
-            for (std::int64_t e = 0; e < shards[i].count; ++e) owned[i][std::size_t(shards[i].global_offset + e)]++;
+            for (std::int64_t e = 0; e < shards[i].count; ++e) owned[i][std::size_t(shards[i].offset + e)]++;
             if (shards[i].count > 0)  // contiguous with the block's start within the unit
-              EXPECT_EQ(L.offset_in_unit(i) + shards[i].global_offset, un.block * k + in_unit);
+              EXPECT_EQ(L.offset_in_unit(i) + shards[i].offset, un.block * k + in_unit);
             in_unit += shards[i].count;
           }
           EXPECT_EQ(in_unit, un.local_count);

@@ -151,9 +151,12 @@ void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState
     for (auto s : t.shape)
       EXA_REQUIRE(s >= 0, "checkpoint: tensor '{}' has a negative extent in {}", t.name, shape_str(t.shape));
     const std::int64_t n = numel(t.shape);
-    EXA_REQUIRE(t.shard.global_offset >= 0 && t.shard.count >= 0 && t.shard.global_offset + t.shard.count <= n,
-                "checkpoint: the shard [{}, {}) of tensor '{}' lies outside its {} elements {}", t.shard.global_offset,
-                t.shard.global_offset + t.shard.count, t.name, n, shape_str(t.shape));
+    EXA_REQUIRE(model::is_whole(model::resolve_shard(t.shard, t.name, t.shape).box, t.shape),
+                "checkpoint: tensor '{}' is held as the box {}; checkpoints write whole-tensor shards only",
+                t.name, model::box_str(t.shard.box));
+    EXA_REQUIRE(t.shard.offset >= 0 && t.shard.count >= 0 && t.shard.offset + t.shard.count <= n,
+                "checkpoint: the shard [{}, {}) of tensor '{}' lies outside its {} elements {}", t.shard.offset,
+                t.shard.offset + t.shard.count, t.name, n, shape_str(t.shape));
     EXA_REQUIRE(static_cast<std::int64_t>(t.value.extent(0)) == t.shard.count,
                 "checkpoint: tensor '{}' holds {} values but its shard has {} elements", t.name, t.value.extent(0),
                 t.shard.count);
@@ -206,8 +209,8 @@ std::vector<std::vector<FlatRange>> gather_ranges(const std::vector<Item>& items
   const std::size_t T = items.size();
   std::vector<long long> mine(2 * T), all(2 * T * static_cast<std::size_t>(P));
   for (std::size_t i = 0; i < T; ++i) {
-    mine[2 * i] = items[i].shard.global_offset;
-    mine[2 * i + 1] = items[i].shard.global_offset + items[i].shard.count;
+    mine[2 * i] = items[i].shard.offset;
+    mine[2 * i + 1] = items[i].shard.offset + items[i].shard.count;
   }
   if (T > 0) {
     MPI_Allgather(mine.data(), static_cast<int>(2 * T), MPI_LONG_LONG, all.data(), static_cast<int>(2 * T),
@@ -507,10 +510,10 @@ void write_file(const std::string& file, const std::vector<Item>& items,
     // Device values go through a host copy; host ones are used in place.
     HostFlat host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), it.view);
     select_ranges(fspace, it.shape, owned);
-    h5::Id mspace = memory_space(it.shard.count, shifted(owned, it.shard.global_offset));
+    h5::Id mspace = memory_space(it.shard.count, shifted(owned, it.shard.offset));
     h5::check(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? host.data() : &dummy),
               "writing dataset " + it.path());
-    partial[i] = partial_checksum(host, it.shard.global_offset, owned);
+    partial[i] = partial_checksum(host, it.shard.offset, owned);
     dsets.push_back(std::move(d));
   }
   // Each element was written (and its checksum term counted) by exactly one
@@ -729,16 +732,16 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
         const Item& it = items[i];
         h5::Id d = h5::dataset(H5Dopen2(f, it.path().c_str(), H5P_DEFAULT), "opening " + it.path());
         h5::Id fspace = h5::space(H5Dget_space(d), "H5Dget_space");
-        const FlatRange mine{it.shard.global_offset, it.shard.global_offset + it.shard.count};
+        const FlatRange mine{it.shard.offset, it.shard.offset + it.shard.count};
         bufs[i] = HostFlat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::read"),
                            static_cast<std::size_t>(it.shard.count));
         std::vector<FlatRange> sel;
         if (mine.size() > 0) sel.push_back(mine);
         select_ranges(fspace, it.shape, sel);
-        h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.global_offset));
+        h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.offset));
         h5::check(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? bufs[i].data() : &dummy),
                   fmt::format("reading dataset {} of {}", it.path(), file));
-        partial[i] = partial_checksum(bufs[i], it.shard.global_offset, owned_ranges(ranges[i], me));
+        partial[i] = partial_checksum(bufs[i], it.shard.offset, owned_ranges(ranges[i], me));
         // Elements nobody loads still count: rank 0 reads them for the checksum.
         const auto gaps = uncovered_ranges(ranges[i], numel(it.shape));
         if (!gaps.empty()) {  // the same decision on every rank
