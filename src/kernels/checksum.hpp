@@ -33,6 +33,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/box_index.hpp"
 
 namespace exa::kernels {
 
@@ -141,6 +142,34 @@ std::uint64_t checksum(const V& v, index_t global_offset = 0, const exec_of<V>& 
   } else {
     EXA_REQUIRE(false, "checksum: non-contiguous or non-LayoutRight Views of rank {} are not supported", R);
   }
+  return sum;
+}
+
+// Partial checksum of a piece of an N-d box of the global tensor: `v` holds
+// elements [box_offset, box_offset + n) of the box's row-major order, each
+// counted at its global index box(k) (kernels/box_index.hpp). For a whole
+// tensor box this is checksum(v, box_offset). Contiguous Views of rank <= 1.
+template <class V>
+std::uint64_t checksum_box(const V& v, const BoxIndex& box, index_t box_offset = 0) {
+  using T = scalar_of<V>;
+  using Exec = exec_of<V>;
+  static_assert(static_cast<int>(V::rank) <= 1, "checksum_box: a flat View of the piece");
+  EXA_REQUIRE(box_offset >= 0, "checksum_box: offset must be >= 0, got {}", box_offset);
+  EXA_REQUIRE(v.span_is_contiguous(), "checksum_box: '{}' must be contiguous", v.label());
+  const std::uint64_t off = static_cast<std::uint64_t>(box_offset);
+  const std::size_t n = v.size();
+  EXA_REQUIRE(off + n <= box.numel, "checksum_box: '{}' holds elements [{}, {}) of a box of {} elements", v.label(),
+              off, off + n, box.numel);
+  Kokkos::View<const T*, Kokkos::LayoutRight, typename V::device_type, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(
+      v.data(), n);
+  const BoxIndex map = box;  // captured by value
+  std::uint64_t sum = 0;
+  Kokkos::parallel_reduce(
+      "exa::checksum::box", Kokkos::RangePolicy<Exec>(0, n),
+      KOKKOS_LAMBDA(const std::size_t i, std::uint64_t& acc) {
+        acc += checksum_mix64(map(off + i), checksum_bits(flat(i)));
+      },
+      sum);
   return sum;
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // Every tensor of the model by its DESIGN.md global name and global shape
 // (PyTorch nn.Linear convention [out, in]), with how it is initialised and
-// whether weight decay applies. This list is the model's single source of
-// truth: the store, the optimizer and the checkpoint all iterate over it.
+// whether weight decay applies, how tensor and expert parallelism may
+// partition it and over which group its gradient is reduced. This list is
+// the model's single source of truth: the store, the optimizer, the
+// parallel layers and the checkpoint all iterate over it.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +13,13 @@
 
 namespace exa::model {
 
+// The ranks a tensor's gradient is summed over once backward is done:
+//   Data        the data-parallel group (dp * cp): every replica of the tensor
+//   ExpertData  the expert-data group: the replicas of the same experts that
+//               remain once expert parallelism has spread E over ep ranks
+//   None        not reduced (each rank's gradient is its own)
+enum class ReduceGroup { Data, ExpertData, None };
+
 struct ParamSpec {
   enum class Init { Normal, Ones };
   std::string name;
@@ -18,6 +27,15 @@ struct ParamSpec {
   Init init = Init::Normal;
   double init_std = 0.0;  // Init::Normal only
   bool weight_decay = true;  // matrices decay; norm gains do not
+  // Dimension split across the tensor-parallel ranks, -1 = replicated:
+  // column-parallel (wq/wk/wv, w1/w3: output rows) dim 0, row-parallel
+  // (wo, w2: input columns) dim 1, vocabulary-parallel embedding and LM head
+  // dim 0; expert and shared-expert tensors split their FFN dimension (F).
+  int tp_dim = -1;
+  // Dimension split across the expert-parallel ranks (the expert index E of
+  // moe.experts.*), -1 = not expert-partitioned.
+  int ep_dim = -1;
+  ReduceGroup reduce = ReduceGroup::Data;
 
   std::int64_t numel() const;
 };

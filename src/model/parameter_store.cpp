@@ -8,7 +8,7 @@ namespace exa::model {
 std::vector<Shard> whole_shards(const std::vector<ParamSpec>& specs) {
   std::vector<Shard> s;
   s.reserve(specs.size());
-  for (const auto& p : specs) s.push_back(Shard{0, p.numel()});
+  for (const auto& p : specs) s.push_back(Shard{0, p.numel(), whole_box(p.shape)});
   return s;
 }
 
@@ -19,8 +19,8 @@ ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> 
   EXA_ASSERT(specs_.size() == shards_.size());
   std::int64_t total = 0;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
+    shards_[i] = resolve_shard(shards_[i], specs_[i].name, specs_[i].shape);
     const auto& s = shards_[i];
-    EXA_ASSERT(s.global_offset >= 0 && s.count >= 0 && s.global_offset + s.count <= specs_[i].numel());
     EXA_ASSERT(by_name_.emplace(specs_[i].name, i).second);
     local_offsets_.push_back(total);
     total += s.count;
@@ -51,7 +51,8 @@ void ParameterStore::initialize(std::uint64_t seed) {
     if (p.init == ParamSpec::Init::Ones) {
       kernels::fill_constant(value(i), 1.0f);
     } else {
-      kernels::init_normal(value(i), seed, p.name, p.init_std, shards_[i].global_offset);
+      kernels::init_normal_box(value(i), seed, p.name, p.init_std, box_index(shards_[i], p.shape),
+                               shards_[i].offset);
     }
   }
 }

@@ -1,13 +1,13 @@
 #pragma once
 // ParameterStore: every model tensor by global name and global shape, and
-// the slice of it this rank owns.
+// the piece of it this rank owns.
 //
-// A rank's slice of a tensor is a contiguous range of the tensor's
-// row-major (global) element order: [global_offset, global_offset + count).
-// With one rank that range is the whole tensor; the parallel layers (ZeRO,
-// tensor and expert parallelism) narrow it, and the checkpoint writes each
-// slice as a hyperslab of the global dataset, so every layout reads and
-// writes the same files.
+// A rank's piece of a tensor is a model::Shard (model/shard.hpp): a box of
+// the global tensor (set by tensor and expert parallelism) and a contiguous
+// range [offset, offset + count) of the box's row-major order (set by ZeRO).
+// With one rank it is the whole tensor; the checkpoint writes each piece as
+// hyperslabs of the global dataset, so every layout reads and writes the
+// same files.
 //
 // Values and gradients of all local slices live in two flat fp32 buffers
 // (one allocation each, in spec order) so that the optimizer, gradient
@@ -18,13 +18,9 @@
 
 #include "core/types.hpp"
 #include "model/parameter_specs.hpp"
+#include "model/shard.hpp"
 
 namespace exa::model {
-
-struct Shard {
-  std::int64_t global_offset = 0;  // first owned element, in global row-major order
-  std::int64_t count = 0;          // owned elements
-};
 
 class ParameterStore {
  public:
@@ -32,31 +28,38 @@ class ParameterStore {
 
   // Whole tensors on this rank (single-rank layout).
   explicit ParameterStore(std::vector<ParamSpec> specs);
-  // Explicit slices, one per spec (the parallel layouts).
+  // Explicit pieces, one per spec (the parallel layouts). A shard without a
+  // box is of the whole tensor; exa::Error naming the tensor when a box or
+  // range does not fit it.
   ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> shards);
 
   std::size_t size() const { return specs_.size(); }
   const ParamSpec& spec(std::size_t i) const { return specs_[i]; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  // Tensor i's piece, its box always filled in.
   const Shard& shard(std::size_t i) const { return shards_[i]; }
-  bool owns_whole(std::size_t i) const { return shards_[i].count == specs_[i].numel(); }
+  bool owns_whole(std::size_t i) const {
+    return shards_[i].count == specs_[i].numel() && is_whole(shards_[i].box, specs_[i].shape);
+  }
   // Index of a tensor by global name; exa::Error naming it when absent.
   std::size_t index(const std::string& name) const;
   bool contains(const std::string& name) const { return by_name_.count(name) != 0; }
 
-  // This rank's slice of tensor i (flat), and its gradient.
+  // This rank's piece of tensor i (flat, in the box's row-major order), and
+  // its gradient.
   Flat value(std::size_t i) const;
   Flat grad(std::size_t i) const;
   Flat value(const std::string& name) const { return value(index(name)); }
   Flat grad(const std::string& name) const { return grad(index(name)); }
-  // All local slices back to back.
+  // All local pieces back to back.
   const Flat& values() const { return values_; }
   const Flat& grads() const { return grads_; }
   std::int64_t local_offset(std::size_t i) const { return local_offsets_[i]; }
   std::int64_t local_numel() const { return static_cast<std::int64_t>(values_.extent(0)); }
 
-  // Philox init keyed by (seed, global name) and the global element index:
-  // every layout builds bit-identical tensors.
+  // Philox init keyed by (seed, global name) and each element's global
+  // row-major index, whatever the piece: every layout builds bit-identical
+  // tensors.
   void initialize(std::uint64_t seed);
   void zero_grads();
 
@@ -68,7 +71,7 @@ class ParameterStore {
   Flat values_, grads_;
 };
 
-// Whole-tensor slices for every spec.
+// Whole-tensor pieces for every spec.
 std::vector<Shard> whole_shards(const std::vector<ParamSpec>& specs);
 
 }  // namespace exa::model

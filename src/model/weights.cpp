@@ -11,9 +11,10 @@ Weights<float, Device> bind_store(const ModelConfig& cfg, const ParameterStore& 
   return bind_weights<float, Device>(cfg, [&](const ParamSpec& s) {
     const std::size_t i = store.index(s.name);
     EXA_REQUIRE(store.owns_whole(i),
-                "the model needs whole tensors, but this rank holds elements {}..{} of the {} of '{}' "
-                "(gather the shards first)",
-                store.shard(i).global_offset, store.shard(i).global_offset + store.shard(i).count, s.numel(), s.name);
+                "the model needs whole tensors, but this rank holds elements {}..{} of the {} of the box {} of "
+                "'{}' (gather the shards first)",
+                store.shard(i).offset, store.shard(i).offset + store.shard(i).count, store.shard(i).box.numel(),
+                box_str(store.shard(i).box), s.name);
     EXA_REQUIRE(store.spec(i).shape == s.shape, "the store's '{}' is not shaped as this model's", s.name);
     return get(i).data();
   });

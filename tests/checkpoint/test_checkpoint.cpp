@@ -146,8 +146,8 @@ Moments make_moments(const model::ParameterStore& p, bool fill = true) {
       auto a = Kokkos::create_mirror_view(om.exp_avg);
       auto b = Kokkos::create_mirror_view(om.exp_avg_sq);
       for (std::int64_t k = 0; k < sh.count; ++k) {
-        a(k) = moment_value(p.spec(i).name, sh.global_offset + k, 1);
-        b(k) = std::abs(moment_value(p.spec(i).name, sh.global_offset + k, 2));
+        a(k) = moment_value(p.spec(i).name, sh.offset + k, 1);
+        b(k) = std::abs(moment_value(p.spec(i).name, sh.offset + k, 2));
       }
       Kokkos::deep_copy(om.exp_avg, a);
       Kokkos::deep_copy(om.exp_avg_sq, b);
@@ -196,8 +196,8 @@ std::vector<float> host(const View1<float>& v) {
 void expect_same_values(const model::ParameterStore& want, const model::ParameterStore& got) {
   ASSERT_EQ(want.size(), got.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
-    EXPECT_TRUE(same_bits(host(want.value(i)), want.shard(i).global_offset, host(got.value(i)),
-                          got.shard(i).global_offset, want.spec(i).name));
+    EXPECT_TRUE(same_bits(host(want.value(i)), want.shard(i).offset, host(got.value(i)),
+                          got.shard(i).offset, want.spec(i).name));
   }
 }
 
@@ -205,10 +205,10 @@ void expect_same_moments(const model::ParameterStore& want_p, const Moments& wan
                          const Moments& got) {
   for (std::size_t i = 0; i < want_p.size(); ++i) {
     const auto& n = want_p.spec(i).name;
-    EXPECT_TRUE(same_bits(host(want.state.at(n).exp_avg), want_p.shard(i).global_offset, host(got.state.at(n).exp_avg),
-                          got_p.shard(i).global_offset, "exp_avg " + n));
-    EXPECT_TRUE(same_bits(host(want.state.at(n).exp_avg_sq), want_p.shard(i).global_offset,
-                          host(got.state.at(n).exp_avg_sq), got_p.shard(i).global_offset, "exp_avg_sq " + n));
+    EXPECT_TRUE(same_bits(host(want.state.at(n).exp_avg), want_p.shard(i).offset, host(got.state.at(n).exp_avg),
+                          got_p.shard(i).offset, "exp_avg " + n));
+    EXPECT_TRUE(same_bits(host(want.state.at(n).exp_avg_sq), want_p.shard(i).offset,
+                          host(got.state.at(n).exp_avg_sq), got_p.shard(i).offset, "exp_avg_sq " + n));
   }
 }
 

@@ -44,7 +44,7 @@ inline std::vector<float> by_global(const model::ParameterStore& store,
   std::vector<float> x(static_cast<std::size_t>(store.local_numel()));
   for (std::size_t i = 0; i < store.size(); ++i) {
     for (std::int64_t k = 0; k < store.shard(i).count; ++k) {
-      x[static_cast<std::size_t>(store.local_offset(i) + k)] = f(i, store.shard(i).global_offset + k);
+      x[static_cast<std::size_t>(store.local_offset(i) + k)] = f(i, store.shard(i).offset + k);
     }
   }
   return x;

@@ -1,5 +1,6 @@
-// HDF5 checkpoints: collective MPI-IO writes and reads of every rank's shard
-// as a hyperslab of the global dataset, with layout-independent checksums.
+// HDF5 checkpoints: collective MPI-IO writes and reads of every rank's piece
+// (a box of the tensor and a range of the box's row-major order) as
+// hyperslabs of the global dataset, with layout-independent checksums.
 #include "io/checkpoint/checkpoint.hpp"
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "io/checkpoint/checkpoint_fs.hpp"
 #include "io/checkpoint/flat_range.hpp"
 #include "io/checkpoint/h5.hpp"
+#include "io/checkpoint/piece_cover.hpp"
 #include "kernels/checksum.hpp"
 
 namespace exa::io {
@@ -79,12 +81,6 @@ namespace {
 
 std::string shape_str(const std::vector<std::int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
-std::int64_t numel(const std::vector<std::int64_t>& s) {
-  std::int64_t n = 1;
-  for (auto x : s) n *= x;
-  return n;
-}
-
 // ---- MPI helpers --------------------------------------------------------------
 
 
@@ -131,7 +127,7 @@ constexpr const char* kOptimGroup = "/optim";
 constexpr const char* kExpAvgGroup = "/optim/exp_avg";
 constexpr const char* kExpAvgSqGroup = "/optim/exp_avg_sq";
 
-// One dataset as this rank sees it.
+// One dataset as this rank sees it; the shard's box is filled in.
 struct Item {
   std::string group, name;  // "/model", "embed.weight"
   std::vector<std::int64_t> shape;
@@ -139,6 +135,13 @@ struct Item {
   View1<float> view;
   std::string path() const { return group + "/" + name; }
 };
+
+// What a message calls the elements [r.begin, r.end) of `box`'s flattening:
+// "elements [a, b)" of a whole tensor, otherwise with the box.
+std::string elements_str(const model::Box& box, const std::vector<std::int64_t>& shape, const FlatRange& r) {
+  if (model::is_whole(box, shape)) return fmt::format("elements [{}, {})", r.begin, r.end);
+  return fmt::format("elements [{}, {}) of the box {}", r.begin, r.end, model::box_str(box));
+}
 
 void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim) {
   std::set<std::string> names;
@@ -150,10 +153,7 @@ void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState
     EXA_REQUIRE(!t.shape.empty(), "checkpoint: tensor '{}' has no dimensions (scalars are not supported)", t.name);
     for (auto s : t.shape)
       EXA_REQUIRE(s >= 0, "checkpoint: tensor '{}' has a negative extent in {}", t.name, shape_str(t.shape));
-    const std::int64_t n = numel(t.shape);
-    EXA_REQUIRE(t.shard.global_offset >= 0 && t.shard.count >= 0 && t.shard.global_offset + t.shard.count <= n,
-                "checkpoint: the shard [{}, {}) of tensor '{}' lies outside its {} elements {}", t.shard.global_offset,
-                t.shard.global_offset + t.shard.count, t.name, n, shape_str(t.shape));
+    model::resolve_shard(t.shard, t.name, t.shape);  // exa::Error when the box or range does not fit
     EXA_REQUIRE(static_cast<std::int64_t>(t.value.extent(0)) == t.shard.count,
                 "checkpoint: tensor '{}' holds {} values but its shard has {} elements", t.name, t.value.extent(0),
                 t.shard.count);
@@ -176,12 +176,13 @@ void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState
 
 std::vector<Item> items_of(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim) {
   std::vector<Item> items;
-  for (const auto& t : tensors) items.push_back(Item{kModelGroup, t.name, t.shape, t.shard, t.value});
+  auto shard = [](const CheckpointTensor& t) { return model::resolve_shard(t.shard, t.name, t.shape); };
+  for (const auto& t : tensors) items.push_back(Item{kModelGroup, t.name, t.shape, shard(t), t.value});
   if (optim) {
     for (const auto& t : tensors)
-      items.push_back(Item{kExpAvgGroup, t.name, t.shape, t.shard, optim->at(t.name).exp_avg});
+      items.push_back(Item{kExpAvgGroup, t.name, t.shape, shard(t), optim->at(t.name).exp_avg});
     for (const auto& t : tensors) {
-      items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, t.shard, optim->at(t.name).exp_avg_sq});
+      items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, shard(t), optim->at(t.name).exp_avg_sq});
     }
   }
   return items;
@@ -200,37 +201,53 @@ void check_same_everywhere(const std::vector<Item>& items, MPI_Comm comm) {
               "included): every rank must pass the same tensors, each with its own shard");
 }
 
-// Every rank's [offset, offset + count) of every item: ranges[i][r].
-std::vector<std::vector<FlatRange>> gather_ranges(const std::vector<Item>& items, MPI_Comm comm) {
+// Every rank's piece of every item (box offset and extent, then the range
+// in the box), and who writes what of each: covers[i]. Collective.
+std::vector<PieceCover> gather_pieces(const std::vector<Item>& items, MPI_Comm comm) {
   const int P = comm_size(comm);
-  const std::size_t T = items.size();
-  std::vector<long long> mine(2 * T), all(2 * T * static_cast<std::size_t>(P));
-  for (std::size_t i = 0; i < T; ++i) {
-    mine[2 * i] = items[i].shard.global_offset;
-    mine[2 * i + 1] = items[i].shard.global_offset + items[i].shard.count;
+  std::vector<long long> mine;
+  for (const auto& it : items) {
+    for (auto x : it.shard.box.offset) mine.push_back(x);
+    for (auto x : it.shard.box.extent) mine.push_back(x);
+    mine.push_back(it.shard.offset);
+    mine.push_back(it.shard.offset + it.shard.count);
   }
-  if (T > 0) {
-    MPI_Allgather(mine.data(), static_cast<int>(2 * T), MPI_LONG_LONG, all.data(), static_cast<int>(2 * T),
-                  MPI_LONG_LONG, comm);
+  // The same length on every rank: check_same_everywhere compared the shapes.
+  const std::size_t W = mine.size();
+  std::vector<long long> all(W * static_cast<std::size_t>(P));
+  if (W > 0) {
+    MPI_Allgather(mine.data(), static_cast<int>(W), MPI_LONG_LONG, all.data(), static_cast<int>(W), MPI_LONG_LONG,
+                  comm);
   }
-  std::vector<std::vector<FlatRange>> out(T, std::vector<FlatRange>(static_cast<std::size_t>(P)));
-  for (int r = 0; r < P; ++r) {
-    for (std::size_t i = 0; i < T; ++i) {
-      const std::size_t b = (static_cast<std::size_t>(r) * T + i) * 2;
-      out[i][static_cast<std::size_t>(r)] = FlatRange{all[b], all[b + 1]};
+  std::vector<PieceCover> out;
+  std::size_t at = 0;  // the item's first entry in a rank's record
+  for (const auto& it : items) {
+    const std::size_t n = it.shape.size();
+    std::vector<Piece> pieces(static_cast<std::size_t>(P));
+    for (int r = 0; r < P; ++r) {
+      const long long* x = all.data() + static_cast<std::size_t>(r) * W + at;
+      Piece& p = pieces[static_cast<std::size_t>(r)];
+      p.box.offset.assign(x, x + n);
+      p.box.extent.assign(x + n, x + 2 * n);
+      p.range = FlatRange{x[2 * n], x[2 * n + 1]};
     }
+    at += 2 * n + 2;
+    out.emplace_back(it.shape, std::move(pieces), it.path());
   }
   return out;
 }
 
 // ---- HDF5 selections --------------------------------------------------------------
 
-// Selects the union of flat ranges of an N-d dataspace (none when empty).
-void select_ranges(hid_t space, const std::vector<std::int64_t>& shape, const std::vector<FlatRange>& ranges) {
+// Selects the union of ranges of a box's flattening in an N-d dataspace
+// (none when empty). HDF5 lists a selection's elements in the dataspace's
+// row-major order, which within one box is the box's own: the i-th element
+// selected is the i-th of the ranges.
+void select_ranges(hid_t space, const model::Box& box, const std::vector<FlatRange>& ranges) {
   h5::check(H5Sselect_none(space), "H5Sselect_none");
-  const std::vector<hsize_t> ones(shape.size(), 1);
+  const std::vector<hsize_t> ones(box.extent.size(), 1);
   for (const auto& r : ranges) {
-    for (const auto& b : flat_range_blocks(shape, r.begin, r.size())) {
+    for (const auto& b : box_range_blocks(box.offset, box.extent, r.begin, r.size())) {
       const std::vector<hsize_t> start(b.start.begin(), b.start.end()), block(b.count.begin(), b.count.end());
       h5::check(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, ones.data(), block.data()),
                 "H5Sselect_hyperslab");
@@ -242,7 +259,7 @@ void select_ranges(hid_t space, const std::vector<std::int64_t>& shape, const st
 h5::Id memory_space(std::int64_t n, const std::vector<FlatRange>& ranges) {
   const hsize_t dim = static_cast<hsize_t>(std::max<std::int64_t>(n, 1));
   h5::Id sp = h5::space(H5Screate_simple(1, &dim, nullptr), "H5Screate_simple");
-  select_ranges(sp, {static_cast<std::int64_t>(dim)}, ranges);
+  select_ranges(sp, model::whole_box({static_cast<std::int64_t>(dim)}), ranges);
   return sp;
 }
 
@@ -253,13 +270,16 @@ std::vector<FlatRange> shifted(const std::vector<FlatRange>& r, std::int64_t by)
   return out;
 }
 
-// Partial checksum of the given global ranges, taken from `buf`, whose first
-// element is global element `base`.
-std::uint64_t partial_checksum(const HostFlat& buf, std::int64_t base, const std::vector<FlatRange>& ranges) {
+// Partial checksum of the given ranges of a box's flattening, taken from
+// `buf`, whose first element is the box's element `base`; each element
+// counts at its global index.
+std::uint64_t partial_checksum(const HostFlat& buf, std::int64_t base, const kernels::BoxIndex& box,
+                               const std::vector<FlatRange>& ranges) {
   std::uint64_t sum = 0;
   for (const auto& r : ranges) {
     const auto lo = static_cast<std::size_t>(r.begin - base), hi = static_cast<std::size_t>(r.end - base);
-    sum = kernels::checksum_combine(sum, kernels::checksum(Kokkos::subview(buf, Kokkos::make_pair(lo, hi)), r.begin));
+    sum = kernels::checksum_combine(
+        sum, kernels::checksum_box(Kokkos::subview(buf, Kokkos::make_pair(lo, hi)), box, r.begin));
   }
   return sum;
 }
@@ -469,8 +489,8 @@ void damaged_if_h5_fails(const std::string& file, F&& f) {
 
 // ---- write ------------------------------------------------------------------------
 
-void write_file(const std::string& file, const std::vector<Item>& items,
-                const std::vector<std::vector<FlatRange>>& ranges, const CheckpointMeta& meta, MPI_Comm comm) {
+void write_file(const std::string& file, const std::vector<Item>& items, const std::vector<PieceCover>& covers,
+                const CheckpointMeta& meta, MPI_Comm comm) {
   const int me = comm_rank(comm);
   h5::Id fapl = file_access(comm);
   h5::Id f = h5::file(H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), "creating " + file);
@@ -498,7 +518,7 @@ void write_file(const std::string& file, const std::vector<Item>& items,
   float dummy = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Item& it = items[i];
-    const auto owned = owned_ranges(ranges[i], me);
+    const auto owned = covers[i].owned(me);
     const std::vector<hsize_t> dims(it.shape.begin(), it.shape.end());
     h5::Id fspace =
         h5::space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple");
@@ -506,11 +526,11 @@ void write_file(const std::string& file, const std::vector<Item>& items,
                            "creating dataset " + it.path());
     // Device values go through a host copy; host ones are used in place.
     HostFlat host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), it.view);
-    select_ranges(fspace, it.shape, owned);
-    h5::Id mspace = memory_space(it.shard.count, shifted(owned, it.shard.global_offset));
+    select_ranges(fspace, it.shard.box, owned);
+    h5::Id mspace = memory_space(it.shard.count, shifted(owned, it.shard.offset));
     h5::check(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? host.data() : &dummy),
               "writing dataset " + it.path());
-    partial[i] = partial_checksum(host, it.shard.global_offset, owned);
+    partial[i] = partial_checksum(host, it.shard.offset, model::box_index(it.shard, it.shape), owned);
     dsets.push_back(std::move(d));
   }
   // Each element was written (and its checksum term counted) by exactly one
@@ -542,14 +562,15 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
   phase(comm, [&] { validate(tensors, optim); });
   const std::vector<Item> items = items_of(tensors, optim);
   phase(comm, [&] { check_same_everywhere(items, comm); });
-  const auto ranges = gather_ranges(items, comm);
+  std::vector<PieceCover> covers;
+  phase(comm, [&] { covers = gather_pieces(items, comm); });
   phase(comm, [&] {
     for (std::size_t i = 0; i < items.size(); ++i) {
-      const auto gaps = uncovered_ranges(ranges[i], numel(items[i].shape));
+      const auto& gaps = covers[i].gaps();
       EXA_REQUIRE(gaps.empty(),
-                  "checkpoint: no rank holds elements [{}, {}) of {} {}: the ranks' shards must together cover "
-                  "every tensor",
-                  gaps.front().begin, gaps.front().end, items[i].path(), shape_str(items[i].shape));
+                  "checkpoint: no rank holds {} of {} {}: the ranks' shards must together cover every tensor",
+                  elements_str(gaps.front().box, items[i].shape, gaps.front().ranges.front()), items[i].path(),
+                  shape_str(items[i].shape));
     }
   });
   // The metadata of rank 0 is the one written.
@@ -570,7 +591,7 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
     });
     bcast_string(tmp, 0, comm);
     const std::string file = (fs::path(tmp) / kCheckpointFile).string();
-    phase(comm, [&] { write_file(file, items, ranges, meta, comm); });
+    phase(comm, [&] { write_file(file, items, covers, meta, comm); });
     // Every rank has closed the file (the phase ends in an allreduce).
     phase(comm, [&] {
       if (me == 0) final_dir = fs_detail::publish(ckpt_dir, tmp, meta.step);
@@ -661,11 +682,11 @@ void check_structure(hid_t f, const std::string& file, const std::vector<Item>& 
   }
 }
 
-// Collective: reads the given global ranges of a dataset (this rank's
+// Collective: reads the given ranges of a box of a dataset (this rank's
 // share of the elements no rank loads; empty on all but one rank) and
 // returns their partial checksum.
-std::uint64_t gaps_checksum(hid_t d, hid_t fspace, const std::vector<std::int64_t>& shape,
-                            const std::vector<FlatRange>& ranges, hid_t dxpl) {
+std::uint64_t gap_checksum(hid_t d, hid_t fspace, const std::vector<std::int64_t>& shape, const model::Box& box,
+                           const std::vector<FlatRange>& ranges, hid_t dxpl) {
   std::vector<FlatRange> local;  // the same ranges, packed in a buffer
   std::int64_t n = 0;
   for (const auto& r : ranges) {
@@ -674,14 +695,15 @@ std::uint64_t gaps_checksum(hid_t d, hid_t fspace, const std::vector<std::int64_
   }
   HostFlat buf(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::gaps"), static_cast<std::size_t>(n));
   float dummy = 0;
-  select_ranges(fspace, shape, ranges);
+  select_ranges(fspace, box, ranges);
   h5::Id ms = memory_space(n, local);
   h5::check(H5Dread(d, H5T_NATIVE_FLOAT, ms, fspace, dxpl, n > 0 ? buf.data() : &dummy), "reading a dataset");
+  const auto map = kernels::box_index(shape, box.offset, box.extent);
   std::uint64_t sum = 0;
   for (std::size_t k = 0; k < ranges.size(); ++k) {
     const auto part = Kokkos::subview(
         buf, Kokkos::make_pair(static_cast<std::size_t>(local[k].begin), static_cast<std::size_t>(local[k].end)));
-    sum = kernels::checksum_combine(sum, kernels::checksum(part, ranges[k].begin));
+    sum = kernels::checksum_combine(sum, kernels::checksum_box(part, map, ranges[k].begin));
   }
   return sum;
 }
@@ -695,7 +717,8 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
   phase(comm, [&] { validate(tensors, optim); });
   const std::vector<Item> items = items_of(tensors, optim);
   phase(comm, [&] { check_same_everywhere(items, comm); });
-  const auto ranges = gather_ranges(items, comm);
+  std::vector<PieceCover> covers;
+  phase(comm, [&] { covers = gather_pieces(items, comm); });
   const std::string file = resolve_file(path, comm);
 
   h5::Id fapl = file_access(comm);
@@ -729,20 +752,22 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
         const Item& it = items[i];
         h5::Id d = h5::dataset(H5Dopen2(f, it.path().c_str(), H5P_DEFAULT), "opening " + it.path());
         h5::Id fspace = h5::space(H5Dget_space(d), "H5Dget_space");
-        const FlatRange mine{it.shard.global_offset, it.shard.global_offset + it.shard.count};
+        const FlatRange mine{it.shard.offset, it.shard.offset + it.shard.count};
         bufs[i] = HostFlat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::read"),
                            static_cast<std::size_t>(it.shard.count));
         std::vector<FlatRange> sel;
         if (mine.size() > 0) sel.push_back(mine);
-        select_ranges(fspace, it.shape, sel);
-        h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.global_offset));
+        select_ranges(fspace, it.shard.box, sel);
+        h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.offset));
         h5::check(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? bufs[i].data() : &dummy),
                   fmt::format("reading dataset {} of {}", it.path(), file));
-        partial[i] = partial_checksum(bufs[i], it.shard.global_offset, owned_ranges(ranges[i], me));
-        // Elements nobody loads still count: rank 0 reads them for the checksum.
-        const auto gaps = uncovered_ranges(ranges[i], numel(it.shape));
-        if (!gaps.empty()) {  // the same decision on every rank
-          const std::uint64_t g = gaps_checksum(d, fspace, it.shape, me == 0 ? gaps : std::vector<FlatRange>{}, dxpl);
+        partial[i] =
+            partial_checksum(bufs[i], it.shard.offset, model::box_index(it.shard, it.shape), covers[i].owned(me));
+        // Elements nobody loads still count: rank 0 reads them for the
+        // checksum, one collective read per gap (the same list on every rank).
+        for (const auto& gap : covers[i].gaps()) {
+          const std::uint64_t g =
+              gap_checksum(d, fspace, it.shape, gap.box, me == 0 ? gap.ranges : std::vector<FlatRange>{}, dxpl);
           partial[i] = kernels::checksum_combine(partial[i], g);
         }
       }

@@ -10,14 +10,17 @@
 //
 // Every tensor is one fp32 dataset under its global name with its global
 // shape (/model/<name>, /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>);
-// each rank writes and reads its Shard (a contiguous range of the tensor's
-// row-major elements) as a hyperslab, with collective MPI-IO transfers. So
-// any layout reads any checkpoint, and the file loads into PyTorch as is.
+// each rank writes and reads its Shard (model/shard.hpp: a box of the
+// tensor, from tensor or expert parallelism, and a contiguous range of the
+// box's row-major elements, from ZeRO) as hyperslabs, with collective MPI-IO
+// transfers. So any layout reads any checkpoint, and the file loads into
+// PyTorch as is.
 //
 // All functions taking an MPI_Comm are collective over it: every rank of the
 // communicator calls them with the same tensor names and shapes, each with
-// its own shard (shards may overlap: each element is written once, by the
-// lowest rank holding it; on save they must cover every element). The
+// its own shard (shards of the same box may overlap: each element is written
+// once, by the lowest rank holding it; different boxes must be disjoint; on
+// save the shards must cover every element). The
 // metadata written is rank 0's. Every failure throws exa::Error on every
 // rank of the communicator with the same message (problem and fix); a
 // failed save leaves the earlier checkpoints as they were.
@@ -67,9 +70,10 @@ struct CheckpointMeta {
   std::string directory;          // the step directory that was read
 };
 
-// One tensor as this rank sees it: global name and shape, the owned range of
-// its row-major elements, and that range's values (shard.count elements, any
-// memory space). The optional moments have the same shard.
+// One tensor as this rank sees it: global name and shape, the owned piece
+// (a shard without a box is of the whole tensor), and that piece's values in
+// the box's row-major order (shard.count elements, any memory space). The
+// optional moments have the same shard.
 struct CheckpointTensor {
   std::string name;
   std::vector<std::int64_t> shape;

@@ -67,6 +67,17 @@ std::vector<Block> flat_range_blocks(const std::vector<std::int64_t>& shape, std
   return out;
 }
 
+std::vector<Block> box_range_blocks(const std::vector<std::int64_t>& box_offset,
+                                    const std::vector<std::int64_t>& box_extent, std::int64_t offset,
+                                    std::int64_t count) {
+  EXA_REQUIRE(box_offset.size() == box_extent.size(), "box_range_blocks: {} offsets for {} extents",
+              box_offset.size(), box_extent.size());
+  auto blocks = flat_range_blocks(box_extent, offset, count);
+  for (auto& b : blocks)
+    for (std::size_t d = 0; d < b.start.size(); ++d) b.start[d] += box_offset[d];
+  return blocks;
+}
+
 namespace {
 
 // Sorted, merged union of the non-empty ranges.

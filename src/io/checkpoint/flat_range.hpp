@@ -1,7 +1,8 @@
 #pragma once
-// A contiguous range of a tensor's row-major elements as a union of
-// rectangular blocks, so that a rank's Shard can be written into the global
-// N-d dataset as an HDF5 hyperslab (no HDF5 here: pure index arithmetic).
+// A contiguous range of a tensor's (or a box of it's) row-major elements as
+// a union of rectangular blocks, so that a rank's Shard can be written into
+// the global N-d dataset as HDF5 hyperslabs (no HDF5 here: pure index
+// arithmetic).
 //
 // The range [offset, offset + count) of a tensor with shape (n0, ..., n{N-1})
 // splits into at most 2N - 1 blocks: partial rows climbing up to the first
@@ -21,6 +22,15 @@ struct Block {
 // Throws exa::Error unless 0 <= offset, 0 <= count and offset + count <=
 // numel(shape), and for a rank-0 shape. An empty range gives no blocks.
 std::vector<Block> flat_range_blocks(const std::vector<std::int64_t>& shape, std::int64_t offset, std::int64_t count);
+
+// The range [offset, offset + count) of the row-major order of a box (the
+// block at `box_offset` of extent `box_extent` of a larger tensor) as blocks
+// of the tensor: flat_range_blocks of the box's shape, shifted by the box's
+// offset. Within a box the tensor's row-major order is the box's, so these
+// blocks too enumerate the range in order. exa::Error as flat_range_blocks.
+std::vector<Block> box_range_blocks(const std::vector<std::int64_t>& box_offset,
+                                    const std::vector<std::int64_t>& box_extent, std::int64_t offset,
+                                    std::int64_t count);
 
 // Half-open range [begin, end) of flat element indices.
 struct FlatRange {
