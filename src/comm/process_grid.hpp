@@ -1,5 +1,5 @@
 #pragma once
-// exa::comm::ProcessGrid: the parallel layout of DESIGN.md ("Parallel layout")
+// exa::comm::ProcessGrid: the parallel layout of docs/architecture.md ("Parallel layout")
 // as MPI communicators.
 //
 //   world = pp × dp × cp × tp, rank order tp fastest, then cp, dp, pp (Megatron):

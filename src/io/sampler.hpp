@@ -1,5 +1,5 @@
 #pragma once
-// Deterministic batches: the data side of DESIGN.md's determinism contract.
+// Deterministic batches: the data side of the determinism contract (docs/architecture.md, "Parallel layout").
 //
 // Training sample i of step s is the window of T + 1 tokens starting at
 //   offset(seed, s, i) = philox(seed, s, i) mod (n_train - T)

@@ -1,5 +1,5 @@
 #pragma once
-// RMSNorm over the rows of x[N,d] (DESIGN.md):
+// RMSNorm over the rows of x[N,d] (docs/architecture.md, "The model"):
 //   y = x * rsqrt(mean(x^2) + eps) * w
 // The forward saves rstd[N] = rsqrt(mean(x^2) + eps) for the backward.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Rotary position embedding (DESIGN.md), half-split ("rotate_half") pairing:
+// Rotary position embedding (docs/architecture.md, "The model"), half-split ("rotate_half") pairing:
 // element i pairs with i + hd/2, i in [0, hd/2), rotated by
 //   angle(pos, i) = pos * theta^(-2i/hd),   pos = t + pos_offset.
 // In place on q or k stored as x[B, T, H, hd] (the attention code views its

@@ -1,6 +1,6 @@
 #pragma once
 // MoE router: fp32 softmax over the experts, top-k, (renormalised) gates,
-// per-expert assignment counts, and the two auxiliary losses of DESIGN.md:
+// per-expert assignment counts, and the two auxiliary losses of docs/architecture.md ("The model"):
 //
 //   aux = aux_coef * E * sum_e f_e P_e,  f_e = count_e / (N k),  P_e = mean_n probs[n,e]
 //   z   = z_coef * mean_n lse_n^2,       lse_n = logsumexp_e logits[n,e]

@@ -1,5 +1,5 @@
 #pragma once
-// SwiGLU gate (DESIGN.md FFN: w2(silu(w1 x) * w3 x)), elementwise on [N,F]:
+// SwiGLU gate (docs/architecture.md, "The model": w2(silu(w1 x) * w3 x)), elementwise on [N,F]:
 //   h = silu(a) * b,   silu(a) = a * sigmoid(a) = a / (1 + exp(-a))
 // Backward given dh:
 //   da = dh * b * sigmoid(a) * (1 + a * (1 - sigmoid(a)))

@@ -1,6 +1,6 @@
 #pragma once
 // The model's hyper-parameters, read once from a validated deck. Everything
-// about the architecture that DESIGN.md fixes is derived here (head dim,
+// about the architecture that docs/architecture.md ("The model") fixes is derived here (head dim,
 // which layers are MoE, expert capacity) so no other code re-derives it.
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Every tensor of the model by its DESIGN.md global name and global shape
+// Every tensor of the model by its global name (docs/architecture.md, "The model") and global shape
 // (PyTorch nn.Linear convention [out, in]), with how it is initialised and
 // whether weight decay applies, how tensor and expert parallelism may
 // partition it and over which group its gradient is reduced. This list is

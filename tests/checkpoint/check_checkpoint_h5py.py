@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Checks an ExaMoE checkpoint against the DESIGN.md contract with h5py alone.
+"""Checks an ExaMoE checkpoint against the checkpoint contract (docs/architecture.md) with h5py alone.
 
 Runs the fixture writer (under mpiexec, sharded), then opens the newest
 checkpoint with h5py and checks, independently of the C++ code:
   * the directory layout (step_<NNNNNNNN>/state.h5, `latest` symlink);
-  * every tensor name and [out, in] shape that DESIGN.md lists, derived here
+  * every tensor name and [out, in] shape that docs/architecture.md lists, derived here
     from the resolved configuration stored in the file, in /model and both
     /optim groups, all float32;
   * the attributes on "/" (format version, step, tokens, cursor, RNG and LR
@@ -12,7 +12,7 @@ checkpoint with h5py and checks, independently of the C++ code:
   * each dataset's "checksum" attribute, recomputed with numpy from the
     documented formula (kernels/checksum.hpp), the Merkle root over them and
     the metadata checksum (XXH64 in pure Python, README.md's byte layouts);
-  * with PyTorch: a module tree written from DESIGN.md takes /model through
+  * with PyTorch: a module tree written from docs/architecture.md takes /model through
     load_state_dict(strict=True), i.e. without renames or transposes, and its
     nn.Linear layers compute x @ W^T with the stored [out, in] matrices.
 Exit 77 (skipped) when h5py or numpy is missing.

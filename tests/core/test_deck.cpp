@@ -90,7 +90,7 @@ TEST(DeckSchema, IsWellFormed) {
 }
 
 TEST(DeckSchema, ContractDefaults) {
-  // DESIGN.md fixes these; the model, parallel and data code rely on them.
+  // docs/architecture.md fixes these; the model, parallel and data code rely on them.
   const Config c = Config::from_text("", "mem.toml", {}, 1);
   EXPECT_EQ(c.get_int("model.vocab_size"), 256);
   EXPECT_EQ(c.setting("model.n_kv_heads").spec->def, Value{std::int64_t{0}});

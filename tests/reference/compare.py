@@ -24,7 +24,7 @@ normalising by max|b| measures every element's error against the size of
 the tensor it belongs to (stricter than a norm-wise ||a-b||/||b||, since it
 is the worst element). A tensor that is exactly zero in the reference (an
 expert no token reached, embedding rows of absent tokens) must be exactly
-zero in ExaMoE too (tiny = 1e-30). DESIGN.md's "1e-4 relative" is the
+zero in ExaMoE too (tiny = 1e-30). The design's "1e-4 relative" is the
 threshold (--tol) on ExaMoE vs the float32 reference; ExaMoE vs float64 and
 float32 vs float64 are printed for information (they show which side of a
 disagreement is closer to exact arithmetic). Routing counts must be equal.

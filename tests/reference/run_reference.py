@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ExaMoE PyTorch reference: forward/backward (and optional AdamW steps) of
-the DESIGN.md model on one batch. Run with Debian's /usr/bin/python3:
+the docs/architecture.md model on one batch. Run with Debian's /usr/bin/python3:
 
   run_reference.py --config cfg.json --weights ckpt.h5 --batch batch.h5 --out out.h5
                    [--dtype float32|float64] [--adamw-steps N --lr .. --beta1 ..

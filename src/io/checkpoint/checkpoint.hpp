@@ -1,5 +1,5 @@
 #pragma once
-// HDF5 checkpoints (DESIGN.md "Checkpoints", a contract; the file format is
+// HDF5 checkpoints (docs/architecture.md "Checkpoints", a contract; the file format is
 // described in src/io/checkpoint/README.md).
 //
 //   <ckpt>/step_00000100/state.h5     one complete checkpoint

@@ -1,4 +1,4 @@
-"""The ExaMoE model (DESIGN.md, "The model") in plain, functional PyTorch.
+"""The ExaMoE model (docs/architecture.md, "The model") in plain, functional PyTorch.
 
 Parameters are a dict {global name: tensor} with the checkpoint's names and
 shapes (config.param_shapes). Works in float32 and float64; the router's
