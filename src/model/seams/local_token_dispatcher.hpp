@@ -25,42 +25,33 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
                const V2& y) override {
     namespace K = kernels;
     K::permute_plan(c.plan, c.topk, n_experts_, capacity);  // reuses the context's plan buffers
-    const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
-    const auto xp = Kokkos::subview(c.xp, rows, Kokkos::ALL);
-    const auto ea = Kokkos::subview(c.ea, rows, Kokkos::ALL);
-    const auto eb = Kokkos::subview(c.eb, rows, Kokkos::ALL);
-    const auto eh = Kokkos::subview(c.eh, rows, Kokkos::ALL);
-    const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
+    const Kept k(c);
     const auto off = offsets(c);
-    K::permute_forward(xn, c.plan.token_of, xp);
-    K::grouped_linear_forward(xp, w.w1, off, ea);
-    K::grouped_linear_forward(xp, w.w3, off, eb);
-    K::swiglu_forward(ea, eb, eh);
-    K::grouped_linear_forward(eh, w.w2, off, yp);
-    K::unpermute_forward(yp, c.gates, c.plan.row_of, y);
+    K::permute_forward(xn, c.plan.token_of, k.xp);
+    K::grouped_linear_forward(k.xp, w.w1, off, k.ea);
+    K::grouped_linear_forward(k.xp, w.w3, off, k.eb);
+    K::swiglu_forward(k.ea, k.eb, k.eh);
+    K::grouped_linear_forward(k.eh, w.w2, off, k.yp);
+    K::unpermute_forward(k.yp, c.gates, c.plan.row_of, y);
   }
 
   void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, const LayerWeights<T, D>& g, const V2& dy,
                 const V2& dxn, const V2& dgates) override {
     namespace K = kernels;
     ensure_scratch(c);
+    const Kept k(c);
     const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
-    const auto xp = Kokkos::subview(c.xp, rows, Kokkos::ALL);
-    const auto ea = Kokkos::subview(c.ea, rows, Kokkos::ALL);
-    const auto eb = Kokkos::subview(c.eb, rows, Kokkos::ALL);
-    const auto eh = Kokkos::subview(c.eh, rows, Kokkos::ALL);
-    const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
     const auto dyp = Kokkos::subview(dyp_, rows, Kokkos::ALL);
     const auto dxp = Kokkos::subview(dxp_, rows, Kokkos::ALL);
     const auto dea = Kokkos::subview(dea_, rows, Kokkos::ALL);
     const auto deb = Kokkos::subview(deb_, rows, Kokkos::ALL);
     const auto deh = Kokkos::subview(deh_, rows, Kokkos::ALL);
     const auto off = offsets(c);
-    K::unpermute_backward(dy, yp, c.gates, c.plan.row_of, dyp, dgates);
-    K::grouped_linear_backward(eh, w.w2, dyp, off, deh, g.w2, true);
-    K::swiglu_backward(ea, eb, deh, dea, deb);
-    K::grouped_linear_backward(xp, w.w1, dea, off, dxp, g.w1, true, false);
-    K::grouped_linear_backward(xp, w.w3, deb, off, dxp, g.w3, true, true);
+    K::unpermute_backward(dy, k.yp, c.gates, c.plan.row_of, dyp, dgates);
+    K::grouped_linear_backward(k.eh, w.w2, dyp, off, deh, g.w2, true);
+    K::swiglu_backward(k.ea, k.eb, deh, dea, deb);
+    K::grouped_linear_backward(k.xp, w.w1, dea, off, dxp, g.w1, true, false);
+    K::grouped_linear_backward(k.xp, w.w3, deb, off, dxp, g.w3, true, true);
     K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
   }
 
@@ -69,6 +60,18 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
   }
 
  private:
+  // The context's permuted-row buffers cut to the plan's kept rows.
+  struct Kept {
+    V2 xp, ea, eb, eh, yp;
+    explicit Kept(const LayerContext<T, D>& c) {
+      const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
+      xp = Kokkos::subview(c.xp, rows, Kokkos::ALL);
+      ea = Kokkos::subview(c.ea, rows, Kokkos::ALL);
+      eb = Kokkos::subview(c.eb, rows, Kokkos::ALL);
+      eh = Kokkos::subview(c.eh, rows, Kokkos::ALL);
+      yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
+    }
+  };
   static std::vector<index_t> offsets(const LayerContext<T, D>& c) {
     const auto& o = c.plan.offsets_host;
     return std::vector<index_t>(o.data(), o.data() + o.extent(0));
