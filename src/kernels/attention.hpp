@@ -2,10 +2,18 @@
 // Causal multi-head attention with grouped-query heads (GQA), tiled with an
 // online softmax (FlashAttention-2 style).
 //
-//   q   [B,T,H,hd]     k, v [B,T,Hkv,hd]     out [B,T,H,hd]     lse [B,H,T]
+//   q   [B,T,H,hd]     k, v [B,Tk,Hkv,hd]     out [B,T,H,hd]     lse [B,H,T]
 //
 // H % Hkv == 0; query head h reads kv head h / (H/Hkv). Scale 1/sqrt(hd).
-// Causal: query position i attends to key positions j <= i.
+// Causal with explicit positions (AttentionOffsets): query row i sits at
+// position q_offset + i, key row j at k_offset + j, and i attends to j when
+// q_offset + i >= k_offset + j. So each query row sees a prefix of the key
+// block (visible_keys); with offsets (0, 0) and Tk = T that is j <= i.
+// Context parallelism (ring attention) calls the kernels with key blocks of
+// other positions. A row that sees no key at all gets out = 0 and
+// lse = -inf (the neutral element of a log-sum-exp merge), and zero dq.
+// Key tiles that no row of a query tile sees are never loaded, and query
+// tiles that see none of a key tile are skipped in the dk/dv pass.
 //
 // Forward: one team per (b, h, query tile). Key/value tiles are staged in
 // team scratch; each thread owns whole query rows and keeps a running max
@@ -25,6 +33,12 @@
 // tiles in scratch) and a dk/dv pass (team per (b, kv head, key tile), query
 // and dout tiles in scratch, summing over the query heads of the group in a
 // fixed order).
+//
+// lse and out are only read, so the backward also takes values that another
+// computation produced: ring attention merges the forwards over all key
+// blocks and calls the backward of each block with the merged lse and out;
+// then p_ij and D_i are the global ones, the dq of the blocks sum to the full
+// dq and each block's dk, dv are the full gradients of its keys.
 //
 // Those team kernels are the device (e.g. CUDA) path. Views whose execution
 // space is a host space take the gemm-based path of attention_host.hpp
@@ -52,6 +66,12 @@ struct AttentionTiles {
   // Host path (gemm-based): query rows per tile (bounds the score scratch to
   // host_block_q x T per head).
   int host_block_q = 64;
+};
+
+// Positions of the first query row and the first key row (see above).
+struct AttentionOffsets {
+  index_t q_offset = 0;
+  index_t k_offset = 0;
 };
 
 namespace attention_detail {
@@ -112,7 +132,7 @@ void require_layout_right() {
 }
 
 struct Shape {
-  int B, T, H, Hkv, hd, rep;
+  int B, T, Tk, H, Hkv, hd, rep;
 };
 
 template <class Q, class K, class V>
@@ -122,15 +142,31 @@ Shape check_shapes(const Q& q, const K& k, const V& v) {
   s.T = static_cast<int>(q.extent(1));
   s.H = static_cast<int>(q.extent(2));
   s.hd = static_cast<int>(q.extent(3));
+  s.Tk = static_cast<int>(k.extent(1));
   s.Hkv = static_cast<int>(k.extent(2));
   EXA_REQUIRE(s.Hkv > 0 && s.H % s.Hkv == 0,
               "exa::kernels::attention: n_heads ({}) must be a multiple of n_kv_heads ({})", s.H, s.Hkv);
-  EXA_REQUIRE(k.extent(0) == q.extent(0) && k.extent(1) == q.extent(1) && k.extent(3) == q.extent(3) &&
-                  v.extent(0) == k.extent(0) && v.extent(1) == k.extent(1) && v.extent(2) == k.extent(2) &&
-                  v.extent(3) == k.extent(3),
-              "exa::kernels::attention: q, k, v shapes disagree");
+  EXA_REQUIRE(k.extent(0) == q.extent(0) && k.extent(3) == q.extent(3) && same_shape4(v, k),
+              "exa::kernels::attention: q must be [B,T,H,hd] and k, v [B,Tk,Hkv,hd] with the same B and hd "
+              "(got q [{},{},{},{}], k [{},{},{},{}], v [{},{},{},{}])",
+              q.extent(0), q.extent(1), q.extent(2), q.extent(3), k.extent(0), k.extent(1), k.extent(2),
+              k.extent(3), v.extent(0), v.extent(1), v.extent(2), v.extent(3));
   s.rep = s.H / s.Hkv;
   return s;
+}
+
+// Query row i sees the keys [0, visible_keys) of the key block, where
+// shift = q_offset - k_offset: key j is visible when i + shift >= j.
+KOKKOS_INLINE_FUNCTION int visible_keys(int i, index_t shift, int Tk) {
+  const index_t n = static_cast<index_t>(i) + shift + 1;
+  return n <= 0 ? 0 : (n >= Tk ? Tk : static_cast<int>(n));
+}
+
+// The first query row (of T) that sees key j; T when none does. Every later
+// row sees it too.
+KOKKOS_INLINE_FUNCTION int first_query(int j, index_t shift, int T) {
+  const index_t i = static_cast<index_t>(j) - shift;
+  return i <= 0 ? 0 : (i >= T ? T : static_cast<int>(i));
 }
 
 // The (batch, query head, query tile) that a team of the forward and dq
@@ -166,7 +202,7 @@ namespace attention_detail {
 // with the host path).
 template <class Q, class K, class V, class O, class L>
 void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse, AttentionTiles tiles,
-                  const exec_of<O>& exec = exec_of<O>{}) {
+                  AttentionOffsets pos = {}, const exec_of<O>& exec = exec_of<O>{}) {
   namespace ad = attention_detail;
   using Exec = exec_of<O>;
   using T = scalar_of<O>;
@@ -181,10 +217,11 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
   ad::check_tiles(tiles);
   EXA_REQUIRE(ad::same_shape4(out, q) && ad::lse_shape_ok(q, lse),
               "exa::kernels::attention_forward: out must be shaped like q and lse [B,H,T]");
-  const int Tn = sh.T, H = sh.H, hd = sh.hd, rep = sh.rep;
+  const int Tn = sh.T, Tk = sh.Tk, H = sh.H, hd = sh.hd, rep = sh.rep;
   if (sh.B == 0 || Tn == 0 || H == 0) return;
   const int bq = tiles.block_q, bk = tiles.block_k;
   const int nqt = (Tn + bq - 1) / bq;
+  const index_t shift = pos.q_offset - pos.k_offset;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
 
   const std::size_t bytes = 2 * S2::shmem_size(bk, hd) + S2::shmem_size(bq, bk) + 2 * S1::shmem_size(bq);
@@ -201,10 +238,12 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
         S2 Sc(team.team_scratch(lvl), bq, bk);
         S1 mrow(team.team_scratch(lvl), bq);
         S1 lrow(team.team_scratch(lvl), bq);
-        const int nkt = (i1 - 1) / bk + 1;  // key tiles reaching the last row
+        // The last row sees the most keys; later key tiles are fully masked.
+        const int nvis = ad::visible_keys(i1 - 1, shift, Tk);
+        const int nkt = (nvis + bk - 1) / bk;
         for (int kt = 0; kt < nkt; ++kt) {
           const int j0 = kt * bk;
-          const int jn = kx::min(bk, i1 - j0);
+          const int jn = kx::min(bk, nvis - j0);
           team.team_barrier();  // everyone is done with the previous tile
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, jn * hd), [&](const int t) {
             const int jj = t / hd, c = t % hd;
@@ -214,8 +253,9 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
             const int i = i0 + r;
-            if (i < j0) return;  // every key of this tile is in row i's future
-            const int jend = kx::min(jn, i - j0 + 1);
+            const int ni = ad::visible_keys(i, shift, Tk);
+            if (ni <= j0) return;  // every key of this tile is in row i's future
+            const int jend = kx::min(jn, ni - j0);
             const auto* qi = &q(b, i, h, 0);
             T* oi = &out(b, i, h, 0);
             T tile_max = kx::lowest<T>();
@@ -253,6 +293,11 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
           const int i = i0 + r;
           T* oi = &out(b, i, h, 0);
+          if (ad::visible_keys(i, shift, Tk) == 0) {  // no key: mrow, lrow were never set
+            for (int c = 0; c < hd; ++c) oi[c] = T(0);
+            lse(b, h, i) = -kx::infinity<T>();
+            return;
+          }
           const T inv = T(1) / lrow(r);
           for (int c = 0; c < hd; ++c) oi[c] *= inv;
           lse(b, h, i) = mrow(r) + kx::log(lrow(r));
@@ -263,7 +308,8 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
 // Team-kernel (device) backward.
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
 void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
-                   const DK& dk, const DV& dv, AttentionTiles tiles, const exec_of<DQ>& exec = exec_of<DQ>{}) {
+                   const DK& dk, const DV& dv, AttentionTiles tiles, AttentionOffsets pos = {},
+                   const exec_of<DQ>& exec = exec_of<DQ>{}) {
   namespace ad = attention_detail;
   using Exec = exec_of<DQ>;
   using T = scalar_of<DQ>;
@@ -283,11 +329,13 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   EXA_REQUIRE(ad::same_shape4(dout, q) && ad::same_shape4(out, q) && ad::same_shape4(dq, q) &&
                   ad::same_shape4(dk, k) && ad::same_shape4(dv, k) && ad::lse_shape_ok(q, lse),
               "exa::kernels::attention_backward: dout, out, dq must be shaped like q, dk and dv like k, lse [B,H,T]");
-  const int B = sh.B, Tn = sh.T, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, rep = sh.rep;
-  if (B == 0 || Tn == 0 || H == 0) return;
+  const int B = sh.B, Tn = sh.T, Tk = sh.Tk, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, rep = sh.rep;
+  // T == 0 still runs: dk and dv are then zero.
+  if (B == 0 || H == 0) return;
   const int bq = tiles.block_q, bk = tiles.block_k;
   const int nqt = (Tn + bq - 1) / bq;
-  const int nkt = (Tn + bk - 1) / bk;
+  const int nkt = (Tk + bk - 1) / bk;
+  const index_t shift = pos.q_offset - pos.k_offset;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
 
   // D_i = dout_i . out_i, laid out like lse.
@@ -316,10 +364,17 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           const int b = tile.b, h = tile.h, g = tile.g, i0 = tile.i0, i1 = tile.i1, nrows = tile.nrows;
           S2 Ks(team.team_scratch(lvl), bk, hd);
           S2 Vs(team.team_scratch(lvl), bk, hd);
-          const int nk = (i1 - 1) / bk + 1;
+          const int nvis = ad::visible_keys(i1 - 1, shift, Tk);
+          const int nk = (nvis + bk - 1) / bk;
+          // Rows that see no key never enter the key loop: their dq is zero.
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
+            if (ad::visible_keys(i0 + r, shift, Tk) > 0) return;
+            T* dqi = &dq(b, i0 + r, h, 0);
+            for (int c = 0; c < hd; ++c) dqi[c] = T(0);
+          });
           for (int kt = 0; kt < nk; ++kt) {
             const int j0 = kt * bk;
-            const int jn = kx::min(bk, i1 - j0);
+            const int jn = kx::min(bk, nvis - j0);
             team.team_barrier();
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, jn * hd), [&](const int t) {
               const int jj = t / hd, c = t % hd;
@@ -329,8 +384,9 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
             team.team_barrier();
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
               const int i = i0 + r;
-              if (i < j0) return;
-              const int jend = kx::min(jn, i - j0 + 1);
+              const int ni = ad::visible_keys(i, shift, Tk);
+              if (ni <= j0) return;
+              const int jend = kx::min(jn, ni - j0);
               const auto* qi = &q(b, i, h, 0);
               const auto* doi = &dout(b, i, h, 0);
               T* dqi = &dq(b, i, h, 0);
@@ -365,7 +421,11 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           const int g = (lid / nkt) % Hkv;
           const int b = lid / (nkt * Hkv);
           const int j0 = kt * bk;
-          const int ncols = kx::min(bk, Tn - j0);
+          const int ncols = kx::min(bk, Tk - j0);
+          // Query rows before first_query(j0) see none of this tile's keys:
+          // their tiles are skipped (none at all when no row sees key j0).
+          const int i_first = ad::first_query(j0, shift, Tn);
+          const int qt_first = i_first < Tn ? i_first / bq : nqt;
           S2 Qs(team.team_scratch(lvl), bq, hd);
           S2 DOs(team.team_scratch(lvl), bq, hd);
           S1 lse_s(team.team_scratch(lvl), bq);
@@ -380,7 +440,7 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           });
           for (int hr = 0; hr < rep; ++hr) {
             const int h = g * rep + hr;
-            for (int qt = j0 / bq; qt < nqt; ++qt) {
+            for (int qt = qt_first; qt < nqt; ++qt) {
               const int i0 = qt * bq;
               const int in = kx::min(bq, Tn - i0);
               team.team_barrier();
@@ -400,7 +460,7 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
                 const auto* vj = &v(b, j, g, 0);
                 T* dkj = &dk(b, j, g, 0);
                 T* dvj = &dv(b, j, g, 0);
-                for (int ii = kx::max(0, j - i0); ii < in; ++ii) {
+                for (int ii = kx::max(0, ad::first_query(j, shift, Tn) - i0); ii < in; ++ii) {
                   const T* qi = &Qs(ii, 0);
                   const T* doi = &DOs(ii, 0);
                   const T s = ad::dot<T>(qi, kj, hd);
@@ -419,6 +479,19 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   }
 }
 
+// The calls that predate the offsets, (..., tiles, exec): queries and keys
+// start at the same position.
+template <class Q, class K, class V, class O, class L>
+void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse, AttentionTiles tiles,
+                  const exec_of<O>& exec) {
+  forward_team(q, k, v, out, lse, tiles, AttentionOffsets{}, exec);
+}
+template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
+void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
+                   const DK& dk, const DV& dv, AttentionTiles tiles, const exec_of<DQ>& exec) {
+  backward_team(dout, q, k, v, out, lse, dq, dk, dv, tiles, AttentionOffsets{}, exec);
+}
+
 // Host execution spaces take the gemm path (attention_host.hpp); device
 // spaces the team kernels above.
 template <class View>
@@ -431,10 +504,11 @@ constexpr bool use_host_path() {
 }  // namespace attention_detail
 
 // out = softmax(scale q k^T + causal mask) v, per head; lse[b,h,i] saved.
-// Runs on `exec`, an instance of out's execution space.
+// `pos` places the query and key rows (see the top of this file). Runs on
+// `exec`, an instance of out's execution space.
 template <class Q, class K, class V, class O, class L>
 void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L& lse,
-                       AttentionTiles tiles = {}, const exec_of<O>& exec = exec_of<O>{}) {
+                       AttentionTiles tiles = {}, AttentionOffsets pos = {}, const exec_of<O>& exec = exec_of<O>{}) {
   namespace ad = attention_detail;
   ad::require_layout_right<Q>();
   ad::require_layout_right<K>();
@@ -442,18 +516,19 @@ void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L
   ad::require_layout_right<O>();
   ad::check_tiles(tiles);
   if constexpr (ad::use_host_path<O>())
-    ad::forward_host(q, k, v, out, lse, tiles, exec);
+    ad::forward_host(q, k, v, out, lse, tiles, pos, exec);
   else
-    ad::forward_team(q, k, v, out, lse, tiles, exec);
+    ad::forward_team(q, k, v, out, lse, tiles, pos, exec);
 }
 
 // Gradients of sum(out * dout) with respect to q, k and v. dq, dk, dv are
-// overwritten. `out` and `lse` are the forward's results. Runs on `exec`, an
-// instance of dq's execution space.
+// overwritten. `out` and `lse` are the forward's results, or the merged ones
+// of a ring over several key blocks (see the top of this file). Runs on
+// `exec`, an instance of dq's execution space.
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
 void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse,
                         const DQ& dq, const DK& dk, const DV& dv, AttentionTiles tiles = {},
-                        const exec_of<DQ>& exec = exec_of<DQ>{}) {
+                        AttentionOffsets pos = {}, const exec_of<DQ>& exec = exec_of<DQ>{}) {
   namespace ad = attention_detail;
   ad::require_layout_right<DO>();
   ad::require_layout_right<Q>();
@@ -465,9 +540,22 @@ void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, cons
   ad::require_layout_right<DV>();
   ad::check_tiles(tiles);
   if constexpr (ad::use_host_path<DQ>())
-    ad::backward_host(dout, q, k, v, out, lse, dq, dk, dv, tiles, exec);
+    ad::backward_host(dout, q, k, v, out, lse, dq, dk, dv, tiles, pos, exec);
   else
-    ad::backward_team(dout, q, k, v, out, lse, dq, dk, dv, tiles, exec);
+    ad::backward_team(dout, q, k, v, out, lse, dq, dk, dv, tiles, pos, exec);
+}
+
+// The calls that predate the offsets, (..., tiles, exec): queries and keys
+// start at the same position.
+template <class Q, class K, class V, class O, class L>
+void attention_forward(const Q& q, const K& k, const V& v, const O& out, const L& lse, AttentionTiles tiles,
+                       const exec_of<O>& exec) {
+  attention_forward(q, k, v, out, lse, tiles, AttentionOffsets{}, exec);
+}
+template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
+void attention_backward(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse,
+                        const DQ& dq, const DK& dk, const DV& dv, AttentionTiles tiles, const exec_of<DQ>& exec) {
+  attention_backward(dout, q, k, v, out, lse, dq, dk, dv, tiles, AttentionOffsets{}, exec);
 }
 
 }  // namespace exa::kernels

@@ -10,18 +10,20 @@
 // O(T^2 hd) products.
 //
 // Queries are processed in tiles of `host_block_q` rows. A tile [i0,i1) only
-// needs keys [0,i1), so key tiles fully in the future are skipped, and the
-// score scratch is bounded by host_block_q x T.
+// needs the keys [0,n) that its last row sees (n = visible_keys(i1 - 1), i1
+// for offsets (0, 0)), so keys fully in the future are skipped, and the score
+// scratch is bounded by host_block_q x Tk. A tile that sees no key does no
+// product at all: out = 0, lse = -inf, dq = 0.
 //
-// Forward, per (b, h, query tile), m = i1 - i0, n = i1:
+// Forward, per (b, h, query tile), m = i1 - i0:
 //   S[m,n] = scale Q_t K[0:n]^T                    gemm
-//   P = softmax over j <= i (row max, exp, sum)    lse_i = max + log(sum)
+//   P = softmax over the keys row i sees           lse_i = max + log(sum)
 //   O_t = P V[0:n]                                 gemm
 // Backward, per (b, kv head g): dK_g, dV_g accumulate in contiguous scratch
 // over the query heads of the group and their query tiles in a fixed order
 // (gemm with beta = 1), then are copied out; no atomics, bit-reproducible for
 // a given BLAS and thread count. Per (h, tile):
-//   P  = exp(scale Q_t K^T - lse) (0 for j > i)
+//   P  = exp(scale Q_t K^T - lse) (0 for the keys row i does not see)
 //   dV += P^T dO_t                                 gemm
 //   dP = dO_t V^T                                  gemm
 //   dS = P (dP - D),  D_i = dO_i . O_i
@@ -36,6 +38,7 @@
 // kernels and gemms stay attributed to the caller's forward/attn and
 // backward/attn phases.
 #include <cmath>
+#include <limits>
 
 #include "kernels/gemm.hpp"
 
@@ -46,7 +49,8 @@ template <class Like, class T>
 using HostMat = Kokkos::View<T**, Kokkos::LayoutRight, typename Like::device_type,
                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// Copy head `h` of x [B,T,H,hd] at batch b into contiguous dst [T,hd].
+// Copy head `h` of x [B,T,H,hd] at batch b into contiguous dst [T,hd]
+// (T is x's own row count: Tk for k and v).
 template <class Exec, class X, class T>
 void host_gather_head(const Exec& exec, const char* label, const X& x, int b, int h, T* dst) {
   const int Tn = static_cast<int>(x.extent(1)), hd = static_cast<int>(x.extent(3));
@@ -74,9 +78,20 @@ inline int host_block(const AttentionTiles& t, int Tn) {
   return t.host_block_q < Tn ? t.host_block_q : Tn;
 }
 
+// Zero rows i0 .. i0+m-1 of head h of x [B,T,H,hd] at batch b.
+template <class Exec, class X>
+void host_zero_rows(const Exec& exec, const char* label, const X& x, int b, int i0, int m, int h) {
+  using T = scalar_of<X>;
+  const int hd = static_cast<int>(x.extent(3));
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
+    auto* d = &x(b, i0 + r, h, 0);
+    for (int c = 0; c < hd; ++c) d[c] = T(0);
+  });
+}
+
 template <class Q, class K, class V, class O, class L>
 void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse, const AttentionTiles& tiles,
-                  const exec_of<O>& exec = exec_of<O>{}) {
+                  AttentionOffsets pos = {}, const exec_of<O>& exec = exec_of<O>{}) {
   using Exec = exec_of<O>;
   using T = scalar_of<O>;
   using M = HostMat<O, T>;
@@ -84,18 +99,20 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
   const Shape sh = check_shapes(q, k, v);
   EXA_REQUIRE(same_shape4(out, q) && lse_shape_ok(q, lse),
               "exa::kernels::attention_forward: out must be shaped like q and lse [B,H,T]");
-  const int B = sh.B, Tn = sh.T, H = sh.H, hd = sh.hd, rep = sh.rep;
+  const int B = sh.B, Tn = sh.T, Tk = sh.Tk, H = sh.H, hd = sh.hd, rep = sh.rep;
   if (B == 0 || Tn == 0 || H == 0) return;
   const int bq = host_block(tiles, Tn);
+  const index_t shift = pos.q_offset - pos.k_offset;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const std::size_t th = static_cast<std::size_t>(Tn) * hd;
+  const std::size_t thk = static_cast<std::size_t>(Tk) * hd;
   Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_fwd_scratch"),
-          3 * th + static_cast<std::size_t>(bq) * Tn + static_cast<std::size_t>(bq) * hd);
+          th + 2 * thk + static_cast<std::size_t>(bq) * Tk + static_cast<std::size_t>(bq) * hd);
   T* Qc = buf.data();
   T* Kc = Qc + th;
-  T* Vc = Kc + th;
-  T* Sc = Vc + th;
-  T* Oc = Sc + static_cast<std::size_t>(bq) * Tn;
+  T* Vc = Kc + thk;
+  T* Sc = Vc + thk;
+  T* Oc = Sc + static_cast<std::size_t>(bq) * Tk;
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h) {
       const int g = h / rep;
@@ -106,7 +123,14 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
       host_gather_head(exec, "exa::attention::host_gather_q", q, b, h, Qc);
       for (int i0 = 0; i0 < Tn; i0 += bq) {
         const int m = bq < Tn - i0 ? bq : Tn - i0;
-        const int n = i0 + m;  // keys 0..n-1 reach this tile
+        const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
+        if (n == 0) {  // no row of the tile sees a key
+          host_zero_rows(exec, "exa::attention::host_zero_out", out, b, i0, m, h);
+          Kokkos::parallel_for(
+              "exa::attention::host_empty_lse", Kokkos::RangePolicy<Exec>(exec, 0, m),
+              [=](const int r) { lse(b, h, i0 + r) = -std::numeric_limits<T>::infinity(); });
+          continue;
+        }
         const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
         const M Kn(Kc, n, hd), Vn(Vc, n, hd);
         const M S(Sc, m, n), Ot(Oc, m, hd);
@@ -114,18 +138,24 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
         Kokkos::parallel_for(
             "exa::attention::host_softmax", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
               const int i = i0 + r;
+              const int ni = visible_keys(i, shift, Tk);
               T* s = Sc + static_cast<std::size_t>(r) * n;
+              if (ni == 0) {  // the row sees no key: P row 0, so out row 0
+                for (int j = 0; j < n; ++j) s[j] = T(0);
+                lse(b, h, i) = -std::numeric_limits<T>::infinity();
+                return;
+              }
               T mx = s[0];
-              for (int j = 1; j <= i; ++j) mx = s[j] > mx ? s[j] : mx;
+              for (int j = 1; j < ni; ++j) mx = s[j] > mx ? s[j] : mx;
               T sum = 0;
-              for (int j = 0; j <= i; ++j) {
+              for (int j = 0; j < ni; ++j) {
                 const T p = std::exp(s[j] - mx);
                 s[j] = p;
                 sum += p;
               }
               const T inv = T(1) / sum;
-              for (int j = 0; j <= i; ++j) s[j] *= inv;
-              for (int j = i + 1; j < n; ++j) s[j] = T(0);
+              for (int j = 0; j < ni; ++j) s[j] *= inv;
+              for (int j = ni; j < n; ++j) s[j] = T(0);
               lse(b, h, i) = mx + std::log(sum);
             });
         gemm('N', 'N', T(1), S, Vn, T(0), Ot, exec);
@@ -136,7 +166,8 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
 
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
 void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
-                   const DK& dk, const DV& dv, const AttentionTiles& tiles, const exec_of<DQ>& exec = exec_of<DQ>{}) {
+                   const DK& dk, const DV& dv, const AttentionTiles& tiles, AttentionOffsets pos = {},
+                   const exec_of<DQ>& exec = exec_of<DQ>{}) {
   using Exec = exec_of<DQ>;
   using T = scalar_of<DQ>;
   using M = HostMat<DQ, T>;
@@ -145,29 +176,47 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   EXA_REQUIRE(same_shape4(dout, q) && same_shape4(out, q) && same_shape4(dq, q) && same_shape4(dk, k) &&
                   same_shape4(dv, k) && lse_shape_ok(q, lse),
               "exa::kernels::attention_backward: dout, out, dq must be shaped like q, dk and dv like k, lse [B,H,T]");
-  const int B = sh.B, Tn = sh.T, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, rep = sh.rep;
-  if (B == 0 || Tn == 0 || H == 0) return;
+  const int B = sh.B, Tn = sh.T, Tk = sh.Tk, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, rep = sh.rep;
+  // T == 0 still runs: dk and dv are then zero.
+  if (B == 0 || H == 0) return;
   const int bq = host_block(tiles, Tn);
+  const index_t shift = pos.q_offset - pos.k_offset;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const std::size_t th = static_cast<std::size_t>(Tn) * hd;
-  const std::size_t tile_s = static_cast<std::size_t>(bq) * Tn;
-  // Q, dO, K, V, dK, dV [T,hd]; P, dP [bq,T]; dQ tile [bq,hd]; D [T].
+  const std::size_t thk = static_cast<std::size_t>(Tk) * hd;
+  const std::size_t tile_s = static_cast<std::size_t>(bq) * Tk;
+  // Q, dO [T,hd]; K, V, dK, dV [Tk,hd]; P, dP [bq,Tk]; dQ tile [bq,hd]; D [T].
   Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_bwd_scratch"),
-          6 * th + 2 * tile_s + static_cast<std::size_t>(bq) * hd + Tn);
+          2 * th + 4 * thk + 2 * tile_s + static_cast<std::size_t>(bq) * hd + Tn);
   T* Qc = buf.data();
   T* DOc = Qc + th;
   T* Kc = DOc + th;
-  T* Vc = Kc + th;
-  T* DKc = Vc + th;
-  T* DVc = DKc + th;
-  T* Pc = DVc + th;
+  T* Vc = Kc + thk;
+  T* DKc = Vc + thk;
+  T* DVc = DKc + thk;
+  T* Pc = DVc + thk;
   T* DPc = Pc + tile_s;
   T* DQc = DPc + tile_s;
   T* Dc = DQc + static_cast<std::size_t>(bq) * hd;
+  // dK/dV scratch rows [r0, r1) set to zero.
+  auto zero_dkdv = [&](int r0, int r1) {
+    Kokkos::parallel_for(
+        "exa::attention::host_zero_dkdv", Kokkos::RangePolicy<Exec>(exec, 0, r1 - r0), [=](const int r) {
+          T* a = DKc + static_cast<std::size_t>(r0 + r) * hd;
+          T* c = DVc + static_cast<std::size_t>(r0 + r) * hd;
+          for (int e = 0; e < hd; ++e) {
+            a[e] = T(0);
+            c[e] = T(0);
+          }
+        });
+  };
   for (int b = 0; b < B; ++b)
     for (int g = 0; g < Hkv; ++g) {
       host_gather_head(exec, "exa::attention::host_gather_kv", k, b, g, Kc);
       host_gather_head(exec, "exa::attention::host_gather_kv", v, b, g, Vc);
+      // dK/dV rows [0, reached) hold contributions (every head of the group
+      // reaches the same keys, tile by tile).
+      int reached = 0;
       for (int hr = 0; hr < rep; ++hr) {
         const int h = g * rep + hr;
         host_gather_head(exec, "exa::attention::host_gather_q", q, b, h, Qc);
@@ -177,35 +226,32 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
             [=](const int i) { Dc[i] = dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), hd); });
         for (int i0 = 0; i0 < Tn; i0 += bq) {
           const int m = bq < Tn - i0 ? bq : Tn - i0;
-          const int n = i0 + m;
+          const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
+          // The first contribution to dK/dV rows overwrites: the group's first
+          // head zeroes the rows [reached, n) that this tile reaches first,
+          // then every tile accumulates (beta 1).
+          if (hr == 0 && n > reached) {
+            zero_dkdv(reached, n);
+            reached = n;
+          }
+          if (n == 0) {  // no row of the tile sees a key
+            host_zero_rows(exec, "exa::attention::host_zero_dq", dq, b, i0, m, h);
+            continue;
+          }
           const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
           const M DOt(DOc + static_cast<std::size_t>(i0) * hd, m, hd);
           const M Kn(Kc, n, hd), Vn(Vc, n, hd), DKn(DKc, n, hd), DVn(DVc, n, hd);
           const M P(Pc, m, n), DP(DPc, m, n), DQt(DQc, m, hd);
-          // The first contribution to dK/dV rows 0..n-1 overwrites (beta 0):
-          // tile i0 == 0 of the group's first head covers rows 0..m-1, and each
-          // later tile of that head first reaches rows i0..n-1, which are zeroed
-          // explicitly below before accumulating.
-          const bool first_head = hr == 0;
           gemm('N', 'T', scale, Qt, Kn, T(0), P, exec);
           Kokkos::parallel_for(
               "exa::attention::host_probs", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
                 const int i = i0 + r;
+                const int ni = visible_keys(i, shift, Tk);
                 T* p = Pc + static_cast<std::size_t>(r) * n;
-                const T l = lse(b, h, i);
-                for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - l);
-                for (int j = i + 1; j < n; ++j) p[j] = T(0);
+                const T l = lse(b, h, i);  // not read for a row that sees no key (it may be -inf)
+                for (int j = 0; j < ni; ++j) p[j] = std::exp(p[j] - l);
+                for (int j = ni; j < n; ++j) p[j] = T(0);
               });
-          if (first_head)
-            Kokkos::parallel_for(
-                "exa::attention::host_zero_dkdv", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
-                  T* a = DKc + static_cast<std::size_t>(i0 + r) * hd;
-                  T* c = DVc + static_cast<std::size_t>(i0 + r) * hd;
-                  for (int e = 0; e < hd; ++e) {
-                    a[e] = T(0);
-                    c[e] = T(0);
-                  }
-                });
           gemm('T', 'N', T(1), P, DOt, T(1), DVn, exec);
           gemm('N', 'T', T(1), DOt, Vn, T(0), DP, exec);
           Kokkos::parallel_for(
@@ -214,15 +260,16 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
                 const T* p = Pc + static_cast<std::size_t>(r) * n;
                 T* d = DPc + static_cast<std::size_t>(r) * n;
                 const T di = Dc[i];
-                for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks j > i
+                for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks unseen keys
               });
           gemm('N', 'N', scale, DP, Kn, T(0), DQt, exec);
           gemm('T', 'N', scale, DP, Qt, T(1), DKn, exec);
           host_scatter_head(exec, "exa::attention::host_scatter_dq", DQc, m, dq, b, i0, h);
         }
       }
-      host_scatter_head(exec, "exa::attention::host_scatter_dk", DKc, Tn, dk, b, 0, g);
-      host_scatter_head(exec, "exa::attention::host_scatter_dv", DVc, Tn, dv, b, 0, g);
+      if (reached < Tk) zero_dkdv(reached, Tk);  // keys that no query sees
+      host_scatter_head(exec, "exa::attention::host_scatter_dk", DKc, Tk, dk, b, 0, g);
+      host_scatter_head(exec, "exa::attention::host_scatter_dv", DVc, Tk, dv, b, 0, g);
     }
 }
 

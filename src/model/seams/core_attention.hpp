@@ -8,7 +8,12 @@
 //
 //   q [B,T,Hl,hd]   k, v [B,Tk,Hkvl,hd]   out [B,T,Hl,hd]   lse [B,Hl,T]
 //
-// Head counts are this rank's (tensor parallelism splits heads).
+// Head counts are this rank's (tensor parallelism splits heads). A query
+// row that sees no key of the block gets out 0 and lse -inf (neutral in a
+// log-sum-exp merge) and zero dq. backward reads out and lse as given: ring
+// attention passes the values merged over all key blocks, and then the dq of
+// the blocks sum to the full dq and each block's dk, dv are its keys' full
+// gradients.
 #include "core/types.hpp"
 
 namespace exa::model {

@@ -1,7 +1,8 @@
 #pragma once
-// The single-rank CoreAttention: the tiled kernels of kernels/attention.hpp
-// over the whole sequence.
-#include "core/error.hpp"
+// The single-rank CoreAttention: the tiled kernels of kernels/attention.hpp,
+// which mask by the explicit positions, so any query and key offsets (and any
+// key block length) are handled here; ring attention calls the same kernels
+// per key block.
 #include "kernels/attention.hpp"
 #include "model/seams/core_attention.hpp"
 
@@ -17,24 +18,15 @@ class LocalCoreAttention final : public CoreAttention<T, D> {
 
   void forward(const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
                AttentionPositions pos) const override {
-    check(pos);
-    kernels::attention_forward(q, k, v, out, lse, tiles_);
+    kernels::attention_forward(q, k, v, out, lse, tiles_, offsets(pos));
   }
   void backward(const A4& dout, const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse, const A4& dq,
                 const A4& dk, const A4& dv, AttentionPositions pos) const override {
-    check(pos);
-    kernels::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, tiles_);
+    kernels::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, tiles_, offsets(pos));
   }
 
  private:
-  // The kernels mask causally within one block of rows, which is every
-  // case where queries and keys start at the same position.
-  static void check(AttentionPositions pos) {
-    EXA_REQUIRE(pos.q_offset == pos.k_offset,
-                "LocalCoreAttention: query rows start at position {} and key rows at {}; the local kernels "
-                "need both blocks to start at the same position (ring attention handles the rest)",
-                pos.q_offset, pos.k_offset);
-  }
+  static kernels::AttentionOffsets offsets(AttentionPositions pos) { return {pos.q_offset, pos.k_offset}; }
   kernels::AttentionTiles tiles_;
 };
 
