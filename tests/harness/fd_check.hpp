@@ -82,7 +82,8 @@ FdReport expect_grad_matches_fd(const std::string& what, const P& param, const G
     const double num = (lp - lm) / (2 * h);
     const double ana = double(hg.data()[i]);
     const double err = std::fabs(ana - num) / std::max(1.0, std::fabs(num));
-    if (err > r.worst_err || r.checked == 0) {
+    // A NaN error (NaN gradient or loss) is the worst and stays the worst.
+    if (!std::isnan(r.worst_err) && (std::isnan(err) || err > r.worst_err || r.checked == 0)) {
       r.worst_err = err;
       r.worst_index = i;
       r.worst_analytic = ana;
@@ -107,7 +108,9 @@ double max_rel_diff(const A& a, const B& b) {
   double w = 0;
   for (std::size_t i = 0; i < ha.span(); ++i) {
     const double x = double(ha.data()[i]), y = double(hb.data()[i]);
-    w = std::max(w, std::fabs(x - y) / std::max(1.0, std::fabs(y)));
+    const double e = std::fabs(x - y) / std::max(1.0, std::fabs(y));
+    if (std::isnan(e)) return e;  // std::max would drop it
+    w = std::max(w, e);
   }
   return w;
 }
