@@ -29,56 +29,19 @@
 #include "io/checkpoint/flat_range.hpp"
 #include "kernels/checksum.hpp"
 #include "model/parameter_store.hpp"
+#include "mpi_checkpoint_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace exa;
 using exa::io::FlatRange;
+using exa::test::contains;
+using exa::test::error_of;
+using exa::test::world_rank;
+using exa::test::world_size;
 
 namespace {
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
-// A fresh directory shared by all ranks, named after the running test.
-std::string scratch_dir() {
-  std::string dir;
-  if (world_rank() == 0) {
-    const char* base = std::getenv("EXAMOE_TEST_TMPDIR");
-    const fs::path b = base ? fs::path(base) : fs::temp_directory_path() / "examoe-ckpt-test";
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    const fs::path d = b / (std::string(info->test_suite_name()) + "." + info->name());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    dir = d.string();
-  }
-  int n = static_cast<int>(dir.size());
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(static_cast<std::size_t>(n));
-  MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return dir;
-}
-
-// The message of the exa::Error f throws ("" when it does not throw).
-// EXAMOE_TEST_SHOW_ERRORS=1 prints them (rank 0), to review their wording.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const exa::Error& e) {
-    if (std::getenv("EXAMOE_TEST_SHOW_ERRORS") && world_rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+std::string scratch_dir() { return test::scratch_dir("examoe-ckpt-test"); }
 
 // Every model option on, tiny: layer 0 MoE (with a shared expert), layer 1 dense, GQA, untied.
 model::ModelConfig tiny_config() {

@@ -29,52 +29,18 @@
 #include "model/parameter_store.hpp"
 #include "model/shard.hpp"
 #include "parallel/shard_layout.hpp"
+#include "mpi_checkpoint_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace exa;
+using exa::test::contains;
+using exa::test::error_of;
+using exa::test::world_rank;
+using exa::test::world_size;
 
 namespace {
 
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
-std::string scratch_dir() {
-  std::string dir;
-  if (world_rank() == 0) {
-    const char* base = std::getenv("EXAMOE_TEST_TMPDIR");
-    const fs::path b = base ? fs::path(base) : fs::temp_directory_path() / "examoe-ckpt-boxes-test";
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    const fs::path d = b / (std::string(info->test_suite_name()) + "." + info->name());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    dir = d.string();
-  }
-  int n = static_cast<int>(dir.size());
-  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  dir.resize(static_cast<std::size_t>(n));
-  MPI_Bcast(dir.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return (fs::path(dir) / "ckpt").string();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const exa::Error& e) {
-    if (std::getenv("EXAMOE_TEST_SHOW_ERRORS") && world_rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+std::string scratch_dir() { return (fs::path(test::scratch_dir("examoe-ckpt-boxes-test")) / "ckpt").string(); }
 
 // Tiny, with every extent a tensor-parallel split touches divisible by 4:
 // layer 0 dense (mlp.w1 [12, 8], attn.wo [8, 8]), layer 1 MoE with 4
