@@ -29,6 +29,22 @@ struct MicroBatchShape {
   bool operator!=(const MicroBatchShape& o) const { return !(*this == o); }
 };
 
+// How one MoE layer's rows moved between the expert-parallel ranks (P
+// ranks, El experts each). Rows leave in the permuted order (by expert, so
+// by destination rank); the rows from source s arrive as one run, by local
+// expert within it ("source-major"). The experts need them by local expert
+// ("expert-major"): expert_row and source_row are the two gathers.
+template <class D = Device>
+struct ExpertExchange {
+  std::vector<std::int64_t> send_counts;   // [P*El] rows this rank sends to each global expert of the group
+  std::vector<std::int64_t> recv_counts;   // [P*El] rows received from source s for local expert e: [s*El + e]
+  std::vector<int> send_rows, recv_rows;   // [P] rows to / from each rank
+  std::vector<index_t> expert_offsets;     // [El+1] first expert-major row of each local expert
+  Kokkos::View<int*, Layout, D> expert_row;  // [R] expert-major row i came from source-major row expert_row[i]
+  Kokkos::View<int*, Layout, D> source_row;  // [R] source-major row j is expert-major row source_row[j]
+  index_t received = 0;                    // R
+};
+
 template <class T, class D = Device>
 struct LayerContext {
   using V1 = Kokkos::View<T*, Layout, D>;
@@ -58,6 +74,11 @@ struct LayerContext {
   I1 counts;                // [E] routed (before dropping)
   kernels::PermutePlan<D> plan;
   V2 xp, ea, eb, eh, yp;    // permuted rows (first plan.rows of N*k): [.,d], [.,F] x3, [.,d]
+  // Expert parallelism: the rows other ranks sent to this rank's experts and
+  // how they were exchanged (filled by the all-to-all dispatcher; ea/eb/eh
+  // then hold the experts' activations of these rows, not of xp).
+  V2 xr;                    // received rows, grouped by local expert [R,d]
+  ExpertExchange<D> exchange;
   V3 sa, sb, sh;            // shared experts [S,N,F]
   kernels::RouterLosses router_losses;
 
@@ -67,7 +88,7 @@ struct LayerContext {
     std::size_t n = 0;
     auto add = [&n](const auto& v) { n += v.span() * sizeof(typename std::decay_t<decltype(v)>::value_type); };
     for (const auto* v2 : {&x, &attn_xn, &q, &k, &v, &attn_o, &x_mid, &ffn_xn, &a, &b, &h, &router_logits, &probs,
-                           &gates, &xp, &ea, &eb, &eh, &yp})
+                           &gates, &xp, &ea, &eb, &eh, &yp, &xr})
       add(*v2);
     for (const auto* v1 : {&attn_rstd, &ffn_rstd, &router_lse}) add(*v1);
     for (const auto* v3 : {&attn_lse, &sa, &sb, &sh}) add(*v3);
@@ -75,6 +96,8 @@ struct LayerContext {
     add(counts);
     add(plan.row_of);
     add(plan.token_of);
+    add(exchange.expert_row);
+    add(exchange.source_row);
     return n;
   }
 };

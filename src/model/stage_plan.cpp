@@ -23,6 +23,26 @@ StagePlan StagePlan::layers(const ModelConfig& cfg, std::int64_t l0, std::int64_
   return p;
 }
 
+StagePlan StagePlan::with_experts(std::int64_t begin, std::int64_t end) const {
+  EXA_REQUIRE(expert_begin <= begin && begin < end && end <= expert_end,
+              "StagePlan: experts [{}, {}) are not a non-empty range of [{}, {})", begin, end, expert_begin,
+              expert_end);
+  StagePlan p = *this;
+  p.expert_begin = begin;
+  p.expert_end = end;
+  return p;
+}
+
+Box local_box(const ParamSpec& spec, const StagePlan& plan) {
+  Box b = whole_box(spec.shape);
+  if (spec.ep_dim >= 0) {
+    const auto d = static_cast<std::size_t>(spec.ep_dim);
+    b.offset[d] = plan.expert_begin;
+    b.extent[d] = plan.expert_end - plan.expert_begin;
+  }
+  return b;
+}
+
 StagePlan StagePlan::whole(const ModelConfig& cfg) {
   EXA_REQUIRE(cfg.n_layers >= 1, "StagePlan: the model needs at least one layer (model.n_layers = {})",
               cfg.n_layers);

@@ -8,6 +8,8 @@
 #include <cstdint>
 
 #include "model/model_config.hpp"
+#include "model/parameter_specs.hpp"
+#include "model/shard.hpp"
 
 namespace exa::model {
 
@@ -25,10 +27,20 @@ struct StagePlan {
   static StagePlan whole(const ModelConfig& cfg);
   // The whole-width stage [l0, l1) (pipeline stages without other splits).
   static StagePlan layers(const ModelConfig& cfg, std::int64_t l0, std::int64_t l1);
+  // Expert parallelism: this plan holding only experts [begin, end).
+  // exa::Error when the range is empty or outside [0, n_experts).
+  StagePlan with_experts(std::int64_t begin, std::int64_t end) const;
 
   bool has_embedding() const { return layer_begin == 0; }
   bool has_head() const { return layer_end == n_layers; }
   std::int64_t local_layers() const { return layer_end - layer_begin; }
+  std::int64_t local_experts() const { return expert_end - expert_begin; }
+  bool all_experts(const ModelConfig& cfg) const { return expert_begin == 0 && expert_end == cfg.n_experts; }
 };
+
+// The box of tensor `spec` this plan holds: its expert range on the expert
+// dimension (ParamSpec::ep_dim), the whole extent elsewhere. What the
+// ParameterStore shards and the model's weights bind.
+Box local_box(const ParamSpec& spec, const StagePlan& plan);
 
 }  // namespace exa::model

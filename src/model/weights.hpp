@@ -16,12 +16,14 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
 #include "core/types.hpp"
 #include "model/model_config.hpp"
 #include "model/parameter_specs.hpp"
+#include "model/stage_plan.hpp"
 
 namespace exa::model {
 
@@ -52,14 +54,15 @@ struct Weights {
   W2 lm_head;                            // [V,d]; aliases embed when tie_embeddings
 };
 
-// Binds every tensor of `cfg`'s model. `ptr_of(spec)` returns the data
-// pointer of the whole tensor `spec` (spec.numel() contiguous row-major
-// elements of T in D's memory space).
+// Binds every tensor of `cfg`'s model as `plan` holds it. `ptr_of(spec)`
+// returns the data pointer of the plan's box of tensor `spec`
+// (local_box(spec, plan): the whole tensor, or the plan's experts of an
+// expert tensor) as contiguous row-major elements of T in D's memory space.
 template <class T, class D = Device, class PtrOf>
-Weights<T, D> bind_weights(const ModelConfig& cfg, PtrOf&& ptr_of) {
+Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&& ptr_of) {
   using L = LayerWeights<T, D>;
   std::unordered_map<std::string, std::pair<T*, std::int64_t>> p;
-  for (const auto& s : parameter_specs(cfg)) p[s.name] = {ptr_of(s), s.numel()};
+  for (const auto& s : parameter_specs(cfg)) p[s.name] = {ptr_of(s), local_box(s, plan).numel()};
   auto get = [&](const std::string& name, std::int64_t numel) -> T* {
     auto it = p.find(name);
     EXA_REQUIRE(it != p.end(), "bind_weights: the model has no tensor '{}'", name);
@@ -69,7 +72,7 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, PtrOf&& ptr_of) {
     return it->second.first;
   };
   const std::int64_t V = cfg.vocab_size, d = cfg.d_model, hd = cfg.head_dim(), H = cfg.n_heads,
-                     Hkv = cfg.n_kv_heads, E = cfg.n_experts, F = cfg.d_expert, S = cfg.n_shared_experts,
+                     Hkv = cfg.n_kv_heads, E = plan.local_experts(), F = cfg.d_expert, S = cfg.n_shared_experts,
                      Fd = cfg.d_ff;
   auto v1 = [&](const std::string& n, std::int64_t a) { return typename L::W1(get(n, a), a); };
   auto v2 = [&](const std::string& n, std::int64_t a, std::int64_t b) {
@@ -91,7 +94,7 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, PtrOf&& ptr_of) {
     l.ffn_norm = v1(pre + "ffn_norm.weight", d);
     l.moe = cfg.is_moe_layer(i);
     if (l.moe) {
-      l.router = v2(pre + "moe.router.weight", E, d);
+      l.router = v2(pre + "moe.router.weight", cfg.n_experts, d);
       l.w1 = v3(pre + "moe.experts.w1", E, F, d);
       l.w3 = v3(pre + "moe.experts.w3", E, F, d);
       l.w2 = v3(pre + "moe.experts.w2", E, d, F);
@@ -110,6 +113,12 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, PtrOf&& ptr_of) {
   w.norm = v1("norm.weight", d);
   w.lm_head = cfg.tie_embeddings ? w.embed : v2("lm_head.weight", V, d);
   return w;
+}
+
+// The whole model (every expert): `ptr_of(spec)` points at the whole tensor.
+template <class T, class D = Device, class PtrOf>
+Weights<T, D> bind_weights(const ModelConfig& cfg, PtrOf&& ptr_of) {
+  return bind_weights<T, D>(cfg, StagePlan::whole(cfg), std::forward<PtrOf>(ptr_of));
 }
 
 // Offsets of every spec in a flat buffer holding the whole tensors back to
@@ -140,9 +149,12 @@ Weights<T, D> bind_flat(const ModelConfig& cfg, const Kokkos::View<T*, Layout, D
 }
 
 class ParameterStore;
-// The store's fp32 values / gradients. Every tensor must be held whole on
-// this rank (single-rank layout, or after a ZeRO-3 gather into a whole copy).
+// The store's fp32 values / gradients. Every tensor must be held on this
+// rank as the plan's whole box (no ZeRO shard of it): the single-rank
+// layout, or expert parallelism without ZeRO.
 Weights<float, Device> bind_values(const ModelConfig& cfg, const ParameterStore& store);
 Weights<float, Device> bind_grads(const ModelConfig& cfg, const ParameterStore& store);
+Weights<float, Device> bind_values(const ModelConfig& cfg, const StagePlan& plan, const ParameterStore& store);
+Weights<float, Device> bind_grads(const ModelConfig& cfg, const StagePlan& plan, const ParameterStore& store);
 
 }  // namespace exa::model
