@@ -7,19 +7,21 @@
 
 namespace exa::parallel {
 
-DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend)
-    : size_(grid.size(comm::Group::Data)),
-      rank_(grid.rank(comm::Group::Data)),
+DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend,
+                     comm::Group over)
+    : size_(grid.size(over)),
+      rank_(grid.rank(over)),
       block_index_(rank_),
       channels_(channels),
-      scalar_(comm::make_mpi_communicator(grid.comm(comm::Group::Data))) {
+      scalar_(comm::make_mpi_communicator(grid.comm(over))) {
   EXA_ASSERT(channels >= 1);
+  EXA_ASSERT(over == comm::Group::Data || (over == comm::Group::ExpertData && !hierarchical));
   if (backend == comm::Backend::Nccl) {
     EXA_REQUIRE(comm::nccl_available(), "comm.backend = \"nccl\" needs a CUDA build with NCCL and a visible GPU "
                 "(this build or node has none); set comm.backend = \"mpi\"");
-    bulk_ = comm::make_nccl_communicator(grid.comm(comm::Group::Data));
+    bulk_ = comm::make_nccl_communicator(grid.comm(over));
   } else {
-    bulk_ = comm::make_mpi_communicator(grid.comm(comm::Group::Data));
+    bulk_ = comm::make_mpi_communicator(grid.comm(over));
   }
   if (hierarchical) {
     for (int c = 0; c < channels; ++c) hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, backend));

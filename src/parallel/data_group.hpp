@@ -43,8 +43,10 @@ class DataGroup {
   // `backend`: the bulk collectives' (scalar sums always use MPI, on host
   // values). Backend::Nccl throws exa::Error naming the fix in a build
   // without NCCL or without a visible GPU.
+  // `over`: Group::Data, or Group::ExpertData for the expert tensors under
+  // expert parallelism (flat collectives only: `hierarchical` must be false).
   DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1,
-            comm::Backend backend = comm::Backend::Mpi);
+            comm::Backend backend = comm::Backend::Mpi, comm::Group over = comm::Group::Data);
 
   int size() const { return size_; }
   int rank() const { return rank_; }

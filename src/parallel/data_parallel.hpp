@@ -1,13 +1,14 @@
 #pragma once
 // DataParallel: data parallelism over the grid's Data group with ZeRO
-// stages 0-3, bucketed gradient reduction overlapped with the backward pass,
-// and flat or hierarchical collectives.
+// stages 0-3 (parallel/zero_engine.hpp), bucketed gradient reduction
+// overlapped with the backward pass, flat or hierarchical collectives, and
+// the expert-data group of expert parallelism.
 //
 // It owns the parameters: the master ParameterStore (this rank's part for
-// zero >= 1, everything for zero = 0; the optimizer and the checkpoint work
-// on it) and the working copies the transformer reads and writes, bound as
-// model::Weights. It is the transformer's UnitHooks, and the trainer drives
-// it around each step:
+// zero >= 1, its whole boxes for zero = 0; the optimizer and the checkpoint
+// work on it) and the working copies the model reads and writes, bound as
+// model::Weights of this rank's StagePlan. It is the model's UnitHooks, and
+// the trainer drives it around each step:
 //
 //   dp.begin_step();                                   // zero the gradients
 //   for (j = 0; j < M; ++j) {
@@ -18,44 +19,27 @@
 //   opt.step(dp.store(), step);                        // clip (norm_reduction) + AdamW on the part
 //   dp.params_updated();                               // refresh the working copies
 //
-// Stages (dp ranks, P parameters):
-//   zero 0  replicas; gradients allreduced in buckets of comm.bucket_mb, each
-//           launched as soon as the backward has finished its units.
-//   zero 1  replicas for forward/backward, but AdamW state and master weights
-//           only for this rank's part: on the last micro-batch each unit's
-//           accumulated gradient is reduce-scattered into the part as soon
-//           as its backward is done, and after the step the parts are
-//           allgathered into the replica (zero 0's traffic, in two halves),
-//           landing during the next forward, each unit waited for before use.
-//   zero 2  as 1, but gradients are never whole: each unit's gradient goes
-//           into one of two unit-sized buffers and is reduce-scattered into
-//           this rank's part right after the unit's backward, every
-//           micro-batch.
-//   zero 3  (FSDP) parameters are not whole either: each unit is allgathered
-//           into one of two unit-sized buffers just before use (the next
-//           unit's gather prefetched), in forward and again in backward
-//           (except the untied embedding, whose backward reads no weights).
-// With tie_embeddings under zero 2/3 the embedding, which the head reads
-// too, has buffers of its own that live through the pass.
-//
-// comm.overlap = false waits for each collective where it is launched (zero
-// 0/1: every reduction launched after the backward; zero 1/2: the replica
-// gathered before params_updated returns; zero 3: no prefetch),
-// the baseline for the overlap benchmark. Time spent launching, polling and waiting is charged to the
-// "comm/" phase timers (exposed communication).
-#include <array>
+// Expert parallelism (ep > 1): this rank holds E/ep experts of each MoE
+// layer; their tensors reduce over the ExpertData group (dp*cp/ep replicas)
+// and ZeRO shards them over it, by a second engine; everything else reduces
+// and shards over the Data group. The store then holds the Data-group
+// tensors first and the expert tensors after them, each engine's run
+// contiguous. Both engines divide by the data-parallel size: an expert's
+// gradient already sums the tokens of the ep ranks that routed to it.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "comm/process_grid.hpp"
 #include "core/reduction.hpp"
 #include "core/types.hpp"
 #include "model/model_config.hpp"
 #include "model/parameter_store.hpp"
+#include "model/stage_plan.hpp"
 #include "model/unit_hooks.hpp"
 #include "model/weights.hpp"
-#include "parallel/data_group.hpp"
-#include "parallel/shard_layout.hpp"
+#include "parallel/zero_engine.hpp"
 
 namespace exa::deck {
 class Config;
@@ -78,6 +62,10 @@ struct DataParallelMemory {
   double params = 0;   // master values (+ the whole working replica for zero 1/2)
   double grads = 0;    // master gradients (+ the whole working gradient for zero 1)
   double buffers = 0;  // unit buffers (zero 2/3 gathered parameters and unit gradients), receive/staging
+  // The routed experts' share of params and grads (their master parts and
+  // working copies; zero 2/3 unit buffers are counted in buffers).
+  double expert_params = 0, expert_grads = 0;
+  double expert_master = 0;  // the experts' master elements * 4 bytes (AdamW keeps two more of these)
 };
 
 class DataParallel final : public model::UnitHooks {
@@ -89,11 +77,12 @@ class DataParallel final : public model::UnitHooks {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  int size() const { return group_.size(); }
-  int rank() const { return group_.rank(); }
+  int size() const { return data_size_; }
+  int rank() const { return data_rank_; }
   const DataParallelOptions& options() const { return opt_; }
-  const ShardLayout& layout() const { return layout_; }
-  DataGroup& group() { return group_; }
+  const model::StagePlan& plan() const { return plan_; }
+  bool expert_parallel() const { return engines_.size() > 1; }
+  std::int64_t model_numel() const { return model_numel_; }  // the whole model's parameters
 
   model::ParameterStore& store() { return store_; }
   const model::ParameterStore& store() const { return store_; }
@@ -108,15 +97,15 @@ class DataParallel final : public model::UnitHooks {
   void params_updated();
 
   void begin_step();
-  void set_sync(bool sync) { sync_ = sync; }
+  void set_sync(bool sync);
   // Every reduction of the step done: store().grads() holds the mean over
   // the data-parallel ranks of this rank's part of the gradient.
   void finish_gradients();
   // Sum over the ranks whose parts make up the model once (GradClipper).
   Reduction norm_reduction();
 
-  double sum(double x) { return group_.sum(x); }
-  std::int64_t sum(std::int64_t x) { return group_.sum(x); }
+  double sum(double x) { return engines_[0]->group().sum(x); }
+  std::int64_t sum(std::int64_t x) { return engines_[0]->group().sum(x); }
 
   DataParallelMemory memory() const;
 
@@ -126,62 +115,35 @@ class DataParallel final : public model::UnitHooks {
   void after_backward(int unit) override;
 
  private:
-  static constexpr int kSlots = 3;  // two alternating unit buffers, and the tied embedding's own
-  // DataGroup channels (one operation in flight each): gathers into slot s
-  // use channel s, reductions from slot s channel kSlots + s, buckets and the
-  // zero 1/2 parameter allgathers the kInFlight channels after those.
-  static constexpr int kInFlight = 4;
-  static constexpr int kFirstBulkChannel = 2 * kSlots;
-  static constexpr int kChannels = kFirstBulkChannel + kInFlight;
-  int slot_of(int unit) const { return tied_ && unit == 0 ? 2 : unit % 2; }
-  int head() const { return layout_.size() - 1; }
-  Flat part_values(int unit) const;
-  Flat part_grads(int unit) const;
-  Flat padded(const Flat& whole, int unit) const;  // a unit's padded range of a whole-model buffer
-  Flat slot_range(const Flat& slot, int unit) const;
-  void progress();
-  // zero 3
-  comm::Request gather(int unit, const Flat& dst, const Flat& staging, int channel);
-  void ensure_params(int unit);
-  void prefetch(int unit);
-  void drop_gathered();
-  // zero 2/3
-  void prepare_grads(int unit);
-  void reduce_grads(int unit);
-  // zero 0/1
-  void launch_bucket(std::int64_t lo, std::int64_t hi);
-  void bucket_unit_ready(int unit);
-  // zero 1
-  void reduce_part(int unit);
-  // zero 1/2: the replica's allgather after a step
-  void launch_replica(int unit);
-  void ensure_replica(int unit);
-  void finish_replica();
+  ZeroEngine& engine_of(const std::string& name) const;
+
+  // What the engines are built from: the store's tensors in its order and
+  // this rank's piece of each, and per engine its group, layout and first
+  // element in the store (moved into the engines once the store exists).
+  struct EngineSetup {
+    DataGroup group;
+    ShardLayout layout;
+    std::int64_t base;
+  };
+  struct Split {
+    std::vector<model::ParamSpec> specs;
+    std::vector<model::Shard> shards;
+    std::vector<EngineSetup> engines;
+  };
+  static Split split(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, const model::StagePlan& plan,
+                     const DataParallelOptions& opt);
 
   DataParallelOptions opt_;
   model::ModelConfig mcfg_;
-  DataGroup group_;
-  ShardLayout layout_;
-  bool tied_ = false;
+  model::StagePlan plan_;
+  int data_size_ = 1, data_rank_ = 0;
+  std::int64_t model_numel_ = 0;
+  Split split_;
   model::ParameterStore store_;
+  std::int64_t expert_base_ = 0;                     // the expert tensors' first element in the store
+  std::vector<std::unique_ptr<ZeroEngine>> engines_;  // Data group [, ExpertData group]
+  std::unique_ptr<comm::Communicator> ep_sum_;        // zero 0 with experts: their norm sums over Ep
   model::Weights<float, Device> w_, g_;
-  bool sync_ = true;
-
-  Flat work_params_, work_grads_;  // whole padded replicas (zero 1/2 params, zero 1 grads)
-  std::array<Flat, kSlots> param_slot_, grad_slot_, recv_, staging_;
-  // zero 1/2: a block per bulk channel, for the one operation in flight on
-  // it (zero 1's reduce-scatter receives into it, the replica's allgather
-  // pads a short part in it).
-  std::array<Flat, kInFlight> bulk_block_;
-  std::array<int, kSlots> slot_unit_{{-1, -1, -1}};
-  std::array<comm::Request, kSlots> gather_req_, reduce_req_;
-  std::vector<comm::Request> buckets_;
-  std::int64_t bucket_hi_ = 0;  // zero 0: grads at [bucket_hi_, end) are launched
-  int next_part_ = 0;           // zero 1: units next_part_ .. 0 are not reduced yet
-  // zero 1/2: units [0, replica_done_) of the replica are up to date, units
-  // [replica_done_, replica_next_) are being gathered (one per bulk channel).
-  std::vector<comm::Request> replica_req_;
-  int replica_next_ = 0, replica_done_ = 0;
 };
 
 }  // namespace exa::parallel

@@ -66,6 +66,7 @@ class ShardLayout {
   int index() const { return index_; }
   int size() const { return static_cast<int>(units_.size()); }
   const Unit& unit(int u) const { return units_.at(static_cast<std::size_t>(u)); }
+  const std::vector<model::ParamSpec>& specs() const { return specs_; }
   int unit_of_spec(std::size_t spec) const { return spec_unit_.at(spec); }
   // First element of tensor `spec` within its unit's range.
   std::int64_t offset_in_unit(std::size_t spec) const { return spec_offset_.at(spec); }
