@@ -1,23 +1,39 @@
 #include "parallel/build_model.hpp"
 
 #include "core/error.hpp"
+#include "parallel/expert/all_to_all_dispatcher.hpp"
 
 namespace exa::parallel {
 
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid) {
   const auto& s = grid.sizes();
-  const std::pair<const char*, int> dims[] = {{"tp", s.tp}, {"pp", s.pp}, {"cp", s.cp}, {"ep", s.ep}};
+  const std::pair<const char*, int> dims[] = {{"tp", s.tp}, {"pp", s.pp}, {"cp", s.cp}};
   for (const auto& [name, size] : dims)
-    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (only data "
-                "parallelism has); set parallel.{} = 1", name, size, name);
-  return model::StagePlan::whole(cfg);
+    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (data and expert "
+                "parallelism have); set parallel.{} = 1", name, size, name);
+  const auto whole = model::StagePlan::whole(cfg);
+  if (s.ep == 1) return whole;
+  EXA_REQUIRE(cfg.n_experts % s.ep == 0,
+              "build_model: moe.n_experts = {} is not divisible by parallel.ep = {}; choose ep dividing the experts",
+              cfg.n_experts, s.ep);
+  const std::int64_t per = cfg.n_experts / s.ep, j = grid.coords().ep;
+  return whole.with_experts(j * per, (j + 1) * per);
 }
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt) {
+                                                      model::ModelOptions opt, comm::Backend backend) {
   const auto plan = stage_plan(cfg, grid);
-  return std::make_unique<model::StageModel<float>>(cfg, plan,
-                                                    model::Seams<float>::local(plan, opt.attention_tiles), opt);
+  auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
+  if (!plan.all_experts(cfg)) {
+    const MPI_Comm ep = grid.comm(comm::Group::Ep);
+    std::shared_ptr<comm::Communicator> counts = comm::make_mpi_communicator(ep);
+    std::shared_ptr<comm::Communicator> rows =
+        backend == comm::Backend::Nccl ? std::shared_ptr<comm::Communicator>(comm::make_nccl_communicator(ep))
+                                       : counts;
+    seams.dispatcher =
+        std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows), int(cfg.n_experts));
+  }
+  return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }
 
 }  // namespace exa::parallel

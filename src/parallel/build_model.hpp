@@ -2,21 +2,28 @@
 // build_model: the one place that decides, from the process grid, which
 // layer range this rank holds and which implementation fills each seam of
 // the model (docs/architecture.md, "Seams"). Tensor, expert, context and
-// pipeline parallelism each add their choice here; today every seam is the
-// local one and the grid must be plain data parallelism.
+// pipeline parallelism each add their choice here. Expert parallelism
+// (grid ep > 1) gives this rank E/ep consecutive experts and the
+// all-to-all dispatcher; every other seam is still the local one.
 #include <memory>
 
+#include "comm/hierarchical.hpp"
 #include "comm/process_grid.hpp"
 #include "model/model_config.hpp"
 #include "model/stage_model.hpp"
 
 namespace exa::parallel {
 
-// exa::Error naming the dimension when the grid asks for a parallelism this
-// build does not provide yet.
+// This rank's plan. exa::Error naming the dimension when the grid asks for
+// a parallelism this build does not provide yet (tp, pp, cp), or when ep
+// does not divide the experts.
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid);
 
+// Collective over the grid's Ep group when ep > 1 (its communicators).
+// `backend` carries the expert all-to-all's token rows (the counts always
+// use MPI).
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt = {});
+                                                      model::ModelOptions opt = {},
+                                                      comm::Backend backend = comm::Backend::Mpi);
 
 }  // namespace exa::parallel

@@ -55,7 +55,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
-      model_(parallel::build_model(mcfg_, grid_)),
+      model_(parallel::build_model(mcfg_, grid_, {}, dp_.options().backend)),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
   steps_ = cfg.get_int("train.steps");
@@ -84,10 +84,11 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
 }
 
 void Trainer::require_supported_layout() const {
-  // This build runs plain data parallelism; the other dimensions come with
-  // the distributed-runtime work. Say so before any work is done.
-  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep"}) {
-    EXA_REQUIRE(cfg_.get_int(k) == 1, "{} {} = {} is not available in this build yet (only data parallelism is); set {} = 1",
+  // This build runs data and expert parallelism; the other dimensions come
+  // with their own work. Say so before any work is done.
+  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp"}) {
+    EXA_REQUIRE(cfg_.get_int(k) == 1,
+                "{} {} = {} is not available in this build yet (data and expert parallelism are); set {} = 1",
                 cfg_.locate({k}), k, cfg_.get_int(k), k);
   }
   EXA_REQUIRE(cfg_.get_string("comm.compression") == "none",
@@ -268,7 +269,7 @@ double Trainer::run() {
   const std::int64_t ckpt_every = cfg_.get_int("checkpoint.every");
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
             "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank",
-            steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.layout().numel()) / 1e6,
+            steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.model_numel()) / 1e6,
             flops_.active_params / 1e6, peak_gflops_);
   phase_timers().reset();
   eval_comm_s_ = 0;

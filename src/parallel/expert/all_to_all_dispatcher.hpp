@@ -1,0 +1,200 @@
+#pragma once
+// AllToAllDispatcher: the TokenDispatcher of expert parallelism
+// (docs/architecture.md, "Expert parallelism"). The ep ranks of an EP group
+// hold E/ep consecutive experts each; every rank routes its own tokens over
+// all E experts, exactly as one rank would (capacity and drops are decided
+// here, at the source, per micro-batch), and then:
+//
+//   forward   permute by expert (= by destination rank, then expert)
+//             exchange the per-expert row counts (a small all-to-all)
+//             all-to-all-v of the rows; regroup the received rows by local
+//             expert; one grouped GEMM per local expert (SwiGLU);
+//             regroup by source; all-to-all-v back; gate-weighted unpermute
+//   backward  the mirror image: unpermute backward, all-to-all-v of the row
+//             gradients, grouped backward (the expert weight gradients of
+//             this rank's experts, summed over the group's tokens), all-to-all-v
+//             back, permute backward
+//
+// Every rank takes part in every exchange, whatever it sends or receives:
+// zero-row messages and experts with no rows are ordinary paths, so skewed
+// routing cannot leave a rank out of a collective.
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/error.hpp"
+#include "core/profiling.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/permute.hpp"
+#include "kernels/swiglu.hpp"
+#include "model/seams/token_dispatcher.hpp"
+#include "parallel/expert/expert_exchange.hpp"
+
+namespace exa::parallel {
+
+template <class T, class D = Device>
+class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
+ public:
+  using typename model::TokenDispatcher<T, D>::V2;
+  using Context = model::LayerContext<T, D>;
+  using Weights = model::LayerWeights<T, D>;
+
+  // `counts`: an MPI communicator over the EP group (host counts); `rows`:
+  // the same group, MPI or NCCL, for the token rows. This rank is
+  // counts->rank() of the group and holds experts
+  // [rank * n_experts / size, (rank + 1) * n_experts / size).
+  AllToAllDispatcher(std::shared_ptr<comm::Communicator> counts, std::shared_ptr<comm::Communicator> rows,
+                     int n_experts)
+      : counts_(std::move(counts)), rows_(std::move(rows)), n_experts_(n_experts) {
+    const int P = counts_->size();
+    EXA_REQUIRE(P >= 1 && n_experts % P == 0 && rows_->size() == P && rows_->rank() == counts_->rank(),
+                "AllToAllDispatcher: {} experts over {} expert-parallel ranks (the rows' group has {})", n_experts,
+                P, rows_->size());
+    local_experts_ = n_experts / P;
+  }
+
+  int ranks() const { return counts_->size(); }
+  int local_experts() const { return local_experts_; }
+
+  void forward(Context& c, const Weights& w, std::int64_t capacity, const V2& xn, const V2& y) override {
+    namespace K = kernels;
+    EXA_REQUIRE(index_t(w.w1.extent(0)) == local_experts_,
+                "AllToAllDispatcher: the weights hold {} experts, this rank's share is {}", w.w1.extent(0),
+                local_experts_);
+    K::permute_plan(c.plan, c.topk, n_experts_, capacity);
+    const index_t d = xn.extent(1);
+    const auto xp = rows(c.xp, c.plan.rows);
+    K::permute_forward(xn, c.plan.token_of, xp);
+    exchange_counts(c, d);
+    const index_t R = c.exchange.received, F = w.w1.extent(1);
+    grow(c.xr, R, d, "exa::ep::xr");
+    grow(c.ea, R, F, "exa::model::ea");
+    grow(c.eb, R, F, "exa::model::eb");
+    grow(c.eh, R, F, "exa::model::eh");
+    ensure_scratch(R, std::int64_t(c.xp.extent(0)), d, F);
+    const auto xr = rows(c.xr, R), ea = rows(c.ea, R), eb = rows(c.eb, R), eh = rows(c.eh, R);
+    const auto src = rows(source_, R), ye = rows(expert_, R);
+    {
+      ScopedRegion r("forward/moe/all_to_all");
+      send(xp, c.exchange.send_rows, src, c.exchange.recv_rows);
+    }
+    K::permute_forward(src, first(c.exchange.expert_row, R), xr);
+    const auto& off = c.exchange.expert_offsets;
+    K::grouped_linear_forward(xr, w.w1, off, ea);
+    K::grouped_linear_forward(xr, w.w3, off, eb);
+    K::swiglu_forward(ea, eb, eh);
+    K::grouped_linear_forward(eh, w.w2, off, ye);
+    K::permute_forward(ye, first(c.exchange.source_row, R), src);
+    const auto yp = rows(c.yp, c.plan.rows);
+    {
+      ScopedRegion r("forward/moe/all_to_all");
+      send(src, c.exchange.recv_rows, yp, c.exchange.send_rows);
+    }
+    K::unpermute_forward(yp, c.gates, c.plan.row_of, y);
+  }
+
+  void backward(Context& c, const Weights& w, const Weights& g, const V2& dy, const V2& dxn,
+                const V2& dgates) override {
+    namespace K = kernels;
+    const index_t R = c.exchange.received, M = c.plan.rows;
+    const auto dyp = rows(dyp_, M), dxp = rows(dxp_, M);
+    const auto src = rows(source_, R), dye = rows(expert_, R);
+    const auto dea = rows(dea_, R), deb = rows(deb_, R), deh = rows(deh_, R);
+    const auto xr = rows(c.xr, R), ea = rows(c.ea, R), eb = rows(c.eb, R), eh = rows(c.eh, R);
+    const auto& off = c.exchange.expert_offsets;
+    K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
+    {
+      ScopedRegion r("backward/moe/all_to_all");
+      send(dyp, c.exchange.send_rows, src, c.exchange.recv_rows);
+    }
+    K::permute_forward(src, first(c.exchange.expert_row, R), dye);
+    K::grouped_linear_backward(eh, w.w2, dye, off, deh, g.w2, true);
+    K::swiglu_backward(ea, eb, deh, dea, deb);
+    const auto dxe = dye;  // dye is dead once deh is computed
+    K::grouped_linear_backward(xr, w.w1, dea, off, dxe, g.w1, true, false);
+    K::grouped_linear_backward(xr, w.w3, deb, off, dxe, g.w3, true, true);
+    K::permute_forward(dxe, first(c.exchange.source_row, R), src);
+    {
+      ScopedRegion r("backward/moe/all_to_all");
+      send(src, c.exchange.recv_rows, dxp, c.exchange.send_rows);
+    }
+    K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
+  }
+
+  std::size_t scratch_bytes() const override {
+    std::size_t n = 0;
+    for (const V2* v : {&source_, &expert_, &dyp_, &dxp_, &dea_, &deb_, &deh_}) n += v->span();
+    return n * sizeof(T);
+  }
+
+ private:
+  static V2 rows(const V2& v, index_t n) { return Kokkos::subview(v, Kokkos::make_pair(index_t(0), n), Kokkos::ALL); }
+  // The first R entries of a row map (the maps keep the largest size seen).
+  static Kokkos::View<int*, Layout, D> first(const Kokkos::View<int*, Layout, D>& v, index_t n) {
+    return Kokkos::subview(v, Kokkos::make_pair(index_t(0), n));
+  }
+
+  // Buffers keep the largest shape seen: the received rows vary with the
+  // routing from one micro-batch to the next.
+  static void grow(V2& v, index_t n, index_t width, const char* name) {
+    if (index_t(v.extent(0)) >= n && index_t(v.extent(1)) == width) return;
+    v = V2(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), std::max<index_t>(n, 1), width);
+  }
+
+  void ensure_scratch(index_t received, index_t sent, index_t d, index_t F) {
+    grow(source_, received, d, "exa::ep::source_rows");
+    grow(expert_, received, d, "exa::ep::expert_rows");
+    grow(dyp_, sent, d, "exa::ep::dyp");
+    grow(dxp_, sent, d, "exa::ep::dxp");
+    grow(dea_, received, F, "exa::ep::dea");
+    grow(deb_, received, F, "exa::ep::deb");
+    grow(deh_, received, F, "exa::ep::deh");
+  }
+
+  // Rows per global expert from the plan, the counts all-to-all, and the
+  // layer's exchange plan (kept in the context for the backward).
+  void exchange_counts(Context& c, index_t d) {
+    ScopedRegion region("forward/moe/all_to_all_counts");
+    const int P = ranks(), El = local_experts_;
+    const auto& o = c.plan.offsets_host;
+    auto& x = c.exchange;
+    x.send_counts.resize(std::size_t(P * El));
+    x.recv_counts.assign(std::size_t(P * El), 0);
+    for (int e = 0; e < n_experts_; ++e) x.send_counts[std::size_t(e)] = o(e + 1) - o(e);
+    std::vector<int> n(static_cast<std::size_t>(P), El), at(static_cast<std::size_t>(P), 0);
+    for (int s = 0; s < P; ++s) at[std::size_t(s)] = s * El;
+    counts_->alltoallv(x.send_counts.data(), n, at, x.recv_counts.data(), n, at, comm::DType::I64);
+    ExchangePlan p = plan_exchange(x.send_counts, x.recv_counts, P, El, d);
+    x.send_rows = std::move(p.send_rows);
+    x.recv_rows = std::move(p.recv_rows);
+    x.expert_offsets = std::move(p.expert_offsets);
+    x.received = p.received;
+    to_device(x.expert_row, p.expert_row, "exa::ep::expert_row");
+    to_device(x.source_row, p.source_row, "exa::ep::source_row");
+  }
+
+  static void to_device(Kokkos::View<int*, Layout, D>& v, const std::vector<int>& h, const char* name) {
+    if (v.extent(0) < h.size()) v = Kokkos::View<int*, Layout, D>(std::string(name), h.size());
+    const Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> hv(h.data(),
+                                                                                                  h.size());
+    Kokkos::deep_copy(Kokkos::subview(v, Kokkos::make_pair(std::size_t(0), h.size())), hv);
+  }
+
+  // All-to-all-v of whole rows: `from` holds the rows for each rank back to
+  // back (out[r] of them for rank r), `to` receives in[s] rows from each s.
+  void send(const V2& from, const std::vector<int>& out, const V2& to, const std::vector<int>& in) {
+    const std::int64_t d = from.extent(1);
+    const auto o = row_messages(out, d), i = row_messages(in, d);
+    using Flat = Kokkos::View<T*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const Flat a(from.data(), from.extent(0) * from.extent(1)), b(to.data(), to.extent(0) * to.extent(1));
+    Kokkos::fence();  // the rows are written by kernels the host does not wait for otherwise
+    rows_->alltoallv(a, o.counts, o.displs, b, i.counts, i.displs);
+  }
+
+  std::shared_ptr<comm::Communicator> counts_, rows_;
+  int n_experts_ = 0, local_experts_ = 0;
+  V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
+  V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
+};
+
+}  // namespace exa::parallel
