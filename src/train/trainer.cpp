@@ -70,6 +70,9 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
 
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(), dp_.rank() == 0);
   metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
+                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep},
+                                             {"zero", dp_.options().zero}, {"experts_here",
+                                              dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
   if (cfg.get_bool("checkpoint.resume")) {
@@ -183,6 +186,7 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.layout.world_size = comm_size(world_);
   meta.layout.dp = dp_.size();
   meta.layout.zero = dp_.options().zero;
+  meta.layout.ep = grid_.sizes().ep;
   io::OptimizerState state;
   const auto& store = dp_.store();
   for (std::size_t i = 0; i < store.size(); ++i)

@@ -15,6 +15,21 @@ run_checked(${MPIEXEC} -n ${NP} ${EXAMOE} ${ARGS} --set train.grad_accum=${accum
             --set output.run_dir=${WORK})
 compare_steps(${REF}/metrics.jsonl ${WORK}/metrics.jsonl 5 "${NP} ranks ${EXTRA}")
 
+# An expert-parallel layout must really have run as one: its start record
+# names the ep size and this rank's share of the experts.
+if(EXTRA MATCHES "parallel\\.ep=([0-9]+)")
+  set(want ${CMAKE_MATCH_1})
+  file(STRINGS ${WORK}/metrics.jsonl lines LIMIT_COUNT 1)
+  string(JSON ep GET "${lines}" layout ep)
+  string(JSON here GET "${lines}" layout experts_here)
+  string(JSON experts GET "${lines}" config moe n_experts)
+  math(EXPR share "${experts} / ${want}")
+  if(NOT ep EQUAL want OR NOT here EQUAL share)
+    message(FATAL_ERROR "the run was asked for ep = ${want} but its start record says ep = ${ep} with ${here} "
+                        "experts here (want ${share})")
+  endif()
+endif()
+
 if(CHECK_VAL)
   # The validation loss of the last step: the same global validation batches
   # in every layout.
