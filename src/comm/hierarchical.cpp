@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/hierarchical_stages.hpp"
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 
@@ -141,17 +142,54 @@ Request ihierarchical_allgather(Communicator& local, Communicator& inter, const 
   return sequenced(std::move(stages));
 }
 
+namespace {
+
+// Fills hc.flat_rank and hc.nodes_aligned from the ranks of the flat group
+// (collective over it).
+void map_flat_ranks(HierarchicalComms& hc, MPI_Comm flat, MPI_Comm local, MPI_Comm inter) {
+  const int L = comm_size(local), inter_rank = comm_rank(inter);
+  std::vector<int> node_inter(static_cast<std::size_t>(L));
+  MPI_Allgather(&inter_rank, 1, MPI_INT, node_inter.data(), 1, MPI_INT, local);
+  int aligned = 1;
+  for (int r : node_inter) aligned = aligned && r == inter_rank;
+  MPI_Allreduce(MPI_IN_PLACE, &aligned, 1, MPI_INT, MPI_LAND, flat);
+  hc.nodes_aligned = aligned != 0;
+
+  const int P = comm_size(flat), index = inter_rank * L + comm_rank(local);
+  std::vector<int> index_of(static_cast<std::size_t>(P));
+  MPI_Allgather(&index, 1, MPI_INT, index_of.data(), 1, MPI_INT, flat);
+  bool identity = true;
+  hc.flat_rank.assign(static_cast<std::size_t>(P), -1);
+  for (int q = 0; q < P; ++q) {
+    hc.flat_rank[static_cast<std::size_t>(index_of[static_cast<std::size_t>(q)])] = q;
+    identity = identity && index_of[static_cast<std::size_t>(q)] == q;
+  }
+  if (identity) hc.flat_rank.clear();
+}
+
+}  // namespace
+
 HierarchicalComms make_hierarchical(const ProcessGrid& grid, Group over, Backend backend) {
-  EXA_REQUIRE(over == Group::World || over == Group::Data,
-              "make_hierarchical: hierarchical collectives run over Group::World or Group::Data, not {}",
+  EXA_REQUIRE(over == Group::World || over == Group::Data || over == Group::Ep,
+              "make_hierarchical: hierarchical collectives run over Group::World, Group::Data or Group::Ep, not {}",
               group_name(over));
-  const bool world = over == Group::World;
-  EXA_REQUIRE(world ? grid.nodes_uniform() : grid.data_nodes_uniform(),
+  Group local_group = Group::NodeLocal, inter_group = Group::InterNode;
+  bool uniform = grid.nodes_uniform();
+  const char* off_switch = "parallel.hierarchical = false";
+  if (over == Group::Data) {
+    local_group = Group::DataNodeLocal, inter_group = Group::DataInterNode;
+    uniform = grid.data_nodes_uniform();
+  } else if (over == Group::Ep) {
+    local_group = Group::EpNodeLocal, inter_group = Group::EpInterNode;
+    uniform = grid.ep_nodes_uniform();
+    off_switch = "comm.hierarchical_a2a = false";
+  }
+  EXA_REQUIRE(uniform,
               "hierarchical collectives over the {} group need the same number of its ranks on every node "
-              "({}); set parallel.hierarchical = false or parallel.ranks_per_node to pretend even nodes",
-              group_name(over), grid.describe());
-  MPI_Comm lc = grid.comm(world ? Group::NodeLocal : Group::DataNodeLocal);
-  MPI_Comm ic = grid.comm(world ? Group::InterNode : Group::DataInterNode);
+              "({}); set {} or parallel.ranks_per_node to pretend even nodes",
+              group_name(over), grid.describe(), off_switch);
+  MPI_Comm lc = grid.comm(local_group);
+  MPI_Comm ic = grid.comm(inter_group);
   HierarchicalComms hc;
   if (backend == Backend::Nccl) {
     hc.local = make_nccl_communicator(lc);
@@ -160,6 +198,7 @@ HierarchicalComms make_hierarchical(const ProcessGrid& grid, Group over, Backend
     hc.local = make_mpi_communicator(lc);
     hc.inter = make_mpi_communicator(ic);
   }
+  map_flat_ranks(hc, grid.comm(over), lc, ic);
   return hc;
 }
 
