@@ -102,7 +102,7 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
     for (int m = 0; m < N; ++m) st->a_cnt[k] += sc[h(m, k)];
   }
   st->a_dsp = displs_of(st->a_cnt, "node-local send");
-  st->a_hold = scratch(local, end_of(st->a_cnt, st->a_dsp) * es, &st->a);
+  st->a_hold = pooled_scratch(local, end_of(st->a_cnt, st->a_dsp) * es, &st->a);
   const char* in = static_cast<const char*>(send);
   for (int k = 0, off = 0; k < L; ++k) {
     for (int m = 0; m < N; ++m) {
@@ -111,7 +111,7 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
     }
   }
   const std::size_t count_bytes = std::size_t(P) * sizeof(int);
-  st->count_hold = scratch(local, count_bytes * (1 + std::size_t(L)), &st->counts);
+  st->count_hold = pooled_scratch(local, count_bytes * (1 + std::size_t(L)), &st->counts);
   from_host(local, st->counts, sc.data(), count_bytes);
 
   // Stage 2 receives from (m', j) the rows of node m's ranks in local order:
@@ -132,7 +132,7 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
   }
   if (!direct) {
     *d_dsp = displs_of(*d_cnt, "inter-node receive");
-    st->d_hold = scratch(local, end_of(*d_cnt, *d_dsp) * es, &st->d);
+    st->d_hold = pooled_scratch(local, end_of(*d_cnt, *d_dsp) * es, &st->d);
   }
 
   std::vector<Post> stages;
@@ -149,7 +149,7 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
       for (int m = 0; m < N; ++m) b_cnt[l] += st->gathered[std::size_t(l) * P + h(m, j)];
     }
     const Ints b_dsp = displs_of(b_cnt, "node-local receive");
-    st->b_hold = scratch(*lp, end_of(b_cnt, b_dsp) * es, &st->b);
+    st->b_hold = pooled_scratch(*lp, end_of(b_cnt, b_dsp) * es, &st->b);
     return lp->ialltoallv(st->a, st->a_cnt, st->a_dsp, st->b, b_cnt, b_dsp, t);
   });
   stages.emplace_back(ip, [=]() {
@@ -160,7 +160,7 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
       for (int l = 0; l < L; ++l) c_cnt[m] += st->gathered[std::size_t(l) * P + h(m, j)];
     }
     const Ints c_dsp = displs_of(c_cnt, "inter-node send");
-    st->c_hold = scratch(*ip, end_of(c_cnt, c_dsp) * es, &st->c);
+    st->c_hold = pooled_scratch(*ip, end_of(c_cnt, c_dsp) * es, &st->c);
     std::vector<std::size_t> from(static_cast<std::size_t>(L));  // read position in b per source l
     for (int l = 0, off = 0; l < L; ++l) {
       from[l] = std::size_t(off);

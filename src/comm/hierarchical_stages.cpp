@@ -1,5 +1,6 @@
 #include "comm/hierarchical_stages.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -111,6 +112,59 @@ Bytes scratch(const Communicator& c, std::size_t bytes, char** ptr) {
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::comm::hier"), bytes);
   *ptr = v->data();
   return v;
+}
+
+namespace {
+
+// Free buffers of one memory kind, smallest first. Touched from the thread
+// that drives MPI only, like the queues.
+struct Pool {
+  struct Buf {
+    Bytes hold;  // the View
+    char* data = nullptr;
+    std::size_t capacity = 0;
+  };
+  std::vector<Buf> free;
+};
+
+constexpr std::size_t kPoolKeep = 8;  // free buffers kept per memory kind
+
+Pool& pool(bool device) {
+  static Pool pools[2];
+  static bool hooked = false;
+  if (!hooked) {
+    // Views must not outlive Kokkos.
+    Kokkos::push_finalize_hook([] {
+      for (auto& p : pools) p.free.clear();
+    });
+    hooked = true;
+  }
+  return pools[device ? 1 : 0];
+}
+
+}  // namespace
+
+Bytes pooled_scratch(const Communicator& c, std::size_t bytes, char** ptr) {
+  const bool device = c.device_memory();
+  Pool& p = pool(device);
+  Pool::Buf buf;
+  auto it = std::find_if(p.free.begin(), p.free.end(), [&](const Pool::Buf& b) { return b.capacity >= bytes; });
+  if (it != p.free.end()) {
+    buf = std::move(*it);
+    p.free.erase(it);
+  } else {
+    buf.capacity = bytes;
+    buf.hold = scratch(c, bytes, &buf.data);
+  }
+  *ptr = buf.data;
+  // The handle gives the buffer back to the pool instead of freeing it.
+  return Bytes(buf.data, [device, buf](void*) mutable {
+    Pool& q = pool(device);
+    auto at = std::lower_bound(q.free.begin(), q.free.end(), buf.capacity,
+                               [](const Pool::Buf& b, std::size_t cap) { return b.capacity < cap; });
+    q.free.insert(at, std::move(buf));
+    if (q.free.size() > kPoolKeep) q.free.erase(q.free.begin());
+  });
 }
 
 void copy(const Communicator& c, char* dst, const char* src, std::size_t bytes) {

@@ -19,6 +19,12 @@ using Bytes = std::shared_ptr<void>;
 // `bytes` of scratch in the memory `c` reads; *ptr is its first byte (may be
 // null for 0 bytes). The returned handle keeps it alive.
 Bytes scratch(const Communicator& c, std::size_t bytes, char** ptr);
+// The same from a pool: released buffers are kept (in the memory kind they
+// were made for) and handed to the next request they fit, so that an
+// operation run every step does not map fresh pages each time (the
+// first-touch faults of a fresh buffer cost more than the copies into it).
+// Holds the largest few buffers until Kokkos::finalize.
+Bytes pooled_scratch(const Communicator& c, std::size_t bytes, char** ptr);
 // Within the memory `c` reads.
 void copy(const Communicator& c, char* dst, const char* src, std::size_t bytes);
 void zero(const Communicator& c, char* dst, std::size_t bytes);
