@@ -8,11 +8,9 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -20,6 +18,7 @@
 #include "comm/hierarchical_alltoallv.hpp"
 #include "comm/process_grid.hpp"
 #include "comm_views.hpp"
+#include "hierarchical_setup.hpp"
 #include "core/error.hpp"
 
 namespace {
@@ -28,50 +27,24 @@ using namespace exa::comm;
 using namespace exa::test;
 using Ints = std::vector<int>;
 
-struct GridLayout {
-  Group over;
-  int tp, ep, ranks_per_node;
-};
-
-struct Setup {
-  std::unique_ptr<ProcessGrid> grid;
-  std::unique_ptr<Communicator> flat;
-  HierarchicalComms hc;
-};
-
-Setup& setup(const GridLayout& l) {
-  static std::map<std::tuple<int, int, int, int>, Setup> cache;
-  auto& st = cache[{static_cast<int>(l.over), l.tp, l.ep, l.ranks_per_node}];
-  if (!st.grid) {
-    GridSizes s;
-    s.tp = l.tp;
-    s.ep = l.ep;
-    s.ranks_per_node = l.ranks_per_node;
-    st.grid = std::make_unique<ProcessGrid>(s);
-    st.flat = make_mpi_communicator(st.grid->comm(l.over));
-    st.hc = make_hierarchical(*st.grid, l.over);
-  }
-  return st;
-}
-
 // World over pretend nodes of every size and the detected node; at 2 and 4
 // ranks Ep groups of 2 nodes × 2, 2 × 1 and 1 × 2 ranks and Data with tp = 2.
 std::vector<GridLayout> layouts() {
   const int n = world_size();
   std::vector<GridLayout> out;
   for (int rpn : {1, 2, 4}) {
-    if (n % rpn == 0) out.push_back({Group::World, 1, 1, rpn});
+    if (n % rpn == 0) out.push_back({Group::World, 1, rpn});
   }
-  out.push_back({Group::World, 1, 1, 0});
+  out.push_back({Group::World, 1, 0});
   if (n == 2) {
-    out.push_back({Group::Ep, 1, 2, 1});
+    out.push_back({Group::Ep, 1, 1, 2});
     out.push_back({Group::Ep, 1, 2, 2});
   }
   if (n == 4) {
-    out.push_back({Group::Ep, 1, 4, 2});  // 2 nodes × 2
+    out.push_back({Group::Ep, 1, 2, 4});  // 2 nodes × 2
     out.push_back({Group::Ep, 2, 2, 2});  // {0,2}, {1,3}: 2 nodes × 1
     out.push_back({Group::Ep, 1, 2, 2});  // {0,1}, {2,3}: 1 node × 2
-    out.push_back({Group::Data, 2, 1, 2});
+    out.push_back({Group::Data, 2, 2});
   }
   return out;
 }
@@ -272,7 +245,7 @@ void expect_error(const std::function<void()>& f, const std::string& words) {
 }
 
 TEST(HierarchicalAlltoallv, BadLayoutsAreNamed) {
-  auto& st = setup({Group::World, 1, 1, world_size() % 2 == 0 ? 2 : 1});
+  auto& st = setup({Group::World, 1, world_size() % 2 == 0 ? 2 : 1});
   const std::size_t p = static_cast<std::size_t>(st.flat->size());
   std::vector<float> buf(4 * p + 4);
   const Ints zeros(p, 0), short_(p - 1, 0);
