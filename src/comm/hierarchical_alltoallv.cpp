@@ -54,7 +54,9 @@ struct State {
   Bytes a_hold, b_hold, c_hold, d_hold, count_hold;
   char *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *counts = nullptr;
   Ints a_cnt, a_dsp;  // stage 1 send, per local rank: [dest local][dest node]
-  Ints gathered;      // gathered[l * P + q]: what local rank l sends hierarchical index q
+  Ints rows;          // rows[l * N + m]: what local rank l sends (node m, our local index)
+  Ints b_dsp, c_cnt;  // stage 1 receive (per source local rank), stage 2 send (per node)
+  Ints d_cnt, d_dsp;  // stage 2 receive, per source node
 };
 
 }  // namespace
@@ -116,23 +118,25 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
 
   // Stage 2 receives from (m', j) the rows of node m's ranks in local order:
   // straight into recv when they lie there back to back.
-  auto d_cnt = std::make_shared<Ints>(static_cast<std::size_t>(N), 0);
-  auto d_dsp = std::make_shared<Ints>(static_cast<std::size_t>(N), 0);
+  Ints& d_cnt = st->d_cnt;
+  Ints& d_dsp = st->d_dsp;
+  d_cnt.assign(static_cast<std::size_t>(N), 0);
+  d_dsp.assign(static_cast<std::size_t>(N), 0);
   bool direct = true;
   for (int m = 0; m < N; ++m) {
     int next = -1;  // where the next nonempty chunk must start
     for (int l = 0; l < L; ++l) {
       const int c = rc[h(m, l)];
       if (c == 0) continue;
-      if (next < 0) (*d_dsp)[m] = rd[h(m, l)];
+      if (next < 0) d_dsp[m] = rd[h(m, l)];
       direct = direct && (next < 0 || rd[h(m, l)] == next);
       next = rd[h(m, l)] + c;
-      (*d_cnt)[m] += c;
+      d_cnt[m] += c;
     }
   }
   if (!direct) {
-    *d_dsp = displs_of(*d_cnt, "inter-node receive");
-    st->d_hold = pooled_scratch(local, end_of(*d_cnt, *d_dsp) * es, &st->d);
+    d_dsp = displs_of(d_cnt, "inter-node receive");
+    st->d_hold = pooled_scratch(local, end_of(d_cnt, d_dsp) * es, &st->d);
   }
 
   std::vector<Post> stages;
@@ -140,43 +144,42 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
     return lp->iallgather(st->counts, st->counts + count_bytes, static_cast<std::size_t>(P), DType::I32);
   });
   stages.emplace_back(lp, [=]() {
-    st->gathered.resize(std::size_t(L) * std::size_t(P));
-    to_host(*lp, st->gathered.data(), st->counts + count_bytes, count_bytes * std::size_t(L));
+    Ints gathered(std::size_t(L) * std::size_t(P));  // [l * P + q]: what local rank l sends index q
+    to_host(*lp, gathered.data(), st->counts + count_bytes, count_bytes * std::size_t(L));
     st->count_hold.reset();
-    // From local rank l: its rows for (m, j), m = 0..N-1, packed node by node.
+    // rows[l * N + m]: rows local rank l sends (m, j). Local rank l hands us
+    // its rows for (m, j), m = 0..N-1, node by node; we send (m, j) node m's.
+    st->rows.resize(std::size_t(L) * std::size_t(N));
     Ints b_cnt(static_cast<std::size_t>(L), 0);
+    st->c_cnt.assign(static_cast<std::size_t>(N), 0);
     for (int l = 0; l < L; ++l) {
-      for (int m = 0; m < N; ++m) b_cnt[l] += st->gathered[std::size_t(l) * P + h(m, j)];
+      for (int m = 0; m < N; ++m) {
+        const int c = gathered[std::size_t(l) * P + h(m, j)];
+        st->rows[std::size_t(l) * N + m] = c;
+        b_cnt[l] += c;
+        st->c_cnt[m] += c;
+      }
     }
-    const Ints b_dsp = displs_of(b_cnt, "node-local receive");
-    st->b_hold = pooled_scratch(*lp, end_of(b_cnt, b_dsp) * es, &st->b);
-    return lp->ialltoallv(st->a, st->a_cnt, st->a_dsp, st->b, b_cnt, b_dsp, t);
+    st->b_dsp = displs_of(b_cnt, "node-local receive");
+    st->b_hold = pooled_scratch(*lp, end_of(b_cnt, st->b_dsp) * es, &st->b);
+    return lp->ialltoallv(st->a, st->a_cnt, st->a_dsp, st->b, b_cnt, st->b_dsp, t);
   });
   stages.emplace_back(ip, [=]() {
     st->a_hold.reset();
     // Regroup by destination node: [m][l] from [l][m].
-    Ints c_cnt(static_cast<std::size_t>(N), 0);
-    for (int m = 0; m < N; ++m) {
-      for (int l = 0; l < L; ++l) c_cnt[m] += st->gathered[std::size_t(l) * P + h(m, j)];
-    }
-    const Ints c_dsp = displs_of(c_cnt, "inter-node send");
-    st->c_hold = pooled_scratch(*ip, end_of(c_cnt, c_dsp) * es, &st->c);
-    std::vector<std::size_t> from(static_cast<std::size_t>(L));  // read position in b per source l
-    for (int l = 0, off = 0; l < L; ++l) {
-      from[l] = std::size_t(off);
-      for (int m = 0; m < N; ++m) off += st->gathered[std::size_t(l) * P + h(m, j)];
-    }
+    const Ints c_dsp = displs_of(st->c_cnt, "inter-node send");
+    st->c_hold = pooled_scratch(*ip, end_of(st->c_cnt, c_dsp) * es, &st->c);
+    Ints from = st->b_dsp;  // read position in b per source l
     for (int m = 0, off = 0; m < N; ++m) {
       for (int l = 0; l < L; ++l) {
-        const int c = st->gathered[std::size_t(l) * P + h(m, j)];
-        copy(*ip, st->c + std::size_t(off) * es, st->b + from[l] * es, std::size_t(c) * es);
-        from[l] += std::size_t(c);
+        const int c = st->rows[std::size_t(l) * N + m];
+        copy(*ip, st->c + std::size_t(off) * es, st->b + std::size_t(from[l]) * es, std::size_t(c) * es);
+        from[l] += c;
         off += c;
       }
     }
     st->b_hold.reset();
-    void* dst = st->d ? static_cast<void*>(st->d) : recv;
-    return ip->ialltoallv(st->c, c_cnt, c_dsp, dst, *d_cnt, *d_dsp, t);
+    return ip->ialltoallv(st->c, st->c_cnt, c_dsp, direct ? recv : st->d, st->d_cnt, st->d_dsp, t);
   });
   Request r = sequenced(std::move(stages));
   if (!direct) {
