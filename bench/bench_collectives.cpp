@@ -1,18 +1,25 @@
-// Allreduce micro-benchmark in the style of the OSU / nccl-tests ones: for
+// Collective micro-benchmark in the style of the OSU / nccl-tests ones: for
 // message sizes from --min-bytes to --max-bytes (×--step), the time, algorithm
 // bandwidth and bus bandwidth of
-//   MPI_Allreduce   plain MPI, in place, MPI_COMM_WORLD
-//   Communicator    exa::comm::MpiCommunicator::allreduce (MPI_Iallreduce + wait)
-//   hierarchical    exa::comm::hierarchical_allreduce over (node-local, inter-node)
-// fp32 sums, host buffers.
+//   allreduce (--op allreduce), fp32 sums in place:
+//     MPI_Allreduce   plain MPI, MPI_COMM_WORLD
+//     Communicator    exa::comm::MpiCommunicator::allreduce (MPI_Iallreduce + wait)
+//     hierarchical    exa::comm::hierarchical_allreduce over (node-local, inter-node)
+//   all-to-all-v (--op alltoallv), fp32, uniform counts: bytes is what each
+//   rank sends in all (bytes / n to every rank, itself included):
+//     MPI_Alltoallv   plain MPI, MPI_COMM_WORLD
+//     Communicator    exa::comm::MpiCommunicator::alltoallv (MPI_Ialltoallv + wait)
+//     hierarchical    exa::comm::hierarchical_alltoallv (node-local, then inter-node)
+// host buffers.
 //
-//   mpiexec -n 4 build/bin/bench_collectives --max-bytes 4M --ranks-per-node 2
+//   mpiexec -n 4 build/bin/bench_collectives --max-bytes 4M --ranks-per-node 2 [--op alltoallv]
 //
 // Timing: each iteration starts after a barrier; its time is the slowest
 // rank's. min and avg are over --iters iterations after --warmup ones.
-// algbw = bytes / time; busbw = algbw × 2(n-1)/n (nccl-tests' allreduce bus
-// factor: the bytes each link carries in a ring allreduce), n = world size.
-// Before timing, every method's result is checked against MPI_Allreduce.
+// algbw = bytes / time; busbw = algbw × 2(n-1)/n for allreduce and
+// algbw × (n-1)/n for all-to-all (nccl-tests' bus factors: the bytes each
+// link carries), n = world size. Before timing, every method's result is
+// checked against the plain MPI call.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +33,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/hierarchical.hpp"
+#include "comm/hierarchical_alltoallv.hpp"
 #include "comm/mpi_env.hpp"
 #include "comm/process_grid.hpp"
 #include "core/error.hpp"
@@ -72,20 +80,108 @@ Stats time_op(const std::function<void()>& op, int warmup, int iters) {
   return {mn, sum / std::max(iters, 1)};
 }
 
+using Method = std::pair<const char*, std::function<void()>>;
+
+struct Bench {
+  exa::comm::Communicator& comm;
+  exa::comm::HierarchicalComms& hc;
+  int n = 1, rank = 0, warmup = 0, iters = 1;
+
+  // Times each method (after `fill`) and prints a row for it.
+  void run(std::size_t bytes, double bus, const std::function<void()>& fill, const std::vector<Method>& methods) {
+    for (const auto& [name, op] : methods) {
+      fill();
+      const Stats st = time_op(op, warmup, iters);
+      if (rank == 0) {
+        const double alg = static_cast<double>(bytes) / st.avg_s / 1e9;
+        std::printf("%10s  %-14s %10.1f %10.1f %12.3f %12.3f\n", human(bytes).c_str(), name, st.min_s * 1e6,
+                    st.avg_s * 1e6, alg, alg * bus);
+      }
+    }
+  }
+
+  void allreduce(std::size_t bytes, std::vector<float>& buf, std::vector<float>& ref) {
+    const std::size_t count = bytes / sizeof(float);
+    auto sub = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(buf.data(), count);
+    auto fill = [&] {
+      for (std::size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((i * 31 + rank * 7) % 64);
+    };
+    // Correctness first (small integers: every order sums exactly).
+    fill();
+    MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    std::copy(buf.begin(), buf.begin() + count, ref.begin());
+    int bad = 0;
+    fill();
+    comm.allreduce(buf.data(), buf.data(), count);
+    bad += !std::equal(buf.begin(), buf.begin() + count, ref.begin());
+    fill();
+    exa::comm::hierarchical_allreduce(hc, sub);
+    bad += !std::equal(buf.begin(), buf.begin() + count, ref.begin());
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    EXA_REQUIRE(bad == 0, "bench_collectives: allreduce results differ from MPI_Allreduce at {} bytes", bytes);
+
+    // Timed (the buffer's values grow; float sums of them stay finite for these iteration counts).
+    const int c = static_cast<int>(count);
+    run(bytes, n > 1 ? 2.0 * (n - 1) / n : 1.0, fill,
+        {{"MPI_Allreduce", [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }},
+         {"Communicator", [&] { comm.allreduce(buf.data(), buf.data(), count); }},
+         {"hierarchical", [&] { exa::comm::hierarchical_allreduce(hc, sub); }}});
+  }
+
+  // `send` and `recv` hold at least bytes / sizeof(float) elements.
+  void alltoallv(std::size_t bytes, std::vector<float>& send, std::vector<float>& recv, std::vector<float>& ref) {
+    const int per = static_cast<int>(bytes / sizeof(float) / static_cast<std::size_t>(n));
+    const std::size_t count = static_cast<std::size_t>(per) * static_cast<std::size_t>(n);
+    std::vector<int> counts(static_cast<std::size_t>(n), per), displs(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) displs[q] = q * per;
+    for (std::size_t i = 0; i < count; ++i) send[i] = static_cast<float>((i * 31 + rank * 7) % 4096);
+    MPI_Alltoallv(send.data(), counts.data(), displs.data(), MPI_FLOAT, ref.data(), counts.data(), displs.data(),
+                  MPI_FLOAT, MPI_COMM_WORLD);
+    auto ours = [&] {
+      comm.alltoallv(send.data(), counts, displs, recv.data(), counts, displs, exa::comm::DType::F32);
+    };
+    auto hier = [&] {
+      exa::comm::hierarchical_alltoallv(hc, send.data(), counts, displs, recv.data(), counts, displs,
+                                        exa::comm::DType::F32);
+    };
+    int bad = 0;
+    for (const auto& f : {std::function<void()>(ours), std::function<void()>(hier)}) {
+      std::fill(recv.begin(), recv.begin() + count, -1.0f);
+      f();
+      bad += !std::equal(recv.begin(), recv.begin() + count, ref.begin());
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    EXA_REQUIRE(bad == 0, "bench_collectives: all-to-all-v results differ from MPI_Alltoallv at {} bytes", bytes);
+
+    run(count * sizeof(float), n > 1 ? double(n - 1) / n : 1.0, [] {},
+        {{"MPI_Alltoallv",
+          [&] {
+            MPI_Alltoallv(send.data(), counts.data(), displs.data(), MPI_FLOAT, recv.data(), counts.data(),
+                          displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+          }},
+         {"Communicator", ours},
+         {"hierarchical", hier}});
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   exa::MpiEnvironment mpi(argc, argv);
   int rc = 0;
   try {
-    CLI::App app{"Allreduce bandwidth: MPI_Allreduce vs exa::comm (flat and hierarchical)"};
+    CLI::App app{"Allreduce and all-to-all-v bandwidth: plain MPI vs exa::comm (flat and hierarchical)"};
     std::string min_b = "4K", max_b = "256M";
+    std::string which = "all";
     int step = 4, iters = 20, warmup = 5, rpn = 0;
     app.add_option("--min-bytes", min_b, "smallest message (K/M/G suffixes)")->capture_default_str();
     app.add_option("--max-bytes", max_b, "largest message; cap it on small machines")->capture_default_str();
     app.add_option("--step", step, "size factor between rows (2 or 4)")->capture_default_str();
     app.add_option("--iters", iters, "timed iterations per size")->capture_default_str();
     app.add_option("--warmup", warmup, "untimed iterations per size")->capture_default_str();
+    app.add_option("--op", which, "collective: allreduce, alltoallv or all")
+        ->check(CLI::IsMember({"allreduce", "alltoallv", "all"}))
+        ->capture_default_str();
     app.add_option("--ranks-per-node", rpn, "pretend nodes of this many consecutive ranks; 0 = detect")
         ->capture_default_str();
     try {
@@ -103,58 +199,31 @@ int main(int argc, char** argv) {
       exa::comm::ProcessGrid grid(s);
       auto comm = exa::comm::make_mpi_communicator(MPI_COMM_WORLD);
       auto hc = exa::comm::make_hierarchical(grid, exa::comm::Group::World);
-      const int n = grid.sizes().world, r = mpi.rank();
-      const double bus = n > 1 ? 2.0 * (n - 1) / n : 1.0;
-      if (r == 0) {
+      Bench bench{*comm, hc, grid.sizes().world, mpi.rank(), warmup, iters};
+      if (bench.rank == 0) {
         std::printf("# bench_collectives: %s\n# %s\n", grid.describe().c_str(), exa::mpi_library_version().c_str());
-        std::printf("# float32 sum, %d iterations after %d warm-up; time = slowest rank; busbw = algbw * 2(n-1)/n\n",
-                    iters, warmup);
-        std::printf("%10s  %-14s %10s %10s %12s %12s\n", "bytes", "method", "min_us", "avg_us", "algbw_GB/s",
-                    "busbw_GB/s");
+        std::printf("# float32, %d iterations after %d warm-up; time = slowest rank\n", iters, warmup);
       }
-      const std::size_t max_count = hi / sizeof(float);
-      std::vector<float> buf(std::max<std::size_t>(max_count, 1)), ref(buf.size());
-      auto view = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(buf.data(),
-                                                                                                    buf.size());
-      for (std::size_t bytes = lo; bytes <= hi; bytes *= static_cast<std::size_t>(step)) {
-        const std::size_t count = bytes / sizeof(float);
-        auto sub = Kokkos::subview(view, std::make_pair(std::size_t(0), count));
-        auto fill = [&] {
-          for (std::size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((i * 31 + r * 7) % 64);
-        };
-        // Correctness first (small integers: every order sums exactly).
-        fill();
-        MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        std::copy(buf.begin(), buf.begin() + count, ref.begin());
-        int bad = 0;
-        fill();
-        comm->allreduce(buf.data(), buf.data(), count);
-        bad += !std::equal(buf.begin(), buf.begin() + count, ref.begin());
-        fill();
-        exa::comm::hierarchical_allreduce(hc, sub);
-        bad += !std::equal(buf.begin(), buf.begin() + count, ref.begin());
-        MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-        EXA_REQUIRE(bad == 0, "bench_collectives: results differ from MPI_Allreduce at {} bytes", bytes);
-
-        // Timed (the buffer's values grow; float sums of them stay finite for these iteration counts).
-        const std::pair<const char*, std::function<void()>> methods[] = {
-            {"MPI_Allreduce",
-             [&] {
-               MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-             }},
-            {"Communicator", [&] { comm->allreduce(buf.data(), buf.data(), count); }},
-            {"hierarchical", [&] { exa::comm::hierarchical_allreduce(hc, sub); }},
-        };
-        for (const auto& [name, op] : methods) {
-          fill();
-          const Stats st = time_op(op, warmup, iters);
-          if (r == 0) {
-            const double alg = static_cast<double>(bytes) / st.avg_s / 1e9;
-            std::printf("%10s  %-14s %10.1f %10.1f %12.3f %12.3f\n", human(bytes).c_str(), name, st.min_s * 1e6,
-                        st.avg_s * 1e6, alg, alg * bus);
-          }
+      const std::size_t max_count = std::max<std::size_t>(hi / sizeof(float), 1);
+      std::vector<float> a(max_count), b(max_count), ref(max_count);
+      for (const char* op : {"allreduce", "alltoallv"}) {
+        if (which != "all" && which != op) continue;
+        if (bench.rank == 0) {
+          const bool ar = std::string(op) == "allreduce";
+          std::printf("# %s: %s; busbw = algbw * %s\n", op,
+                      ar ? "sum in place" : "uniform counts, bytes = what each rank sends in all",
+                      ar ? "2(n-1)/n" : "(n-1)/n");
+          std::printf("%10s  %-14s %10s %10s %12s %12s\n", "bytes", "method", "min_us", "avg_us", "algbw_GB/s",
+                      "busbw_GB/s");
         }
-        if (bytes > hi / static_cast<std::size_t>(step)) break;
+        for (std::size_t bytes = lo; bytes <= hi; bytes *= static_cast<std::size_t>(step)) {
+          if (std::string(op) == "allreduce") {
+            bench.allreduce(bytes, a, ref);
+          } else {
+            bench.alltoallv(bytes, a, b, ref);
+          }
+          if (bytes > hi / static_cast<std::size_t>(step)) break;
+        }
       }
     }
   } catch (const std::exception& e) {

@@ -2,164 +2,24 @@
 
 #include <cstdint>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <map>
 #include <utility>
 #include <vector>
 
-#include "comm/watchdog.hpp"
+#include "comm/hierarchical_stages.hpp"
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 
 namespace exa::comm {
 
+using namespace hier;
+
 namespace {
-
-using Bytes = std::shared_ptr<void>;
-
-// `bytes` of scratch in the memory `c` reads.
-Bytes scratch(const Communicator& c, std::size_t bytes, char** ptr) {
-  if (c.device_memory()) {
-    auto v = std::make_shared<Kokkos::View<char*, exa::MemSpace>>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::comm::hier"), bytes);
-    *ptr = v->data();
-    return v;
-  }
-  auto v = std::make_shared<Kokkos::View<char*, Kokkos::HostSpace>>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::comm::hier"), bytes);
-  *ptr = v->data();
-  return v;
-}
-
-template <class Space>
-using Raw = Kokkos::View<char*, Space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-void copy(const Communicator& c, char* dst, const char* src, std::size_t bytes) {
-  if (bytes == 0 || dst == src) return;
-  if (c.device_memory()) {
-    Kokkos::deep_copy(Raw<exa::MemSpace>(dst, bytes), Raw<exa::MemSpace>(const_cast<char*>(src), bytes));
-  } else {
-    std::memcpy(dst, src, bytes);
-  }
-}
-
-void zero(const Communicator& c, char* dst, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (c.device_memory()) {
-    Kokkos::deep_copy(Raw<exa::MemSpace>(dst, bytes), char(0));
-  } else {
-    std::memset(dst, 0, bytes);
-  }
-}
-
-void require_same_memory(const Communicator& local, const Communicator& inter, const char* what) {
-  EXA_REQUIRE(local.device_memory() == inter.device_memory(),
-              "{}: node-local ({}) and inter-node ({}) communicators use different memory; build both with the "
-              "same Backend",
-              what, local.backend(), inter.backend());
-}
 
 // Byte ranges [a, a+na) and [b, b+nb) share memory.
 bool overlaps(const void* a, std::size_t na, const void* b, std::size_t nb) {
   const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
   return x < y + nb && y < x + na;
-}
-
-// ---- Posting order -----------------------------------------------------
-// A hierarchical operation posts its later stages from test() / wait(), once
-// the stage before has completed: at different moments on different ranks,
-// and interleaved differently with the other operations in flight (a ZeRO
-// step has reduce-scatters, allgathers and allreduces out together). But MPI
-// and NCCL match the collectives on a communicator by the order in which each
-// rank posts them, so a plain chain per operation can pair bucket j's
-// inter-node stage with bucket j+1's and mix their data. Instead every stage
-// takes its place in its communicator's queue when the operation is created
-// (program order: the same on every rank), and is posted only from the head
-// of that queue, once its operation's previous stage has completed. Any
-// test() / wait() of a hierarchical Request advances all queues.
-// The price: a stage waits for the earlier operations' stages on the same
-// communicator (bucket j+1's node-local reduce-scatter is posted after bucket
-// j's node-local allgather of the allreduce).
-
-using Post = std::pair<Communicator*, std::function<Request()>>;
-
-struct Op {
-  std::vector<Post> stages;
-  std::size_t posted = 0;  // stages posted so far, in order
-  Request current;         // the last stage posted
-};
-
-using Slot = std::pair<std::shared_ptr<Op>, std::size_t>;  // (operation, stage index)
-
-// One queue per communicator. Touched from the thread that drives MPI only
-// (MPI_THREAD_FUNNELED), like the communicators themselves.
-std::map<const Communicator*, std::deque<Slot>>& queues() {
-  static std::map<const Communicator*, std::deque<Slot>> q;
-  return q;
-}
-
-// Posts every stage that heads its queue and whose previous stage is
-// complete, until nothing moves. Empty queues are dropped so that a freed
-// communicator's address can be reused.
-void advance() {
-  auto& qs = queues();
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (auto it = qs.begin(); it != qs.end();) {
-      auto& q = it->second;
-      while (!q.empty()) {
-        const std::shared_ptr<Op> op = q.front().first;
-        const std::size_t k = q.front().second;
-        if (op->posted != k || !op->current.test()) break;
-        // Dequeued only once posted: a post that throws is retried (and
-        // throws again) on the next test() / wait() instead of hanging it.
-        op->current = op->stages[k].second();
-        ++op->posted;
-        q.pop_front();
-        moved = true;
-      }
-      it = q.empty() ? qs.erase(it) : std::next(it);
-    }
-  }
-}
-
-bool queues_empty() { return queues().empty(); }
-
-class SequencedImpl final : public RequestImpl {
- public:
-  explicit SequencedImpl(std::shared_ptr<Op> op) : op_(std::move(op)) {}
-  bool test() override {
-    advance();
-    return op_->posted == op_->stages.size() && op_->current.test();
-  }
-  void wait() override {
-    BoundedWait bound("a hierarchical collective", op_->stages.front().first->size());
-    while (!test()) {
-      // Blocking on our own posted stage is safe only when nothing is left to
-      // post here: otherwise another rank may need a stage that only our
-      // advance() posts before it can finish the one we would block on.
-      if (queues_empty()) {
-        op_->current.wait();
-      } else {
-        bound.poll();
-      }
-    }
-  }
-
- private:
-  std::shared_ptr<Op> op_;
-};
-
-// The Request of an operation made of `stages`, run one after another, each
-// on its communicator in the order described above.
-Request sequenced(std::vector<Post> stages) {
-  if (stages.empty()) return Request();
-  auto op = std::make_shared<Op>();
-  op->stages = std::move(stages);
-  for (std::size_t k = 0; k < op->stages.size(); ++k) queues()[op->stages[k].first].emplace_back(op, k);
-  advance();  // posts the first stage unless earlier operations hold its communicator
-  return Request(std::make_unique<SequencedImpl>(std::move(op)));
 }
 
 }  // namespace
@@ -282,17 +142,54 @@ Request ihierarchical_allgather(Communicator& local, Communicator& inter, const 
   return sequenced(std::move(stages));
 }
 
+namespace {
+
+// Fills hc.flat_rank and hc.nodes_aligned from the ranks of the flat group
+// (collective over it).
+void map_flat_ranks(HierarchicalComms& hc, MPI_Comm flat, MPI_Comm local, MPI_Comm inter) {
+  const int L = comm_size(local), inter_rank = comm_rank(inter);
+  std::vector<int> node_inter(static_cast<std::size_t>(L));
+  MPI_Allgather(&inter_rank, 1, MPI_INT, node_inter.data(), 1, MPI_INT, local);
+  int aligned = 1;
+  for (int r : node_inter) aligned = aligned && r == inter_rank;
+  MPI_Allreduce(MPI_IN_PLACE, &aligned, 1, MPI_INT, MPI_LAND, flat);
+  hc.nodes_aligned = aligned != 0;
+
+  const int P = comm_size(flat), index = inter_rank * L + comm_rank(local);
+  std::vector<int> index_of(static_cast<std::size_t>(P));
+  MPI_Allgather(&index, 1, MPI_INT, index_of.data(), 1, MPI_INT, flat);
+  bool identity = true;
+  hc.flat_rank.assign(static_cast<std::size_t>(P), -1);
+  for (int q = 0; q < P; ++q) {
+    hc.flat_rank[static_cast<std::size_t>(index_of[static_cast<std::size_t>(q)])] = q;
+    identity = identity && index_of[static_cast<std::size_t>(q)] == q;
+  }
+  if (identity) hc.flat_rank.clear();
+}
+
+}  // namespace
+
 HierarchicalComms make_hierarchical(const ProcessGrid& grid, Group over, Backend backend) {
-  EXA_REQUIRE(over == Group::World || over == Group::Data,
-              "make_hierarchical: hierarchical collectives run over Group::World or Group::Data, not {}",
+  EXA_REQUIRE(over == Group::World || over == Group::Data || over == Group::Ep,
+              "make_hierarchical: hierarchical collectives run over Group::World, Group::Data or Group::Ep, not {}",
               group_name(over));
-  const bool world = over == Group::World;
-  EXA_REQUIRE(world ? grid.nodes_uniform() : grid.data_nodes_uniform(),
+  Group local_group = Group::NodeLocal, inter_group = Group::InterNode;
+  bool uniform = grid.nodes_uniform();
+  const char* off_switch = "parallel.hierarchical = false";
+  if (over == Group::Data) {
+    local_group = Group::DataNodeLocal, inter_group = Group::DataInterNode;
+    uniform = grid.data_nodes_uniform();
+  } else if (over == Group::Ep) {
+    local_group = Group::EpNodeLocal, inter_group = Group::EpInterNode;
+    uniform = grid.ep_nodes_uniform();
+    off_switch = "comm.hierarchical_a2a = false";
+  }
+  EXA_REQUIRE(uniform,
               "hierarchical collectives over the {} group need the same number of its ranks on every node "
-              "({}); set parallel.hierarchical = false or parallel.ranks_per_node to pretend even nodes",
-              group_name(over), grid.describe());
-  MPI_Comm lc = grid.comm(world ? Group::NodeLocal : Group::DataNodeLocal);
-  MPI_Comm ic = grid.comm(world ? Group::InterNode : Group::DataInterNode);
+              "({}); set {} or parallel.ranks_per_node to pretend even nodes",
+              group_name(over), grid.describe(), off_switch);
+  MPI_Comm lc = grid.comm(local_group);
+  MPI_Comm ic = grid.comm(inter_group);
   HierarchicalComms hc;
   if (backend == Backend::Nccl) {
     hc.local = make_nccl_communicator(lc);
@@ -301,6 +198,7 @@ HierarchicalComms make_hierarchical(const ProcessGrid& grid, Group over, Backend
     hc.local = make_mpi_communicator(lc);
     hc.inter = make_mpi_communicator(ic);
   }
+  map_flat_ranks(hc, grid.comm(over), lc, ic);
   return hc;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Hierarchical collectives over (node-local, inter-node) communicator pairs;
-// reduce-scatter and allgather for sharded data parallelism further down.
+// reduce-scatter and allgather for sharded data parallelism further down, the
+// all-to-all-v of expert parallelism in comm/hierarchical_alltoallv.hpp.
 //
 // Hierarchical allreduce: node-local reduce-scatter, inter-node allreduce of
 // each rank's shard, node-local allgather. Inter-node traffic per rank drops
@@ -18,6 +19,7 @@
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/process_grid.hpp"
@@ -29,11 +31,22 @@ enum class Backend { Mpi, Nccl };
 struct HierarchicalComms {
   std::unique_ptr<Communicator> local;  // ranks of one node
   std::unique_ptr<Communicator> inter;  // same local index, one per node
+  // flat_rank[inter.rank() * local.size() + local.rank()] = that rank's rank
+  // in the group the pair was made from; empty when the two are equal (the
+  // group lists its ranks node by node, as ProcessGrid's groups do with
+  // pretend nodes or nodes of consecutive ranks).
+  std::vector<int> flat_rank;
+  // Every node's ranks have the same inter.rank(), i.e. all inter-node groups
+  // list the nodes in one order. hierarchical_alltoallv needs it (Group::Ep
+  // always has it; World / Data lack it only with detected nodes whose ranks
+  // are interleaved).
+  bool nodes_aligned = true;
 };
 
 // Over Group::World uses (NodeLocal, InterNode); over Group::Data uses
-// (DataNodeLocal, DataInterNode). Collective over the grid. Throws
-// exa::Error when the nodes hold different numbers of the group's ranks.
+// (DataNodeLocal, DataInterNode); over Group::Ep (EpNodeLocal, EpInterNode).
+// Collective over the grid. Throws exa::Error when the nodes hold different
+// numbers of the group's ranks.
 HierarchicalComms make_hierarchical(const ProcessGrid& grid, Group over = Group::World,
                                     Backend backend = Backend::Mpi);
 

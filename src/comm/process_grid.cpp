@@ -27,6 +27,14 @@ MPI_Comm split(MPI_Comm parent, int color, int key) {
   return c;
 }
 
+// True when `part` has the same size on every rank of `over` (collective).
+bool same_size_everywhere(MPI_Comm part, MPI_Comm over) {
+  const int n = comm_size(part);
+  int mm[2] = {n, -n};
+  MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, over);
+  return mm[0] == -mm[1];
+}
+
 }  // namespace
 
 const char* group_name(Group g) {
@@ -43,6 +51,8 @@ const char* group_name(Group g) {
     case Group::InterNode: return "inter-node";
     case Group::DataNodeLocal: return "data node-local";
     case Group::DataInterNode: return "data inter-node";
+    case Group::EpNodeLocal: return "ep node-local";
+    case Group::EpInterNode: return "ep inter-node";
   }
   return "?";
 }
@@ -138,18 +148,21 @@ ProcessGrid::ProcessGrid(const GridSizes& sizes, MPI_Comm parent) {
   }
   int is_leader = c.local == 0 ? 1 : 0;
   MPI_Allreduce(&is_leader, &num_nodes_, 1, MPI_INT, MPI_SUM, w);
-  int mm[2] = {ranks_per_node_, -ranks_per_node_};
-  MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_INT, MPI_MAX, w);
-  nodes_uniform_ = mm[0] == -mm[1];
+  nodes_uniform_ = same_size_everywhere(local, w);
 
   MPI_Comm data = k[int(Group::Data)];
   k[int(Group::DataNodeLocal)] = split(data, c.node, c.data);
   const int data_local = comm_rank(k[int(Group::DataNodeLocal)]);
   k[int(Group::DataInterNode)] = split(data, data_local, c.data);
-  int dl = comm_size(k[int(Group::DataNodeLocal)]);
-  int dmm[2] = {dl, -dl};
-  MPI_Allreduce(MPI_IN_PLACE, dmm, 2, MPI_INT, MPI_MAX, w);
-  data_nodes_uniform_ = dmm[0] == -dmm[1];
+  data_nodes_uniform_ = same_size_everywhere(k[int(Group::DataNodeLocal)], w);
+
+  // Keyed by node index, not Ep rank: with detected nodes whose ranks are not
+  // contiguous the two orders differ, and the all-to-all relies on every
+  // EpInterNode group listing the nodes alike (docs/architecture.md).
+  MPI_Comm epc = k[int(Group::Ep)];
+  k[int(Group::EpNodeLocal)] = split(epc, c.node, c.ep);
+  k[int(Group::EpInterNode)] = split(epc, comm_rank(k[int(Group::EpNodeLocal)]), c.node);
+  ep_nodes_uniform_ = same_size_everywhere(k[int(Group::EpNodeLocal)], w);
 }
 
 ProcessGrid ProcessGrid::from_deck(const deck::Config& cfg, MPI_Comm comm) {
@@ -174,6 +187,7 @@ ProcessGrid::ProcessGrid(ProcessGrid&& o) noexcept
       num_nodes_(o.num_nodes_),
       nodes_uniform_(o.nodes_uniform_),
       data_nodes_uniform_(o.data_nodes_uniform_),
+      ep_nodes_uniform_(o.ep_nodes_uniform_),
       comms_(o.comms_) {
   o.comms_.fill(MPI_COMM_NULL);
 }

@@ -17,6 +17,10 @@
 //   InterNode        ranks with the same node-local index, one per node
 //   DataNodeLocal    Data ∩ NodeLocal;   DataInterNode: Data members with the same
 //                    DataNodeLocal index (the pair serves hierarchical Data collectives)
+//   EpNodeLocal      Ep ∩ NodeLocal;     EpInterNode: Ep members with the same
+//                    EpNodeLocal index, ordered by node index (the pair serves the
+//                    hierarchical expert all-to-all, which needs every inter-node
+//                    group to list the nodes in the same order)
 #include <mpi.h>
 
 #include <array>
@@ -54,8 +58,10 @@ enum class Group {
   InterNode,
   DataNodeLocal,
   DataInterNode,
+  EpNodeLocal,
+  EpInterNode,
 };
-inline constexpr int kNumGroups = 12;
+inline constexpr int kNumGroups = 14;
 const char* group_name(Group g);
 
 // This rank's coordinates.
@@ -88,9 +94,11 @@ class ProcessGrid {
   bool nodes_pretended() const { return sizes_.ranks_per_node > 0; }
   // True when every node holds the same number of ranks (always when pretended),
   // and likewise for the Data group's share of each node: the condition for the
-  // hierarchical collectives over (NodeLocal, InterNode) / (DataNodeLocal, DataInterNode).
+  // hierarchical collectives over (NodeLocal, InterNode) / (DataNodeLocal, DataInterNode)
+  // / (EpNodeLocal, EpInterNode).
   bool nodes_uniform() const { return nodes_uniform_; }
   bool data_nodes_uniform() const { return data_nodes_uniform_; }
+  bool ep_nodes_uniform() const { return ep_nodes_uniform_; }
 
   MPI_Comm comm(Group g) const { return comms_[static_cast<int>(g)]; }
   int size(Group g) const;
@@ -103,7 +111,7 @@ class ProcessGrid {
   GridSizes sizes_;
   GridCoords coords_;
   int ranks_per_node_ = 1, num_nodes_ = 1;
-  bool nodes_uniform_ = true, data_nodes_uniform_ = true;
+  bool nodes_uniform_ = true, data_nodes_uniform_ = true, ep_nodes_uniform_ = true;
   std::array<MPI_Comm, kNumGroups> comms_;
 };
 

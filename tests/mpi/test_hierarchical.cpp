@@ -6,10 +6,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <set>
-#include <tuple>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -17,6 +14,7 @@
 #include "comm/mpi_env.hpp"
 #include "comm/process_grid.hpp"
 #include "comm_views.hpp"
+#include "hierarchical_setup.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 
@@ -40,33 +38,6 @@ void complete(Request& r, bool poll) {
 
 // Element j of the flat buffer contributed by the group's rank q.
 long value(int q, long j) { return (q + 1) * (j % 23) - 7 * q + 3; }
-
-struct GridLayout {
-  Group over;
-  int tp, ranks_per_node;
-};
-
-struct Setup {
-  std::unique_ptr<ProcessGrid> grid;
-  std::unique_ptr<Communicator> flat;
-  HierarchicalComms hc;
-};
-
-// Communicator creation is slow on an oversubscribed machine: one per layout,
-// shared by the typed tests.
-Setup& setup(const GridLayout& l) {
-  static std::map<std::tuple<int, int, int>, Setup> cache;
-  auto& st = cache[{static_cast<int>(l.over), l.tp, l.ranks_per_node}];
-  if (!st.grid) {
-    GridSizes s;
-    s.tp = l.tp;
-    s.ranks_per_node = l.ranks_per_node;
-    st.grid = std::make_unique<ProcessGrid>(s);
-    st.flat = make_mpi_communicator(st.grid->comm(l.over));
-    st.hc = make_hierarchical(*st.grid, l.over);
-  }
-  return st;
-}
 
 // World over pretend nodes of 1, 2, 4 ranks and the real node (detected: all
 // ranks here, so one node); Data with tp = 2 at 4 ranks (1 or 2 members per node).

@@ -81,6 +81,7 @@ void check_layout(const Layout& L) {
   EXPECT_EQ(g.rank(Group::Ep), c.ep);
   EXPECT_EQ(g.rank(Group::ExpertData), c.expert_data);
   EXPECT_EQ(g.rank(Group::NodeLocal), c.local);
+  EXPECT_TRUE(g.ep_nodes_uniform());
 }
 
 std::vector<Layout> layouts(int n) {
@@ -99,7 +100,8 @@ std::vector<Layout> layouts(int n) {
     out.push_back({"cp2 ep2 rpn2",
                    sz(1, 2, 1, 1, 2, 2),
                    {{Group::Cp, all(2)}, {Group::Data, all(2)}, {Group::Ep, all(2)},
-                    {Group::ExpertData, singletons(2)}, {Group::NodeLocal, all(2)}, {Group::InterNode, singletons(2)}},
+                    {Group::ExpertData, singletons(2)}, {Group::NodeLocal, all(2)}, {Group::InterNode, singletons(2)},
+                    {Group::EpNodeLocal, all(2)}, {Group::EpInterNode, singletons(2)}},
                    {{0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 1, 0, 0, 1, 1, 0, 0, 1}}});
     out.push_back({"pp2",
                    sz(1, 1, 1, 2, 1, 1),
@@ -113,7 +115,8 @@ std::vector<Layout> layouts(int n) {
                    {{Group::Tp, lo_hi}, {Group::Dp, even_odd}, {Group::Cp, singletons(4)}, {Group::Pp, singletons(4)},
                     {Group::Data, even_odd}, {Group::Ep, singletons(4)}, {Group::ExpertData, even_odd},
                     {Group::NodeLocal, lo_hi}, {Group::InterNode, even_odd},
-                    {Group::DataNodeLocal, singletons(4)}, {Group::DataInterNode, even_odd}},
+                    {Group::DataNodeLocal, singletons(4)}, {Group::DataInterNode, even_odd},
+                    {Group::EpNodeLocal, singletons(4)}, {Group::EpInterNode, singletons(4)}},
                    {{0, 0, 0, 0, 0, 0, 0, 0, 0},
                     {1, 0, 0, 0, 0, 0, 0, 0, 1},
                     {0, 0, 1, 0, 1, 0, 1, 1, 0},
@@ -130,7 +133,7 @@ std::vector<Layout> layouts(int n) {
                    sz(1, 2, 2, 1, 2, 4),
                    {{Group::Cp, lo_hi}, {Group::Dp, even_odd}, {Group::Data, all(4)}, {Group::Ep, lo_hi},
                     {Group::ExpertData, even_odd}, {Group::NodeLocal, all(4)}, {Group::InterNode, singletons(4)},
-                    {Group::DataNodeLocal, all(4)}},
+                    {Group::DataNodeLocal, all(4)}, {Group::EpNodeLocal, lo_hi}, {Group::EpInterNode, singletons(4)}},
                    {{0, 0, 0, 0, 0, 0, 0, 0, 0},
                     {0, 1, 0, 0, 1, 1, 0, 0, 1},
                     {0, 0, 1, 0, 2, 0, 1, 0, 2},
@@ -139,14 +142,15 @@ std::vector<Layout> layouts(int n) {
                    sz(1, 1, 0, 1, 4, 2),
                    {{Group::Dp, all(4)}, {Group::Ep, all(4)}, {Group::ExpertData, singletons(4)},
                     {Group::NodeLocal, lo_hi}, {Group::InterNode, even_odd}, {Group::DataNodeLocal, lo_hi},
-                    {Group::DataInterNode, even_odd}},
+                    {Group::DataInterNode, even_odd}, {Group::EpNodeLocal, lo_hi}, {Group::EpInterNode, even_odd}},
                    {{0, 0, 0, 0, 0, 0, 0, 0, 0},
                     {0, 0, 1, 0, 1, 1, 0, 0, 1},
                     {0, 0, 2, 0, 2, 2, 0, 1, 0},
                     {0, 0, 3, 0, 3, 3, 0, 1, 1}}});
     out.push_back({"dp4, ep2",
                    sz(1, 1, 4, 1, 2, 1),
-                   {{Group::Ep, lo_hi}, {Group::ExpertData, even_odd}},
+                   {{Group::Ep, lo_hi}, {Group::ExpertData, even_odd}, {Group::EpNodeLocal, singletons(4)},
+                    {Group::EpInterNode, lo_hi}},
                    {{0, 0, 0, 0, 0, 0, 0, 0, 0},
                     {0, 0, 1, 0, 1, 1, 0, 1, 0},
                     {0, 0, 2, 0, 2, 0, 1, 2, 0},

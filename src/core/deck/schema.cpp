@@ -99,6 +99,7 @@ std::vector<KeySpec> build() {
       B("comm", "overlap", true, "overlap gradient communication with the backward pass"),
       S("comm", "compression", "none", {"none", "bf16", "topk"}, "compression of data-parallel gradient traffic"),
       S("comm", "backend", "mpi", {"mpi", "nccl"}, "data-parallel collectives: mpi, or nccl (CUDA builds with NCCL; device buffers, no host staging)"),
+      B("comm", "hierarchical_a2a", false, "expert all-to-all in two stages: node-local gather/scatter around one inter-node message per node pair"),
 
       F("resilience", "timeout_s", 600.0, 0, 1e7, O::none, "seconds a collective may block before the run aborts; 0 = no limit"),
       B("resilience", "nan_check", true, "stop with a message when the loss or gradient norm is not finite"),
