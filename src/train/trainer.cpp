@@ -17,8 +17,10 @@
 #include "model/weights.hpp"
 #include "parallel/build_model.hpp"
 #include "train/deck_dataset.hpp"
+#include "train/deck_paths.hpp"
 #include "train/micro_batches.hpp"
 #include "train/sgemm_peak.hpp"
+#include "train/supported_layout.hpp"
 
 namespace exa::train {
 
@@ -41,7 +43,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       // The layout check runs first, so an unsupported layout gets its own
       // message before any communicator is built.
       grid_([&] {
-        require_supported_layout();
+        require_supported_layout(cfg, true);
         return comm::ProcessGrid::from_deck(cfg, world);
       }()),
       run_dir_(cfg.get_string("output.run_dir")),
@@ -83,29 +85,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   peak_gflops_ = measure_sgemm_gflops();
 }
 
-void Trainer::require_supported_layout() const {
-  // This build runs plain data parallelism; the other dimensions come with
-  // the distributed-runtime work. Say so before any work is done.
-  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep"}) {
-    EXA_REQUIRE(cfg_.get_int(k) == 1, "{} {} = {} is not available in this build yet (only data parallelism is); set {} = 1",
-                cfg_.locate({k}), k, cfg_.get_int(k), k);
-  }
-  EXA_REQUIRE(cfg_.get_string("comm.compression") == "none",
-              "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
-              cfg_.locate({"comm.compression"}), cfg_.get_string("comm.compression"));
-  EXA_REQUIRE(cfg_.get_string("comm.backend") != "nccl" || comm::nccl_available(),
-              "{} comm.backend = \"nccl\" needs a CUDA build with NCCL and a visible GPU (this build or node has "
-              "none); set comm.backend = \"mpi\"",
-              cfg_.locate({"comm.backend"}));
-  EXA_REQUIRE(cfg_.get_string("precision.compute") == "fp32",
-              "{} precision.compute = \"{}\" is not available in this build yet; set precision.compute = \"fp32\"",
-              cfg_.locate({"precision.compute"}), cfg_.get_string("precision.compute"));
-}
-
-std::string Trainer::checkpoint_dir() const {
-  const fs::path d = cfg_.get_string("checkpoint.dir");
-  return (d.is_absolute() ? d : fs::path(run_dir_) / d).string();
-}
+std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); }
 
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;

@@ -66,7 +66,6 @@ class Trainer {
 
  private:
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
-  void require_supported_layout() const;
   void inject_fault(std::int64_t steps_done) const;
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
