@@ -2,7 +2,7 @@
 // Parses the command line, reads the deck, builds objects and calls one
 // function; nothing testable lives here.
 //
-//   examoe DECK.toml [--set k=v]... [--check] [--ranks N] [--keys] [--version]
+//   examoe DECK.toml [--set k=v]... [--check] [--ranks N] [--keys [--format markdown]] [--version]
 //   examoe eval --checkpoint DIR --tokens FILE [--batch B] [--seq-len T]
 //   examoe convert --text FILE --out FILE.tok [--dtype uint16|uint32]
 #include <CLI/CLI.hpp>
@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "with --check: validate for N ranks instead of the MPI world size")
       ->check(CLI::Range(1, 1 << 24));
   app.add_flag("--keys", keys, "list every deck key with its type, accepted values, default and meaning");
+  std::string keys_format = "text";
+  app.add_option("--format", keys_format, "with --keys: text (default) or markdown (docs/decks.md)")
+      ->check(CLI::IsMember({"text", "markdown"}))
+      ->needs("--keys");
   app.add_flag("--version", version, "print version, git hash, Kokkos version and backends, MPI library");
 
   EvalArgs ev;
@@ -132,7 +136,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (keys) {
-    exa::log::info("{}", exa::deck::schema_reference());
+    exa::log::info("{}", keys_format == "markdown" ? exa::deck::schema_markdown() : exa::deck::schema_reference());
     return 0;
   }
   try {
