@@ -121,7 +121,7 @@ def merkle_root(entries):
 
 
 def meta_checksum(at):
-    """The metadata checksum of src/io/checkpoint/README.md, from the stored attributes."""
+    """The metadata checksum of docs/checkpoint-format.md, from the stored attributes."""
     s = lambda b: u64le(len(b)) + b
     raw = lambda v: v if isinstance(v, (bytes, np.bytes_)) else str(v).encode()
     b = b"examoe-meta-1" + u64le(at["step"]) + u64le(at["tokens_seen"]) + u64le(at["data_cursor"])

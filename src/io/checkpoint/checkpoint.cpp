@@ -346,7 +346,8 @@ CheckpointMeta meta_from_json(const std::string& s) {
 //   | u64 n | n x u64 rng_state | u64 m | m x (str key | u64 bits of the f64)
 //   | str deck | str config_json | str layout (the stored JSON text)
 // with str = u64 byte length then the bytes, integers little-endian and
-// lr_schedule keys in byte order (README.md; the h5py test recomputes it).
+// lr_schedule keys in byte order (docs/checkpoint-format.md; the h5py test
+// recomputes it).
 std::uint64_t meta_checksum(const CheckpointMeta& m, const std::string& layout_text) {
   std::string b = "examoe-meta-1";
   auto u64 = [&](std::uint64_t x) {

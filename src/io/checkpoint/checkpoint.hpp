@@ -1,6 +1,6 @@
 #pragma once
 // HDF5 checkpoints (docs/architecture.md "Checkpoints", a contract; the file format is
-// described in src/io/checkpoint/README.md).
+// docs/checkpoint-format.md).
 //
 //   <ckpt>/step_00000100/state.h5     one complete checkpoint
 //   <ckpt>/latest -> step_00000100    symlink to the newest complete one
