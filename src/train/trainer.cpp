@@ -59,7 +59,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(parallel::build_model(mcfg_, grid_)),
       opt_(dp_.store(), cfg),
-      sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
+      sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
+      energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
@@ -224,6 +225,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.mem_peak_rss = double(peak_rss_bytes());
   phase_timers().reset();
   eval_comm_s_ = 0;
+  energy_.report(s, interval_s, tokens);
   log::info("{}", format_line(s));
   metrics_->write(to_json(s));
 }
@@ -252,6 +254,8 @@ double Trainer::run() {
             flops_.active_params / 1e6, peak_gflops_);
   phase_timers().reset();
   eval_comm_s_ = 0;
+  energy_.restart();
+  const std::int64_t tokens0 = tokens_seen_;
   double t0 = wall_seconds();
   std::int64_t since = 0;
   StepResult interval;  // losses summed over the logging interval, worst imbalance, last report
@@ -289,6 +293,9 @@ double Trainer::run() {
     inject_fault(step_);
   }
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
+  if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
+      !e.empty())
+    log::info("{}", e);
   return last_val;
 }
 

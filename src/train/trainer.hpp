@@ -27,6 +27,7 @@
 #include "parallel/data_parallel.hpp"
 #include "parallel/schedule.hpp"
 #include "train/device_batch.hpp"
+#include "train/energy.hpp"
 #include "train/flops.hpp"
 #include "train/step_log.hpp"
 
@@ -88,6 +89,7 @@ class Trainer {
   std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
   std::int64_t tokens_seen_ = 0;
   DeviceBatch batch_;
+  EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
 };
 
 }  // namespace exa::train
