@@ -2,7 +2,7 @@
 // Parses the command line, reads the deck, builds objects and calls one
 // function; nothing testable lives here.
 //
-//   examoe DECK.toml [--set k=v]... [--check] [--ranks N] [--keys] [--version]
+//   examoe DECK.toml [--set k=v]... [--check] [--ranks N] [--keys [--format markdown]] [--version]
 //   examoe eval --checkpoint DIR --tokens FILE [--batch B] [--seq-len T]
 //   examoe convert --text FILE --out FILE.tok [--dtype uint16|uint32]
 #include <CLI/CLI.hpp>
@@ -21,6 +21,7 @@
 #include "driver_common.hpp"
 #include "io/token_shard.hpp"
 #include "inference/evaluate_checkpoint.hpp"
+#include "train/preflight.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -98,10 +99,16 @@ int main(int argc, char** argv) {
   // One value per --set, so `--set a=1 deck.toml` does not swallow the deck.
   app.add_option("--set", overrides, "override a deck key, e.g. --set train.steps=100 (repeatable)")
       ->allow_extra_args(false);
-  app.add_flag("--check", check_only, "validate the deck, print the resolved configuration and exit");
+  app.add_flag("--check", check_only,
+               "validate the deck and what it points at (data, directories, the checkpoint to resume, the "
+               "layout), print the resolved configuration and exit");
   app.add_option("--ranks", ranks, "with --check: validate for N ranks instead of the MPI world size")
       ->check(CLI::Range(1, 1 << 24));
   app.add_flag("--keys", keys, "list every deck key with its type, accepted values, default and meaning");
+  std::string keys_format = "text";
+  app.add_option("--format", keys_format, "with --keys: text (default) or markdown (docs/decks.md)")
+      ->check(CLI::IsMember({"text", "markdown"}))
+      ->needs("--keys");
   app.add_flag("--version", version, "print version, git hash, Kokkos version and backends, MPI library");
 
   EvalArgs ev;
@@ -129,7 +136,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (keys) {
-    exa::log::info("{}", exa::deck::schema_reference());
+    exa::log::info("{}", keys_format == "markdown" ? exa::deck::schema_markdown() : exa::deck::schema_reference());
     return 0;
   }
   try {
@@ -146,8 +153,16 @@ int main(int argc, char** argv) {
     // Every rank validates (the result is the same everywhere, so all exit
     // alike); only rank 0 prints.
     const auto config = exa::deck::Config::load(deck_path, overrides, ranks > 0 ? ranks : mpi.size());
+    if (check_only) {
+      // What would stop the run once the job starts: data, directories, the
+      // checkpoint to resume, the layout (the output stays valid TOML).
+      const auto found = exa::train::preflight(config);
+      std::string text = config.to_toml() + "\n# --check found:\n";
+      for (const auto& line : found) text += "#   " + line + "\n";
+      exa::log::info("{}", text);
+      return 0;
+    }
     exa::log::info("{}", config.to_toml());
-    if (check_only) return 0;
     exa::train::Trainer trainer(config, MPI_COMM_WORLD);
     trainer.run();
     return 0;

@@ -165,19 +165,24 @@ ProcessGrid::ProcessGrid(const GridSizes& sizes, MPI_Comm parent) {
   ep_nodes_uniform_ = same_size_everywhere(k[int(Group::EpNodeLocal)], w);
 }
 
-ProcessGrid ProcessGrid::from_deck(const deck::Config& cfg, MPI_Comm comm) {
+GridSizes grid_sizes_from_deck(const deck::Config& cfg) {
   GridSizes s;
-  s.world = comm_size(comm);
-  EXA_REQUIRE(cfg.world_size() == s.world,
-              "{}: the deck was checked for {} ranks but the run has {}; load it with the run's world size",
-              cfg.deck_path(), cfg.world_size(), s.world);
+  s.world = cfg.world_size();
   s.tp = static_cast<int>(cfg.get_int("parallel.tp"));
   s.cp = static_cast<int>(cfg.get_int("parallel.cp"));
   s.dp = static_cast<int>(cfg.get_int("parallel.dp"));
   s.pp = static_cast<int>(cfg.get_int("parallel.pp"));
   s.ep = static_cast<int>(cfg.get_int("parallel.ep"));
   s.ranks_per_node = static_cast<int>(cfg.get_int("parallel.ranks_per_node"));
-  return ProcessGrid(s, comm);
+  return s;
+}
+
+ProcessGrid ProcessGrid::from_deck(const deck::Config& cfg, MPI_Comm comm) {
+  const int world = comm_size(comm);
+  EXA_REQUIRE(cfg.world_size() == world,
+              "{}: the deck was checked for {} ranks but the run has {}; load it with the run's world size",
+              cfg.deck_path(), cfg.world_size(), world);
+  return ProcessGrid(grid_sizes_from_deck(cfg), comm);
 }
 
 ProcessGrid::ProcessGrid(ProcessGrid&& o) noexcept

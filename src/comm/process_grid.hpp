@@ -45,6 +45,11 @@ struct GridSizes {
 // does not divide the world size. Needs no MPI.
 GridSizes resolve_grid_sizes(GridSizes s);
 
+// The deck's [parallel] tp, cp, dp, pp, ep and ranks_per_node for
+// cfg.world_size() ranks, unresolved (dp may be 0). Needs no MPI, so
+// `examoe --check --ranks N` checks a layout without N ranks.
+GridSizes grid_sizes_from_deck(const deck::Config& cfg);
+
 enum class Group {
   World,
   Tp,

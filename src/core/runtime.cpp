@@ -17,6 +17,14 @@ KokkosRuntime::KokkosRuntime(int& argc, char** argv) {
   int n = static_cast<int>(args.size());
   args.push_back(nullptr);
   Kokkos::initialize(n, args.data());
+  // Kokkos has read its own --kokkos-* options (--kokkos-tools-libs=...,
+  // --kokkos-threads=...); the drivers' parsers would reject them as unknown.
+  int kept = 0;
+  for (int i = 0; i < argc; ++i) {
+    if (i == 0 || std::strncmp(argv[i], "--kokkos-", 9) != 0) argv[kept++] = argv[i];
+  }
+  if (kept < argc) argv[kept] = nullptr;
+  argc = kept;
 }
 
 KokkosRuntime::~KokkosRuntime() {

@@ -22,6 +22,7 @@ struct StepLog {
   double mem_activations = 0;         // bytes kept by the forward for the backward
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied
+  std::optional<double> joules_per_token, kwh;  // energy estimate (train/energy.hpp): interval, run so far
 };
 
 std::string format_line(const StepLog& s);

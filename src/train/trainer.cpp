@@ -17,8 +17,10 @@
 #include "model/weights.hpp"
 #include "parallel/build_model.hpp"
 #include "train/deck_dataset.hpp"
+#include "train/deck_paths.hpp"
 #include "train/micro_batches.hpp"
 #include "train/sgemm_peak.hpp"
+#include "train/supported_layout.hpp"
 
 namespace exa::train {
 
@@ -41,7 +43,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       // The layout check runs first, so an unsupported layout gets its own
       // message before any communicator is built.
       grid_([&] {
-        require_supported_layout();
+        require_supported_layout(cfg, true);
         return comm::ProcessGrid::from_deck(cfg, world);
       }()),
       run_dir_(cfg.get_string("output.run_dir")),
@@ -57,7 +59,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(parallel::build_model(mcfg_, grid_, {}, dp_.options().backend)),
       opt_(dp_.store(), cfg),
-      sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
+      sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
+      energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
@@ -86,30 +89,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   peak_gflops_ = measure_sgemm_gflops();
 }
 
-void Trainer::require_supported_layout() const {
-  // This build runs data and expert parallelism; the other dimensions come
-  // with their own work. Say so before any work is done.
-  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp"}) {
-    EXA_REQUIRE(cfg_.get_int(k) == 1,
-                "{} {} = {} is not available in this build yet (data and expert parallelism are); set {} = 1",
-                cfg_.locate({k}), k, cfg_.get_int(k), k);
-  }
-  EXA_REQUIRE(cfg_.get_string("comm.compression") == "none",
-              "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
-              cfg_.locate({"comm.compression"}), cfg_.get_string("comm.compression"));
-  EXA_REQUIRE(cfg_.get_string("comm.backend") != "nccl" || comm::nccl_available(),
-              "{} comm.backend = \"nccl\" needs a CUDA build with NCCL and a visible GPU (this build or node has "
-              "none); set comm.backend = \"mpi\"",
-              cfg_.locate({"comm.backend"}));
-  EXA_REQUIRE(cfg_.get_string("precision.compute") == "fp32",
-              "{} precision.compute = \"{}\" is not available in this build yet; set precision.compute = \"fp32\"",
-              cfg_.locate({"precision.compute"}), cfg_.get_string("precision.compute"));
-}
-
-std::string Trainer::checkpoint_dir() const {
-  const fs::path d = cfg_.get_string("checkpoint.dir");
-  return (d.is_absolute() ? d : fs::path(run_dir_) / d).string();
-}
+std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); }
 
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
@@ -249,6 +229,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.mem_peak_rss = double(peak_rss_bytes());
   phase_timers().reset();
   eval_comm_s_ = 0;
+  energy_.report(s, interval_s, tokens);
   log::info("{}", format_line(s));
   metrics_->write(to_json(s));
 }
@@ -277,6 +258,8 @@ double Trainer::run() {
             flops_.active_params / 1e6, peak_gflops_);
   phase_timers().reset();
   eval_comm_s_ = 0;
+  energy_.restart();
+  const std::int64_t tokens0 = tokens_seen_;
   double t0 = wall_seconds();
   std::int64_t since = 0;
   StepResult interval;  // losses summed over the logging interval, worst imbalance, last report
@@ -314,6 +297,9 @@ double Trainer::run() {
     inject_fault(step_);
   }
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
+  if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
+      !e.empty())
+    log::info("{}", e);
   return last_val;
 }
 

@@ -27,6 +27,7 @@
 #include "parallel/data_parallel.hpp"
 #include "parallel/schedule.hpp"
 #include "train/device_batch.hpp"
+#include "train/energy.hpp"
 #include "train/flops.hpp"
 #include "train/step_log.hpp"
 
@@ -66,7 +67,6 @@ class Trainer {
 
  private:
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
-  void require_supported_layout() const;
   void inject_fault(std::int64_t steps_done) const;
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
@@ -89,6 +89,7 @@ class Trainer {
   std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
   std::int64_t tokens_seen_ = 0;
   DeviceBatch batch_;
+  EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
 };
 
 }  // namespace exa::train

@@ -11,7 +11,7 @@ checkpoint with h5py and checks, independently of the C++ code:
     state, deck, configuration, layout, Merkle root);
   * each dataset's "checksum" attribute, recomputed with numpy from the
     documented formula (kernels/checksum.hpp), the Merkle root over them and
-    the metadata checksum (XXH64 in pure Python, README.md's byte layouts);
+    the metadata checksum (XXH64 in pure Python, docs/checkpoint-format.md);
   * with PyTorch: a module tree written from docs/architecture.md takes /model through
     load_state_dict(strict=True), i.e. without renames or transposes, and its
     nn.Linear layers compute x @ W^T with the stored [out, in] matrices.
@@ -33,104 +33,10 @@ except ImportError as e:  # pragma: no cover
     print(f"skipped: {e} (Debian: python3-h5py)")
     sys.exit(77)
 
-M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def fmix64(z):
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def checksum(arr):
-    """sum_i fmix(fmix(bits_i ^ fmix(i + G)) ^ (i*K + G)) mod 2^64, i = flat row-major index."""
-    G = np.uint64(0x9E3779B97F4A7C15)
-    K = np.uint64(0xD6E8FEB86659FD93)
-    flat = np.ascontiguousarray(arr, dtype="<f4").reshape(-1)
-    bits = flat.view("<u4").astype(np.uint64)
-    i = np.arange(flat.size, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        h = fmix64(bits ^ fmix64(i + G))
-        terms = fmix64(h ^ (i * K + G))
-        return int(np.sum(terms, dtype=np.uint64))
-
-
-# XXH64 (seed 0) in pure Python, for the Merkle root and the metadata checksum.
-P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
-                      0x27D4EB2F165667C5)
-MASK = (1 << 64) - 1
-
-
-def _rotl(x, r):
-    return ((x << r) | (x >> (64 - r))) & MASK
-
-
-def _round(acc, lane):
-    return (_rotl((acc + lane * P2) & MASK, 31) * P1) & MASK
-
-
-def xxh64(data, seed=0):
-    n, i = len(data), 0
-    u64 = lambda k: int.from_bytes(data[k:k + 8], "little")
-    if n >= 32:
-        v = [(seed + P1 + P2) & MASK, (seed + P2) & MASK, seed, (seed - P1) & MASK]
-        while i + 32 <= n:
-            v = [_round(v[j], u64(i + 8 * j)) for j in range(4)]
-            i += 32
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & MASK
-        for x in v:
-            h = ((h ^ _round(0, x)) * P1 + P4) & MASK
-    else:
-        h = (seed + P5) & MASK
-    h = (h + n) & MASK
-    while i + 8 <= n:
-        h = (_rotl(h ^ _round(0, u64(i)), 27) * P1 + P4) & MASK
-        i += 8
-    if i + 4 <= n:
-        h = (_rotl(h ^ ((int.from_bytes(data[i:i + 4], "little") * P1) & MASK), 23) * P2 + P3) & MASK
-        i += 4
-    while i < n:
-        h = (_rotl(h ^ ((data[i] * P5) & MASK), 11) * P1) & MASK
-        i += 1
-    h ^= h >> 33
-    h = (h * P2) & MASK
-    h ^= h >> 29
-    h = (h * P3) & MASK
-    return h ^ (h >> 32)
-
-
-def u64le(x):
-    return int(x).to_bytes(8, "little")
-
-
-def leaf(name_bytes, c):
-    return xxh64(b"\x00" + u64le(len(name_bytes)) + name_bytes + u64le(c))
-
-
-def merkle_root(entries):
-    """entries: (path, checksum) sorted by path (kernels/checksum.hpp)."""
-    if not entries:
-        return xxh64(b"\x02")
-    level = [leaf(p.encode(), c) for p, c in entries]
-    while len(level) > 1:
-        up = [xxh64(b"\x01" + u64le(level[k]) + u64le(level[k + 1])) for k in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            up.append(level[-1])
-        level = up
-    return level[0]
-
-
-def meta_checksum(at):
-    """The metadata checksum of src/io/checkpoint/README.md, from the stored attributes."""
-    s = lambda b: u64le(len(b)) + b
-    raw = lambda v: v if isinstance(v, (bytes, np.bytes_)) else str(v).encode()
-    b = b"examoe-meta-1" + u64le(at["step"]) + u64le(at["tokens_seen"]) + u64le(at["data_cursor"])
-    rng = [int(x) for x in np.atleast_1d(at["rng_state"])] if at.get("rng_state") is not None else []
-    b += u64le(len(rng)) + b"".join(u64le(x) for x in rng)
-    lr = sorted((k[len("lr_schedule."):].encode(), float(v)) for k, v in at.items() if k.startswith("lr_schedule."))
-    b += u64le(len(lr)) + b"".join(s(k) + np.float64(v).tobytes() for k, v in lr)
-    b += s(bytes(raw(at["deck"]))) + s(bytes(raw(at["config_json"]))) + s(bytes(raw(at["layout"])))
-    return leaf(b, 0)
+# The documented checksums (docs/checkpoint-format.md), as the user-facing
+# converter computes them: numpy for the datasets, XXH64 in pure Python.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from ckpt_to_torch import checksum, merkle_root, meta_checksum  # noqa: E402
 
 
 def expected_shapes(cfg):

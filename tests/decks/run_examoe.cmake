@@ -5,6 +5,7 @@
 #         [-DDECK=<bad deck>]        append the deck, --check and its "# ranks:"/"# set:"
 #                                    header lines to ARGS; expect its "# expect:" message
 #         [-DSTDERR_IS=<text>]       stderr must be exactly "<text>\n"
+#         [-DSTDERR_HAS=a|b]         stderr must be one "examoe: error: " line holding each fragment
 #         [-DSTDOUT_HAS=a|b]         stdout must contain each '|'-separated fragment
 # (A ';' in a -D value splits it into two arguments on the way through
 # add_test, so fragments avoid ';' or escape it as "\\;".)
@@ -42,10 +43,20 @@ endif()
 if(DEFINED STDERR_IS AND NOT "${err}" STREQUAL "${STDERR_IS}\n")
   message(FATAL_ERROR "expected stderr to be exactly\n${STDERR_IS}\n${report}")
 endif()
-string(REPLACE "|" ";" fragments "${STDOUT_HAS}")
-foreach(f IN LISTS fragments)
-  string(FIND "${out}" "${f}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "expected stdout to contain\n${f}\n${report}")
+# Each '|'-separated fragment of `fragments` must occur in `text`.
+function(require_fragments text fragments what)
+  string(REPLACE "|" ";" list "${fragments}")
+  foreach(f IN LISTS list)
+    string(FIND "${text}" "${f}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "expected ${what} to contain\n${f}\n${report}")
+    endif()
+  endforeach()
+endfunction()
+if(DEFINED STDERR_HAS)
+  if(NOT err MATCHES "^examoe: error: [^\n]*\n$")
+    message(FATAL_ERROR "expected exactly one 'examoe: error: ...' line on stderr\n${report}")
   endif()
-endforeach()
+  require_fragments("${err}" "${STDERR_HAS}" stderr)
+endif()
+require_fragments("${out}" "${STDOUT_HAS}" stdout)

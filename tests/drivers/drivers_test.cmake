@@ -1,6 +1,6 @@
 # One step of the driver tests (see CMakeLists.txt here):
 #
-#   cmake -DMODE=<train|eval|convert|generate|errors|plot|eval_np2> -DEXAMOE=<exe> -DGENERATE=<exe>
+#   cmake -DMODE=<train|eval|convert|generate|errors|check|plot|eval_np2> -DEXAMOE=<exe> -DGENERATE=<exe>
 #         -DWORK=<scratch dir> -DSRC=<source tree> [-DPYTHON=<python3>] [-DLAUNCHER=mpiexec|-n|2]
 #         -P drivers_test.cmake
 #
@@ -13,6 +13,10 @@ set(run ${WORK}/run)
 set(sample ${WORK}/sample.txt)
 set(ln256_plus_1 6.545177444479562)  # ln(256) + 1
 string(REPLACE "|" ";" launcher "${LAUNCHER}")
+# The fixture's model and run (MODE check resumes it).
+set(train_sets --set model.d_model=32 --set model.n_layers=1 --set model.n_heads=2 --set model.seq_len=16
+    --set moe.n_experts=4 --set moe.d_expert=32 --set train.steps=3 --set train.micro_batch=2
+    --set train.log_every=1 --set train.eval_every=0 --set optim.warmup_steps=1 --set checkpoint.every=3)
 
 # run(<out-var prefix> <expected rc> cmd args...): runs cmd, sets
 # <prefix>_OUT / <prefix>_ERR, fails the test on another exit code.
@@ -100,10 +104,7 @@ if(MODE STREQUAL "train")
   file(WRITE ${sample} "${text}")
   file(WRITE ${WORK}/short.txt "0123456789")
   file(WRITE ${WORK}/empty.txt "")
-  run(t 0 ${EXAMOE} ${SRC}/input/tiny.toml --set model.d_model=32 --set model.n_layers=1 --set model.n_heads=2
-      --set model.seq_len=16 --set moe.n_experts=4 --set moe.d_expert=32 --set train.steps=3
-      --set train.micro_batch=2 --set train.log_every=1 --set train.eval_every=0 --set optim.warmup_steps=1
-      --set checkpoint.every=3 --set output.run_dir=${run})
+  run(t 0 ${EXAMOE} ${SRC}/input/tiny.toml ${train_sets} --set output.run_dir=${run})
   if(NOT EXISTS ${run}/ckpt/latest/state.h5 OR NOT EXISTS ${run}/metrics.jsonl)
     message(FATAL_ERROR "training left no ${run}/ckpt/latest/state.h5 or metrics.jsonl\n${t_REPORT}")
   endif()
@@ -257,6 +258,55 @@ elseif(MODE STREQUAL "errors")
   # --help still prints and exits 0.
   run(h 0 ${EXAMOE} eval --help)
   require_has("${h_OUT}" "--checkpoint" "${h_REPORT}")
+
+elseif(MODE STREQUAL "check")
+  # `examoe DECK --check` with checkpoint.resume: the checkpoint the run would
+  # resume from must be complete and match the model.
+  set(check ${EXAMOE} ${SRC}/input/tiny.toml --check ${train_sets} --set checkpoint.resume=true)
+  run(ok 0 ${check} --set output.run_dir=${run} --set train.steps=5)
+  require_has("${ok_OUT}" "checkpoint.resume: ${run}/ckpt/step_00000003 (step 3) is complete and matches the model\n"
+              "${ok_REPORT}")
+  run(done 0 ${check} --set output.run_dir=${run})
+  require_has("${done_OUT}" "it is at or past train.steps = 3: nothing to train" "${done_REPORT}")
+  run(fresh 0 ${check} --set output.run_dir=${WORK}/fresh_run)
+  require_has("${fresh_OUT}" "checkpoint.resume: no complete checkpoint under ${WORK}/fresh_run/ckpt yet; the run starts from step 0"
+              "${fresh_REPORT}")
+  # A different model: a dense layer where the checkpoint has an MoE one, other expert widths.
+  expect_error("examoe: error: --set checkpoint.resume=true: ${run}/ckpt/step_00000003/state.h5 has no dataset /model/layers.0.mlp.w1 "
+               ${check} --set output.run_dir=${run} --set moe.moe_every=0)
+  expect_error("which the model needs; the checkpoint was written for a different model: load it with the deck it was written with"
+               ${check} --set output.run_dir=${run} --set moe.moe_every=0)
+  expect_error("dataset /model/layers.0.moe.experts.w1 in ${run}/ckpt/step_00000003/state.h5 has shape [4, 32, 32] but the model expects [4, 48, 32]"
+               ${check} --set output.run_dir=${run} --set moe.d_expert=48)
+  # A step directory whose state.h5 is not HDF5 (a copy cut short, say).
+  file(REMOVE_RECURSE ${WORK}/bad_run)
+  file(MAKE_DIRECTORY ${WORK}/bad_run/ckpt/step_00000003)
+  file(WRITE ${WORK}/bad_run/ckpt/step_00000003/state.h5 "not HDF5")
+  expect_error("cannot read checkpoint file ${WORK}/bad_run/ckpt/step_00000003/state.h5 (8 bytes)"
+               ${check} --set output.run_dir=${WORK}/bad_run)
+  expect_error("The file is truncated or corrupt" ${check} --set output.run_dir=${WORK}/bad_run)
+  # A directory the run cannot write. Root writes anywhere: as root, run as
+  # nobody (setpriv) when possible.
+  execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(as_user "")
+  if(uid STREQUAL "0")
+    find_program(SETPRIV setpriv)
+    if(SETPRIV)
+      set(as_user ${SETPRIV} --reuid=65534 --regid=65534 --clear-groups)
+    endif()
+  endif()
+  if(uid STREQUAL "0" AND NOT as_user)
+    message(STATUS "running as root without setpriv: the unwritable-directory case is not checked")
+  else()
+    file(REMOVE_RECURSE ${WORK}/locked ${WORK}/open)
+    file(MAKE_DIRECTORY ${WORK}/locked ${WORK}/open)
+    file(CHMOD ${WORK}/locked PERMISSIONS OWNER_READ OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+    file(CHMOD ${WORK}/open PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_WRITE GROUP_EXECUTE
+         WORLD_READ WORLD_WRITE WORLD_EXECUTE)
+    expect_error("checkpoint.dir = \"${WORK}/locked/ckpt\": ${WORK}/locked is not writable (Permission denied); choose a directory this user can write"
+                 ${as_user} ${check} --set checkpoint.dir=${WORK}/locked/ckpt --set output.run_dir=${WORK}/open)
+    file(CHMOD ${WORK}/locked PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+  endif()
 
 elseif(MODE STREQUAL "plot")
   set(png ${WORK}/loss.png)

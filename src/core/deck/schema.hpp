@@ -44,4 +44,8 @@ const KeySpec* find_key(std::string_view dotted);
 // grouped by section: the reference `examoe --keys` prints.
 std::string schema_reference();
 
+// The same as Markdown, one table per section: docs/decks.md
+// (`examoe --keys --format markdown`).
+std::string schema_markdown();
+
 }  // namespace exa::deck

@@ -346,7 +346,8 @@ CheckpointMeta meta_from_json(const std::string& s) {
 //   | u64 n | n x u64 rng_state | u64 m | m x (str key | u64 bits of the f64)
 //   | str deck | str config_json | str layout (the stored JSON text)
 // with str = u64 byte length then the bytes, integers little-endian and
-// lr_schedule keys in byte order (README.md; the h5py test recomputes it).
+// lr_schedule keys in byte order (docs/checkpoint-format.md; the h5py test
+// recomputes it).
 std::uint64_t meta_checksum(const CheckpointMeta& m, const std::string& layout_text) {
   std::string b = "examoe-meta-1";
   auto u64 = [&](std::uint64_t x) {
@@ -644,39 +645,54 @@ std::string resolve_file(const std::string& path, MPI_Comm comm) {
   return (fs::path(dir) / kCheckpointFile).string();
 }
 
-void check_structure(hid_t f, const std::string& file, const std::vector<Item>& items, bool want_optim,
-                     const std::vector<DatasetInfo>& present) {
+// The datasets a model's tensors (and their moments) occupy: path and shape.
+using Expected = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+
+// What every reader checks before any data is read: the file's datasets are
+// exactly the model's (names and shapes), with optimizer state when wanted.
+void check_datasets(const std::string& file, const Expected& expected, bool want_optim, bool has_optim,
+                    const std::vector<DatasetInfo>& present) {
   const std::string fix =
       "the checkpoint was written for a different model: load it with the deck it was written "
       "with (stored in the file: h5dump -a deck), or start from scratch";
-  if (want_optim && !h5::link_exists(f, kExpAvgGroup)) {
+  if (want_optim && !has_optim) {
     throw Error(
         fmt::format("{} holds no optimizer state (no {} group): it was saved without it. Load the model "
                     "only (eval, generate, fine-tuning with fresh optimizer state)",
                     file, kExpAvgGroup));
   }
-  std::set<std::string> expected;
-  for (const auto& it : items) expected.insert(it.path());
-  for (const auto& it : items) {
-    if (!h5::link_exists(f, it.path())) {
-      throw Error(
-          fmt::format("{} has no dataset {} {}, which the model needs; {}", file, it.path(), shape_str(it.shape), fix));
+  std::map<std::string, const DatasetInfo*> by_path;
+  for (const auto& d : present) by_path[d.path] = &d;
+  for (const auto& [path, shape] : expected) {
+    if (by_path.count(path) == 0) {
+      throw Error(fmt::format("{} has no dataset {} {}, which the model needs; {}", file, path, shape_str(shape), fix));
     }
   }
+  std::set<std::string> paths;
+  for (const auto& e : expected) paths.insert(e.first);
   for (const auto& d : present) {
     if (d.path.compare(0, std::strlen(kModelGroup) + 1, std::string(kModelGroup) + "/") == 0 &&
-        expected.count(d.path) == 0) {
+        paths.count(d.path) == 0) {
       throw Error(fmt::format("{} holds dataset {} {}, which this model does not have; {}", file, d.path,
                               shape_str(d.shape), fix));
     }
   }
+  for (const auto& [path, shape] : expected) {
+    const auto& got = by_path.at(path)->shape;
+    if (got != shape) {
+      throw Error(fmt::format("dataset {} in {} has shape {} but the model expects {}; {}", path, file,
+                              shape_str(got), shape_str(shape), fix));
+    }
+  }
+}
+
+void check_structure(hid_t f, const std::string& file, const std::vector<Item>& items, bool want_optim,
+                     bool has_optim, const std::vector<DatasetInfo>& present) {
+  Expected expected;
+  for (const auto& it : items) expected.emplace_back(it.path(), it.shape);
+  check_datasets(file, expected, want_optim, has_optim, present);
   for (const auto& it : items) {
     h5::Id d = h5::dataset(H5Dopen2(f, it.path().c_str(), H5P_DEFAULT), "opening " + it.path());
-    const auto shape = h5::dataset_shape(d);
-    if (shape != it.shape) {
-      throw Error(fmt::format("dataset {} in {} has shape {} but the model expects {}; {}", it.path(), file,
-                              shape_str(shape), shape_str(it.shape), fix));
-    }
     EXA_REQUIRE(h5::is_f32(d), "dataset {} in {} holds {} values; ExaMoE checkpoints hold float32", it.path(), file,
                 h5::describe_type(d));
   }
@@ -734,7 +750,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
       present = list_datasets(f);
       verify_merkle(present, meta.merkle_root, file);
       meta.has_optimizer = h5::link_exists(f, kExpAvgGroup);
-      check_structure(f, file, items, optim != nullptr, present);
+      check_structure(f, file, items, optim != nullptr, meta.has_optimizer, present);
     });
   });
 
@@ -823,6 +839,17 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
   });
   info.meta.directory = fs::path(file).parent_path().string();
   return info;
+}
+
+void require_matching_model(const CheckpointInfo& info, const std::vector<model::ParamSpec>& specs,
+                            bool want_optim) {
+  Expected expected;
+  for (const char* g : {kModelGroup, kExpAvgGroup, kExpAvgSqGroup}) {
+    if (g != kModelGroup && !want_optim) break;
+    for (const auto& p : specs) expected.emplace_back(std::string(g) + "/" + p.name, p.shape);
+  }
+  check_datasets((fs::path(info.meta.directory) / kCheckpointFile).string(), expected, want_optim,
+                 info.meta.has_optimizer, info.datasets);
 }
 
 }  // namespace exa::io

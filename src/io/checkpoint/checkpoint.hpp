@@ -1,6 +1,6 @@
 #pragma once
 // HDF5 checkpoints (docs/architecture.md "Checkpoints", a contract; the file format is
-// described in src/io/checkpoint/README.md).
+// docs/checkpoint-format.md).
 //
 //   <ckpt>/step_00000100/state.h5     one complete checkpoint
 //   <ckpt>/latest -> step_00000100    symlink to the newest complete one
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "model/parameter_specs.hpp"
 #include "model/parameter_store.hpp"
 
 namespace exa::io {
@@ -150,6 +151,14 @@ struct CheckpointInfo {
 // rank-local (opens the file with the serial driver). Checks the format
 // version and the Merkle root against the stored dataset checksums.
 CheckpointInfo inspect_checkpoint(const std::string& path);
+
+// Checks, without reading tensor data, what load_checkpoint checks first: the
+// checkpoint `info` describes holds exactly the tensors `specs` names, with
+// their global shapes, and (`want_optim`) optimizer state for each. The same
+// exa::Error as load_checkpoint otherwise ("written for a different model").
+// Rank-local; `examoe --check` uses it before a resumed run is queued.
+void require_matching_model(const CheckpointInfo& info, const std::vector<model::ParamSpec>& specs,
+                            bool want_optim);
 
 // "step_00000100"
 std::string checkpoint_dir_name(std::uint64_t step);

@@ -1,0 +1,113 @@
+#include "train/preflight.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "comm/process_grid.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint/checkpoint.hpp"
+#include "io/sampler.hpp"
+#include "model/model_config.hpp"
+#include "model/parameter_specs.hpp"
+#include "train/deck_dataset.hpp"
+#include "train/deck_paths.hpp"
+#include "train/supported_layout.hpp"
+
+namespace exa::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs f; an exa::Error from it is re-thrown located at `keys` (io's messages
+// name the file and the fix, not the deck line that chose it).
+template <class F>
+auto located(const deck::Config& cfg, std::initializer_list<std::string_view> keys, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} {}", cfg.locate(keys), e.what()));
+  }
+}
+
+std::string layout_line(const deck::Config& cfg) {
+  require_supported_layout(cfg, false);
+  const comm::GridSizes s =
+      located(cfg, {"parallel.ranks_per_node", "parallel.dp", "parallel.ep"},
+              [&] { return comm::resolve_grid_sizes(comm::grid_sizes_from_deck(cfg)); });
+  return fmt::format("layout: world {} = pp {} x dp {} x cp {} x tp {}, ep {}{}", s.world, s.pp, s.dp, s.cp, s.tp,
+                     s.ep, s.ranks_per_node > 0 ? fmt::format(", {} ranks per node", s.ranks_per_node) : "");
+}
+
+std::string data_line(const deck::Config& cfg) {
+  const std::initializer_list<std::string_view> keys = {"data.path", "data.format", "model.vocab_size",
+                                                        "model.seq_len", "data.val_fraction"};
+  const io::Sampler data(located(cfg, keys, [&] { return open_deck_dataset(cfg); }), 0);
+  const io::Dataset& d = data.data();
+  std::error_code ec;
+  const std::string path = fs::absolute(d.tokens().source(), ec).lexically_normal().string();
+  return fmt::format("data: {} ({}): {} tokens, vocabulary {} (model.vocab_size {}); {} for training, {} held out "
+                     "({} validation windows of {})",
+                     path, cfg.get_string("data.format"), d.n_tokens(), d.tokens().vocab(),
+                     cfg.get_int("model.vocab_size"), d.n_train(), d.n_val(), data.n_val_windows(), d.seq_len());
+}
+
+// `dir` exists as a writable directory, or its nearest existing ancestor is
+// one (the run creates the rest).
+std::string writable_line(const deck::Config& cfg, const char* key, const std::string& dir) {
+  const std::string at = cfg.locate({key});
+  fs::path p = fs::absolute(dir).lexically_normal();
+  const fs::path wanted = p;
+  std::error_code ec;
+  while (!fs::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  if (!fs::is_directory(p, ec)) {
+    const std::string what = p == wanted ? fmt::format("{} exists and is not a directory", p.string())
+                                         : fmt::format("{} is not a directory, so {} cannot be created", p.string(),
+                                                       wanted.string());
+    throw Error(fmt::format("{} {} = \"{}\": {}; choose another {}", at, key, cfg.get_string(key), what, key));
+  }
+  EXA_REQUIRE(::access(p.c_str(), W_OK | X_OK) == 0,
+              "{} {} = \"{}\": {} is not writable ({}); choose a directory this user can write (e.g. on the "
+              "scratch file system) or fix its permissions",
+              at, key, cfg.get_string(key), p.string(), std::strerror(errno));
+  return fmt::format("{}: {} is writable{}", key, wanted.string(), p == wanted ? "" : " (it will be created)");
+}
+
+std::string resume_line(const deck::Config& cfg, const std::string& ckpt_dir) {
+  const std::initializer_list<std::string_view> keys = {"checkpoint.resume", "checkpoint.dir", "output.run_dir"};
+  if (located(cfg, keys, [&] { return io::list_checkpoints(ckpt_dir); }).empty()) {
+    return fmt::format("checkpoint.resume: no complete checkpoint under {} yet; the run starts from step 0",
+                       ckpt_dir);
+  }
+  const io::CheckpointInfo info = located(cfg, keys, [&] {
+    io::CheckpointInfo i = io::inspect_checkpoint(ckpt_dir);
+    io::require_matching_model(i, model::parameter_specs(model::ModelConfig::from_deck(cfg)), true);
+    return i;
+  });
+  const auto steps = static_cast<std::uint64_t>(cfg.get_int("train.steps"));
+  const std::string done =
+      info.meta.step >= steps ? fmt::format("; it is at or past train.steps = {}: nothing to train", steps) : "";
+  return fmt::format("checkpoint.resume: {} (step {}) is complete and matches the model{}", info.meta.directory,
+                     info.meta.step, done);
+}
+
+}  // namespace
+
+std::vector<std::string> preflight(const deck::Config& cfg) {
+  std::vector<std::string> lines;
+  lines.push_back(layout_line(cfg));
+  lines.push_back(data_line(cfg));
+  lines.push_back(writable_line(cfg, "output.run_dir", cfg.get_string("output.run_dir")));
+  const bool resume = cfg.get_bool("checkpoint.resume");
+  if (resume || cfg.get_int("checkpoint.every") > 0) {
+    lines.push_back(writable_line(cfg, "checkpoint.dir", deck_checkpoint_dir(cfg)));
+  }
+  if (resume) lines.push_back(resume_line(cfg, deck_checkpoint_dir(cfg)));
+  return lines;
+}
+
+}  // namespace exa::train
