@@ -21,17 +21,20 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 }
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt, comm::Backend backend) {
+                                                      model::ModelOptions opt, ExpertComm ec) {
   const auto plan = stage_plan(cfg, grid);
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
   if (!plan.all_experts(cfg)) {
     const MPI_Comm ep = grid.comm(comm::Group::Ep);
     std::shared_ptr<comm::Communicator> counts = comm::make_mpi_communicator(ep);
     std::shared_ptr<comm::Communicator> rows =
-        backend == comm::Backend::Nccl ? std::shared_ptr<comm::Communicator>(comm::make_nccl_communicator(ep))
-                                       : counts;
-    seams.dispatcher =
-        std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows), int(cfg.n_experts));
+        ec.backend == comm::Backend::Nccl ? std::shared_ptr<comm::Communicator>(comm::make_nccl_communicator(ep))
+                                          : counts;
+    std::shared_ptr<comm::HierarchicalComms> hier;
+    if (ec.hierarchical)
+      hier = std::make_shared<comm::HierarchicalComms>(comm::make_hierarchical(grid, comm::Group::Ep, ec.backend));
+    seams.dispatcher = std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows),
+                                                                   int(cfg.n_experts), std::move(hier));
   }
   return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }

@@ -19,11 +19,16 @@ namespace exa::parallel {
 // does not divide the experts.
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid);
 
+// How the expert all-to-all moves token rows: `backend` (the counts always
+// use MPI) and, with `hierarchical` (comm.hierarchical_a2a), in two stages
+// over the Ep group's node-local and inter-node communicators.
+struct ExpertComm {
+  comm::Backend backend = comm::Backend::Mpi;
+  bool hierarchical = false;
+};
+
 // Collective over the grid's Ep group when ep > 1 (its communicators).
-// `backend` carries the expert all-to-all's token rows (the counts always
-// use MPI).
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt = {},
-                                                      comm::Backend backend = comm::Backend::Mpi);
+                                                      model::ModelOptions opt = {}, ExpertComm ec = {});
 
 }  // namespace exa::parallel

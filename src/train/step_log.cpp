@@ -42,7 +42,7 @@ nlohmann::json to_json(const StepLog& s) {
   j["expert_imbalance"] = s.imbalance;
   j["time"] = {{"compute", s.t_compute}, {"comm_exposed", s.t_comm}, {"io", s.t_io}, {"eval", s.t_eval}};
   j["memory"] = {{"params", s.mem_params}, {"grads", s.mem_grads}, {"optim", s.mem_optim},
-                 {"buffers", s.mem_buffers}, {"activations", s.mem_activations},
+                 {"buffers", s.mem_buffers}, {"experts", s.mem_experts}, {"activations", s.mem_activations},
                  {"peak_rss", s.mem_peak_rss}};
   j["skipped"] = s.skipped;
   if (s.joules_per_token) j["energy"] = {{"joules_per_token", *s.joules_per_token}, {"kwh", *s.kwh}};

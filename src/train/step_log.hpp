@@ -19,6 +19,7 @@ struct StepLog {
   double t_compute = 0, t_comm = 0, t_io = 0, t_eval = 0;  // seconds per step, averaged over the interval
   double mem_params = 0, mem_grads = 0, mem_optim = 0;     // bytes on this rank (own accounting)
   double mem_buffers = 0;             // ZeRO-2/3 unit buffers (gathered parameters, unit gradients)
+  double mem_experts = 0;             // the routed experts' share of params + grads + optim
   double mem_activations = 0;         // bytes kept by the forward for the backward
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied

@@ -57,7 +57,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
-      model_(parallel::build_model(mcfg_, grid_, {}, dp_.options().backend)),
+      model_(parallel::build_model(mcfg_, grid_, {},
+                                   {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a")})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
@@ -225,6 +226,8 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.mem_grads = mem.grads;
   s.mem_buffers = mem.buffers;
   s.mem_optim = double(opt_.bytes());
+  // AdamW keeps two fp32 moments per master element.
+  s.mem_experts = mem.expert_params + mem.expert_grads + 2.0 * mem.expert_master;
   s.mem_activations = double(model_->activation_bytes());
   s.mem_peak_rss = double(peak_rss_bytes());
   phase_timers().reset();

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/hierarchical.hpp"
+#include "comm/hierarchical_alltoallv.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "kernels/gemm.hpp"
@@ -42,10 +44,12 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // `counts`: an MPI communicator over the EP group (host counts); `rows`:
   // the same group, MPI or NCCL, for the token rows. This rank is
   // counts->rank() of the group and holds experts
-  // [rank * n_experts / size, (rank + 1) * n_experts / size).
+  // [rank * n_experts / size, (rank + 1) * n_experts / size). `hierarchical`
+  // (comm.hierarchical_a2a), when given, moves the rows in two stages over
+  // the group's node-local and inter-node communicators instead.
   AllToAllDispatcher(std::shared_ptr<comm::Communicator> counts, std::shared_ptr<comm::Communicator> rows,
-                     int n_experts)
-      : counts_(std::move(counts)), rows_(std::move(rows)), n_experts_(n_experts) {
+                     int n_experts, std::shared_ptr<comm::HierarchicalComms> hierarchical = {})
+      : counts_(std::move(counts)), rows_(std::move(rows)), hier_(std::move(hierarchical)), n_experts_(n_experts) {
     const int P = counts_->size();
     EXA_REQUIRE(P >= 1 && n_experts % P == 0 && rows_->size() == P && rows_->rank() == counts_->rank(),
                 "AllToAllDispatcher: {} experts over {} expert-parallel ranks (the rows' group has {})", n_experts,
@@ -188,10 +192,15 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     using Flat = Kokkos::View<T*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     const Flat a(from.data(), from.extent(0) * from.extent(1)), b(to.data(), to.extent(0) * to.extent(1));
     Kokkos::fence();  // the rows are written by kernels the host does not wait for otherwise
-    rows_->alltoallv(a, o.counts, o.displs, b, i.counts, i.displs);
+    if (hier_) {
+      comm::hierarchical_alltoallv(*hier_, a, o.counts, o.displs, b, i.counts, i.displs);
+    } else {
+      rows_->alltoallv(a, o.counts, o.displs, b, i.counts, i.displs);
+    }
   }
 
   std::shared_ptr<comm::Communicator> counts_, rows_;
+  std::shared_ptr<comm::HierarchicalComms> hier_;
   int n_experts_ = 0, local_experts_ = 0;
   V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
