@@ -218,6 +218,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   // Communication is what the rank spent launching, polling and waiting
   // (what overlap did not hide); compute is the rest of the step.
   s.t_comm = (phase_total("comm/") - eval_comm_s_) * k;
+  s.t_a2a = phase_total("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
   s.t_io = phase_total("io/") * k;
   s.t_eval = phase_total("eval") * k;
   s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);

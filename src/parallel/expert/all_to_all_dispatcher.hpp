@@ -79,7 +79,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto xr = rows(c.xr, R), ea = rows(c.ea, R), eb = rows(c.eb, R), eh = rows(c.eh, R);
     const auto src = rows(source_, R), ye = rows(expert_, R);
     {
-      ScopedRegion r("forward/moe/all_to_all");
+      ScopedRegion r("comm/all_to_all");
       send(xp, c.exchange.send_rows, src, c.exchange.recv_rows);
     }
     K::permute_forward(src, first(c.exchange.expert_row, R), xr);
@@ -91,7 +91,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     K::permute_forward(ye, first(c.exchange.source_row, R), src);
     const auto yp = rows(c.yp, c.plan.rows);
     {
-      ScopedRegion r("forward/moe/all_to_all");
+      ScopedRegion r("comm/all_to_all");
       send(src, c.exchange.recv_rows, yp, c.exchange.send_rows);
     }
     K::unpermute_forward(yp, c.gates, c.plan.row_of, y);
@@ -108,7 +108,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto& off = c.exchange.expert_offsets;
     K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
     {
-      ScopedRegion r("backward/moe/all_to_all");
+      ScopedRegion r("comm/all_to_all");
       send(dyp, c.exchange.send_rows, src, c.exchange.recv_rows);
     }
     K::permute_forward(src, first(c.exchange.expert_row, R), dye);
@@ -119,7 +119,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     K::grouped_linear_backward(xr, w.w3, deb, off, dxe, g.w3, true, true);
     K::permute_forward(dxe, first(c.exchange.source_row, R), src);
     {
-      ScopedRegion r("backward/moe/all_to_all");
+      ScopedRegion r("comm/all_to_all");
       send(src, c.exchange.recv_rows, dxp, c.exchange.send_rows);
     }
     K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
@@ -158,7 +158,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // Rows per global expert from the plan, the counts all-to-all, and the
   // layer's exchange plan (kept in the context for the backward).
   void exchange_counts(Context& c, index_t d) {
-    ScopedRegion region("forward/moe/all_to_all_counts");
+    ScopedRegion region("comm/all_to_all_counts");
     const int P = ranks(), El = local_experts_;
     const auto& o = c.plan.offsets_host;
     auto& x = c.exchange;
