@@ -34,6 +34,7 @@ EXAMOE=${EXAMOE:-$root/build/bin/examoe}
 MPIEXEC=${MPIEXEC:-mpiexec}
 [ -x "$EXAMOE" ] || { echo "bench_ep.sh: $EXAMOE not built (scripts/setup.sh)" >&2; exit 1; }
 work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
 [ -n "${WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 total=$((steps + warmup))
 for cfg in dp ep; do
