@@ -22,6 +22,8 @@ struct StepLog {
   double mem_activations = 0;         // bytes kept by the forward for the backward
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied
+  std::string moe_summary;            // train/moe_load.hpp: the worst layer's loads (empty: no MoE layers)
+  nlohmann::json moe;                 // train/moe_load.hpp: every layer's loads (null: no MoE layers)
 };
 
 std::string format_line(const StepLog& s);

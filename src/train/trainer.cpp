@@ -123,6 +123,8 @@ StepResult Trainer::train_step(std::int64_t step) {
   r.ce = dp_.sum(t.ce) / n;
   r.aux = dp_.sum(t.aux) / n;
   r.z = dp_.sum(t.z) / n;
+  r.moe = t.moe;
+  r.moe.sum_over(grid_.comm(comm::Group::Data));
   {
     ScopedRegion region("compute/optimizer", true);
     r.report = opt_.step(dp_.store(), step);
@@ -228,6 +230,8 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.tflops = flops_per_rank * dp_.size() * 1e-12;
   s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
   s.imbalance = r.imbalance;
+  s.moe_summary = moe_summary(r.moe, grid_.sizes().ep);
+  s.moe = moe_json(r.moe, grid_.sizes().ep);
   const double k = 1.0 / double(steps_in_interval);
   // Communication is what the rank spent launching, polling and waiting
   // (what overlap did not hide); compute is the rest of the step.
@@ -288,6 +292,7 @@ double Trainer::run() {
     interval.z += r.z;
     interval.imbalance = std::max(interval.imbalance, r.imbalance);
     interval.report = r.report;
+    interval.moe = r.moe;  // the logged step's loads
     if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
       last_val = evaluate();
       if (!std::isnan(last_val)) val = last_val;

@@ -28,6 +28,7 @@
 #include "parallel/schedule.hpp"
 #include "train/device_batch.hpp"
 #include "train/flops.hpp"
+#include "train/moe_load.hpp"
 #include "train/step_log.hpp"
 
 namespace exa::train {
@@ -35,6 +36,7 @@ namespace exa::train {
 struct StepResult {
   double loss = 0, ce = 0, aux = 0, z = 0;  // means over the step's micro-batches and ranks
   double imbalance = 1;                     // worst MoE layer, max over micro-batches
+  MoeLoad moe;                              // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
 };
 
