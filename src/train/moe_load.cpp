@@ -11,7 +11,9 @@ namespace exa::train {
 
 namespace {
 
-std::int64_t max_of(const std::vector<std::int64_t>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+std::int64_t max_of(const std::vector<std::int64_t>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
 
 double mean_of(const std::vector<std::int64_t>& v) {
   return v.empty() ? 0.0 : double(std::accumulate(v.begin(), v.end(), std::int64_t{0})) / double(v.size());

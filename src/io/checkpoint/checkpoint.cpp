@@ -377,8 +377,10 @@ CheckpointMeta meta_from_json(const std::string& s) {
   m.deck = j.at("deck").get<std::string>();
   m.config_json = j.at("config_json").get<std::string>();
   m.layout = CheckpointLayout::from_json(j.at("layout").get<std::string>());
-  for (const auto& [name, a] : j.at("state").items())
-    m.state[name] = StateArray{a.at("shape").get<std::vector<std::int64_t>>(), a.at("values").get<std::vector<float>>()};
+  for (const auto& [name, a] : j.at("state").items()) {
+    m.state[name] =
+        StateArray{a.at("shape").get<std::vector<std::int64_t>>(), a.at("values").get<std::vector<float>>()};
+  }
   return m;
 }
 
@@ -866,8 +868,10 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
   f.reset();
 
   for (std::size_t i = 0; i < n_tensor_items; ++i) Kokkos::deep_copy(items[i].view, bufs[i]);
-  for (std::size_t i = n_tensor_items; i < items.size(); ++i)
-    meta.state[items[i].name] = StateArray{items[i].shape, std::vector<float>(bufs[i].data(), bufs[i].data() + bufs[i].extent(0))};
+  for (std::size_t i = n_tensor_items; i < items.size(); ++i) {
+    const float* v = bufs[i].data();
+    meta.state[items[i].name] = StateArray{items[i].shape, std::vector<float>(v, v + bufs[i].extent(0))};
+  }
   Kokkos::fence();
   meta.directory = fs::path(file).parent_path().string();
   return meta;
