@@ -35,7 +35,7 @@ import sys
 import h5py
 import numpy as np
 
-MODEL, EXP_AVG, EXP_AVG_SQ = "model", "optim/exp_avg", "optim/exp_avg_sq"
+MODEL, EXP_AVG, EXP_AVG_SQ, STATE = "model", "optim/exp_avg", "optim/exp_avg_sq", "state"
 CHECKPOINT_FILE = "state.h5"
 FORMAT_VERSION = 1
 
@@ -183,7 +183,7 @@ def verify(f, file):
     if int(at["meta_checksum"]) != meta_checksum(at):
         raise ValueError(f"{file}: the attributes on / do not match meta_checksum: the file is corrupt")
     entries = []
-    for group in (MODEL, EXP_AVG, EXP_AVG_SQ):
+    for group in (MODEL, EXP_AVG, EXP_AVG_SQ, STATE):
         if group not in f:
             continue
         for name, ds in f[group].items():

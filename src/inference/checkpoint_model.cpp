@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "model/parameter_specs.hpp"
+#include "model/router_bias.hpp"
 #include "model/weights.hpp"
 
 namespace exa::inference {
@@ -78,6 +79,12 @@ CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dr
   meta_ = io::load_checkpoint(dir, *store_, nullptr, comm);
   model_ = std::make_unique<model::Transformer<float>>(mcfg_);
   w_ = model::bind_values(mcfg_, *store_);
+  // Trained with aux-loss-free balancing: route with its biases, as training did.
+  if (const auto it = meta_.state.find(model::kRouterBiasState); it != meta_.state.end()) {
+    model::RouterBias bias(mcfg_);
+    bias.set_values(it->second.values);
+    bias.apply(*model_);
+  }
 }
 
 }  // namespace exa::inference

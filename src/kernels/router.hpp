@@ -13,6 +13,13 @@
 //   lse    [N]
 //   topk   [N,k]  int32 expert ids, largest probability first; ties go to the
 //                 lower expert id
+//   bias   [E]    optional (an empty View: none): added to every token's
+//                 probabilities for the top-k SELECTION only (aux-loss-free
+//                 balancing, DeepSeek-V3; docs/architecture.md "The model").
+//                 topk is then ordered by probs + bias; the gates, counts and
+//                 losses are those of the unbiased probabilities at the chosen
+//                 experts, and router_backward needs no change (the selection
+//                 is a constant for the gradient, the bias has none)
 //   gates  [N,k]  probs of the chosen experts, divided by their sum when
 //                 norm_topk
 //   counts [E]    assignments per expert (before any capacity dropping)
@@ -40,8 +47,8 @@ struct RouterLosses {
   double z = 0.0;
 };
 
-template <class Lg, class P, class S, class I, class G, class C>
-RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P& probs, const S& lse,
+template <class Lg, class B, class P, class S, class I, class G, class C>
+RouterLosses router_forward(const Lg& logits, const B& bias, const RouterOptions& opt, const P& probs, const S& lse,
                             const I& topk, const G& gates, const C& counts, const exec_of<P>& exec = exec_of<P>{}) {
   using Exec = exec_of<P>;
   using T = scalar_of<P>;
@@ -55,7 +62,10 @@ RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P&
                   gates.extent(0) == logits.extent(0) && gates.extent(1) == topk.extent(1) &&
                   counts.extent(0) == logits.extent(1),
               "exa::kernels::router_forward: tensor shapes disagree");
+  EXA_REQUIRE(bias.extent(0) == 0 || bias.extent(0) == logits.extent(1),
+              "exa::kernels::router_forward: the routing bias has {} entries for {} experts", bias.extent(0), E);
   const bool norm = opt.norm_topk;
+  const bool biased = bias.extent(0) > 0;
 
   Kokkos::parallel_for(
       "exa::router::softmax_topk", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(const index_t n) {
@@ -71,30 +81,32 @@ RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P&
         for (int e = 0; e < E; ++e) probs(n, e) *= inv;
         lse(n) = m + kx::log(s);
         // The j-th pick is the best expert strictly after pick j-1 in the
-        // order (prob descending, id ascending): k passes, no extra memory.
-        T prev_p = 0;
+        // order (score descending, id ascending; score = prob [+ bias]):
+        // k passes, no extra memory.
+        T prev_s = 0;
         int prev_e = -1;
         T gsum = 0;
         for (int j = 0; j < K; ++j) {
           int best = -1;
-          T best_p = 0;
+          T best_s = 0;
           for (int e = 0; e < E; ++e) {
-            const T p = probs(n, e);
-            const bool after = prev_e < 0 || p < prev_p || (p == prev_p && e > prev_e);
-            if (after && (best < 0 || p > best_p)) {
+            const T sc = biased ? T(probs(n, e)) + T(bias(e)) : T(probs(n, e));
+            const bool after = prev_e < 0 || sc < prev_s || (sc == prev_s && e > prev_e);
+            if (after && (best < 0 || sc > best_s)) {
               best = e;
-              best_p = p;
+              best_s = sc;
             }
           }
           if (best < 0) {  // only with NaN probabilities: keep ids in range
             best = j % E;
-            best_p = probs(n, best);
+            best_s = biased ? T(probs(n, best)) + T(bias(best)) : T(probs(n, best));
           }
+          const T p = probs(n, best);
           topk(n, j) = best;
-          gates(n, j) = best_p;
-          gsum += best_p;
+          gates(n, j) = p;
+          gsum += p;
           prev_e = best;
-          prev_p = best_p;
+          prev_s = best_s;
         }
         if (norm) {
           const T ginv = T(1) / gsum;
@@ -142,6 +154,14 @@ RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P&
   out.aux = opt.aux_coef * E * fp / (dn * K * dn);
   out.z = opt.z_coef * z2 / dn;
   return out;
+}
+
+// Without a routing bias.
+template <class Lg, class P, class S, class I, class G, class C>
+RouterLosses router_forward(const Lg& logits, const RouterOptions& opt, const P& probs, const S& lse,
+                            const I& topk, const G& gates, const C& counts, const exec_of<P>& exec = exec_of<P>{}) {
+  return router_forward(logits, Kokkos::View<const scalar_of<P>*, typename P::device_type>(), opt, probs, lse, topk,
+                        gates, counts, exec);
 }
 
 // dlogits (overwritten) from the gradient of the gates and the upstream

@@ -95,6 +95,12 @@ class StageModel {
   // Every parameter this stage reads, by global name, in spec order.
   std::vector<std::string> param_names() const;
 
+  // Aux-loss-free balancing: the per-expert bias MoE layer `layer` (global
+  // index, one of this stage's) adds to its routing scores for the top-k
+  // selection only; n_experts values, or none to remove it. Takes effect at
+  // the next forward.
+  void set_router_bias(std::int64_t layer, const std::vector<float>& bias);
+
   // Attaches hooks (not owned) after those already attached.
   void add_hooks(UnitHooks* hooks) { hooks_.add(hooks); }
   void clear_hooks() { hooks_.clear(); }

@@ -114,6 +114,18 @@ std::vector<std::string> StageModel<T, D>::param_names() const {
 }
 
 template <class T, class D>
+void StageModel<T, D>::set_router_bias(std::int64_t layer, const std::vector<float>& bias) {
+  for (auto& l : layers_) {
+    if (l.index() != layer) continue;
+    EXA_REQUIRE(l.is_moe(), "StageModel::set_router_bias: layer {} is dense, it has no router", layer);
+    l.moe()->set_router_bias(bias);
+    return;
+  }
+  throw Error(fmt::format("StageModel::set_router_bias: layer {} is not one of this stage's layers [{}, {})", layer,
+                          plan_.layer_begin, plan_.layer_end));
+}
+
+template <class T, class D>
 void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
   const std::int64_t N = shape.N(), B = shape.B, Tn = shape.T, d = cfg_.d_model, H = plan_.heads,
                      Hkv = plan_.kv_heads, hd = cfg_.head_dim(), E = cfg_.n_experts, K = cfg_.top_k,

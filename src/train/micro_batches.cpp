@@ -26,6 +26,7 @@ MicroBatchTotals run_micro_batches(const MicroBatchStep& s, std::int64_t n_micro
         t.aux += r.loss.aux;
         t.z += r.loss.z;
         t.imbalance = std::max(t.imbalance, r.max_imbalance());
+        t.moe.add(r.routing);
         return c;
       },
       [&](int j, model::StageContext<float>& c, bool last) {

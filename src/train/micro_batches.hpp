@@ -14,6 +14,7 @@
 #include "model/weights.hpp"
 #include "parallel/schedule.hpp"
 #include "train/device_batch.hpp"
+#include "train/moe_load.hpp"
 
 namespace exa::train {
 
@@ -21,6 +22,7 @@ namespace exa::train {
 struct MicroBatchTotals {
   double loss = 0, ce = 0, aux = 0, z = 0;
   double imbalance = 1;  // worst MoE layer, max over micro-batches
+  MoeLoad moe;           // expert loads summed over the micro-batches
 };
 
 // Phase regions around the parts (fenced when `fence`, so that device work

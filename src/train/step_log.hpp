@@ -25,6 +25,8 @@ struct StepLog {
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied
   std::optional<double> joules_per_token, kwh;  // energy estimate (train/energy.hpp): interval, run so far
+  std::string moe_summary;            // train/moe_load.hpp: the worst layer's loads (empty: no MoE layers)
+  nlohmann::json moe;                 // train/moe_load.hpp: every layer's loads (null: no MoE layers)
 };
 
 std::string format_line(const StepLog& s);

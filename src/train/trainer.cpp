@@ -108,11 +108,14 @@ StepResult Trainer::train_step(std::int64_t step) {
   r.ce = dp_.sum(t.ce) / n;
   r.aux = dp_.sum(t.aux) / n;
   r.z = dp_.sum(t.z) / n;
+  r.moe = t.moe;
+  r.moe.sum_over(grid_.comm(comm::Group::Data));
   {
     ScopedRegion region("compute/optimizer", true);
     r.report = opt_.step(dp_.store(), step);
   }
   if (r.report.applied) dp_.params_updated();
+  balance_.after_step(r.moe, r.report.applied, *model_);
   if (!r.report.finite() && cfg_.get_bool("resilience.nan_check")) optim::require_finite(r.report.clip, step + 1);
   tokens_seen_ += global_batch_ * mcfg_.seq_len;
   return r;
@@ -168,6 +171,7 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.layout.dp = dp_.size();
   meta.layout.zero = dp_.options().zero;
   meta.layout.ep = grid_.sizes().ep;
+  balance_.save(meta);
   io::OptimizerState state;
   const auto& store = dp_.store();
   for (std::size_t i = 0; i < store.size(); ++i)
@@ -187,6 +191,7 @@ void Trainer::load(const std::string& path) {
     state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_);
   dp_.params_updated();
+  balance_.restore(meta, *model_);
   step_ = static_cast<std::int64_t>(meta.step);
   tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);
   const auto it = meta.lr_schedule.find("adamw_step_count");
@@ -214,6 +219,8 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.tflops = flops_per_rank * dp_.size() * 1e-12;
   s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
   s.imbalance = r.imbalance;
+  s.moe_summary = moe_summary(r.moe, grid_.sizes().ep);
+  s.moe = moe_json(r.moe, grid_.sizes().ep, balance_.bias());
   const double k = 1.0 / double(steps_in_interval);
   // Communication is what the rank spent launching, polling and waiting
   // (what overlap did not hide); compute is the rest of the step.
@@ -280,6 +287,7 @@ double Trainer::run() {
     interval.z += r.z;
     interval.imbalance = std::max(interval.imbalance, r.imbalance);
     interval.report = r.report;
+    interval.moe = r.moe;  // the logged step's loads
     if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
       last_val = evaluate();
       if (!std::isnan(last_val)) val = last_val;

@@ -26,9 +26,11 @@
 #include "optim/optimizer.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/schedule.hpp"
+#include "train/aux_free.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
 #include "train/flops.hpp"
+#include "train/moe_load.hpp"
 #include "train/step_log.hpp"
 
 namespace exa::train {
@@ -36,6 +38,7 @@ namespace exa::train {
 struct StepResult {
   double loss = 0, ce = 0, aux = 0, z = 0;  // means over the step's micro-batches and ranks
   double imbalance = 1;                     // worst MoE layer, max over micro-batches
+  MoeLoad moe;                              // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
 };
 
@@ -78,6 +81,7 @@ class Trainer {
   // failing mid-pass still has bounded waits while dp_ drains its requests.
   comm::WatchdogScope watchdog_;
   model::ModelConfig mcfg_;
+  AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
   parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
   std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for grid_
   std::unique_ptr<parallel::Schedule> schedule_ = std::make_unique<parallel::SequentialSchedule>();

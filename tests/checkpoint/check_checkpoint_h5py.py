@@ -180,7 +180,7 @@ def main():
                 if group == "model":
                     tensors[name] = arr
         entries = sorted((f"/{g}/{n}", int(f[g][n].attrs["checksum"]))
-                         for g in ("model", "optim/exp_avg", "optim/exp_avg_sq") for n in f[g])
+                         for g in ("model", "optim/exp_avg", "optim/exp_avg_sq", "state") if g in f for n in f[g])
         assert int(at["merkle_root"]) == merkle_root(entries), "Merkle root does not match the dataset checksums"
         assert np.all(f["model/norm.weight"][()] == 1.0)
         assert np.all(f["optim/exp_avg/embed.weight"][()] == 0.5)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -198,6 +199,25 @@ void on_rank0(const std::function<void()>& f) {
 }
 
 std::string ckpt_of(const std::string& dir) { return (fs::path(dir) / "ckpt").string(); }
+
+// Rank 0 flips one bit of byte `at` of a dataset's raw data in `file`.
+void flip_dataset_byte(const std::string& file, const std::string& dataset, off_t at) {
+  on_rank0([&] {
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+    const haddr_t off = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(f);
+    ASSERT_NE(off, HADDR_UNDEF);
+    const int fd = ::open(file.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    unsigned char b = 0;
+    ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(off) + at), 1);
+    b ^= 0x10;
+    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(off) + at), 1);
+    ::close(fd);
+  });
+}
 
 // ---- flat ranges ---------------------------------------------------------------------
 
@@ -424,6 +444,57 @@ TEST(Checkpoint, OptimizerStateIsOptional) {
   EXPECT_EQ(error_of([&] { io::load_checkpoint(dir, q, nullptr, MPI_COMM_WORLD); }), "");
 }
 
+// ---- training state besides the tensors ------------------------------------------------
+
+// State arrays (the router bias of aux-loss-free balancing) round-trip bit
+// for bit; rank 0's values are the ones written; inspect lists them (the
+// Merkle root covers them); a checkpoint without any loads with none.
+TEST(Checkpoint, StateArraysRoundTripFromRankZero) {
+  const std::string dir = scratch_dir();
+  const auto c = tiny_config();
+  auto p = world_store(c);
+  auto meta = make_meta(4);
+  const std::vector<float> bias = {0.25f, -1e-3f, 3.0e-7f, -0.0f, 1.5f, 2.0f};
+  meta.state["router_bias"] = io::StateArray{{2, 3}, bias};
+  if (world_rank() != 0) meta.state["router_bias"].values.assign(6, 99.0f);  // not written: rank 0's are
+  EXPECT_EQ(error_of([&] { io::save_checkpoint(ckpt_of(dir), p, nullptr, meta, MPI_COMM_WORLD); }), "");
+  auto q = world_store(c);
+  io::CheckpointMeta got;
+  EXPECT_EQ(error_of([&] { got = io::load_checkpoint(dir, q, nullptr, MPI_COMM_WORLD); }), "");
+  expect_same_values(p, q);
+  ASSERT_EQ(got.state.size(), 1u);
+  const auto& s = got.state.at("router_bias");
+  EXPECT_EQ(s.shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_TRUE(same_bits(bias, 0, s.values, 0, "router_bias"));
+  EXPECT_EQ(s.values.size(), bias.size());
+  const auto info = io::inspect_checkpoint(dir);
+  const auto it = std::find_if(info.datasets.begin(), info.datasets.end(),
+                               [](const io::DatasetInfo& d) { return d.path == "/state/router_bias"; });
+  ASSERT_NE(it, info.datasets.end());
+  EXPECT_EQ(it->shape, (std::vector<std::int64_t>{2, 3}));
+
+  EXPECT_EQ(error_of([&] { io::save_checkpoint(ckpt_of(dir), p, nullptr, make_meta(5), MPI_COMM_WORLD); }), "");
+  EXPECT_EQ(error_of([&] { got = io::load_checkpoint(dir, q, nullptr, MPI_COMM_WORLD); }), "");
+  EXPECT_TRUE(got.state.empty());
+}
+
+TEST(Checkpoint, StateArraysAreCheckedLikeTensors) {
+  const std::string dir = scratch_dir();
+  const auto c = tiny_config();
+  auto p = world_store(c);
+  auto meta = make_meta(6);
+  meta.state["router_bias"] = io::StateArray{{2, 3}, {1, 2, 3, 4, 5}};
+  std::string e = error_of([&] { io::save_checkpoint(ckpt_of(dir), p, nullptr, meta, MPI_COMM_WORLD); });
+  EXPECT_TRUE(contains(e, "state array 'router_bias' of shape [2, 3] holds 5 values")) << e;
+  meta.state["router_bias"].values.push_back(6);
+  EXPECT_EQ(error_of([&] { io::save_checkpoint(ckpt_of(dir), p, nullptr, meta, MPI_COMM_WORLD); }), "");
+  flip_dataset_byte((fs::path(ckpt_of(dir)) / "step_00000006" / "state.h5").string(), "/state/router_bias", 5);
+  auto q = world_store(c);
+  e = error_of([&] { io::load_checkpoint(dir, q, nullptr, MPI_COMM_WORLD); });
+  EXPECT_TRUE(contains(e, "is corrupt")) << e;
+  EXPECT_TRUE(contains(e, "/state/router_bias")) << e;
+}
+
 // ---- failures ----------------------------------------------------------------------------
 
 TEST(Checkpoint, CorruptedDatasetByteNamesTheDataset) {
@@ -434,22 +505,7 @@ TEST(Checkpoint, CorruptedDatasetByteNamesTheDataset) {
   EXPECT_EQ(error_of([&] { io::save_checkpoint(ckpt_of(dir), p, &m.state, make_meta(10), MPI_COMM_WORLD); }), "");
   EXPECT_EQ(error_of([&] { io::save_checkpoint(ckpt_of(dir), p, &m.state, make_meta(20), MPI_COMM_WORLD); }), "");
   const std::string victim = "/optim/exp_avg/layers.0.attn.wq.weight";
-  on_rank0([&] {
-    const std::string file = (fs::path(ckpt_of(dir)) / "step_00000020" / "state.h5").string();
-    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, victim.c_str(), H5P_DEFAULT);
-    const haddr_t off = H5Dget_offset(d);
-    H5Dclose(d);
-    H5Fclose(f);
-    ASSERT_NE(off, HADDR_UNDEF);
-    const int fd = ::open(file.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    unsigned char b = 0;
-    ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(off + 13)), 1);
-    b ^= 0x10;
-    ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(off + 13)), 1);
-    ::close(fd);
-  });
+  flip_dataset_byte((fs::path(ckpt_of(dir)) / "step_00000020" / "state.h5").string(), victim, 13);
   auto q = world_store(c);
   auto mq = make_moments(q, false);
   const std::string e = error_of([&] { io::load_checkpoint(ckpt_of(dir), q, &mq.state, MPI_COMM_WORLD); });

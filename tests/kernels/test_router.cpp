@@ -28,11 +28,19 @@ struct Router {
   V1<T> lse;
   V2<int> topk;
   V1<int> counts;
+  V1<T> bias;  // the selection bias; empty: the unbiased overload
   Router(int n, int e, int k)
       : N(n), E(e), K(k), logits("logits", n, e), probs("probs", n, e), gates("gates", n, k), lse("lse", n),
         topk("topk", n, k), counts("counts", e) {}
   RouterLosses forward(const RouterOptions& o) {
+    if (bias.extent(0) > 0) return exa::kernels::router_forward(logits, bias, o, probs, lse, topk, gates, counts);
     return exa::kernels::router_forward(logits, o, probs, lse, topk, gates, counts);
+  }
+  void set_bias(const std::vector<double>& b) {
+    bias = V1<T>("bias", b.size());
+    auto h = Kokkos::create_mirror_view(bias);
+    for (std::size_t e = 0; e < b.size(); ++e) h(e) = T(b[e]);
+    Kokkos::deep_copy(bias, h);
   }
 };
 
@@ -49,10 +57,16 @@ void fill_separated(const V& logits, std::uint64_t seed) {
 }
 
 // Host reference of everything router_forward computes, in double. The
-// ranking uses the kernel's own probabilities so that rounding cannot turn a
-// tie into a non-tie or back.
+// ranking uses the kernel's own probabilities (plus the bias, added in T as
+// the kernel adds it) so that rounding cannot turn a tie into a non-tie or
+// back; gates, counts and losses come from the unbiased probabilities.
 template <class T>
 void check_forward_against_host(Router<T>& r, const RouterOptions& o, const RouterLosses& got, double tol) {
+  std::vector<T> hb(r.E, T(0));
+  if (r.bias.extent(0) > 0) {
+    auto b = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.bias);
+    for (int e = 0; e < r.E; ++e) hb[e] = b(e);
+  }
   auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.logits);
   auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.probs);
   auto hlse = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.lse);
@@ -75,7 +89,8 @@ void check_forward_against_host(Router<T>& r, const RouterOptions& o, const Rout
     }
     std::vector<int> order(r.E);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return hp(n, a) > hp(n, b); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return T(hp(n, a)) + hb[a] > T(hp(n, b)) + hb[b]; });
     double gsum = 0, psel = 0;
     for (int j = 0; j < r.K; ++j) {
       EXPECT_EQ(hi(n, j), order[j]) << "token " << n << " slot " << j;
@@ -107,9 +122,11 @@ void check_forward_against_host(Router<T>& r, const RouterOptions& o, const Rout
   EXPECT_NEAR(got.z, zl, tol * std::max(1.0, std::fabs(zl)));
 }
 
-void check_backward_fd(int N, int E, int K, const RouterOptions& o, double d_aux, double d_z) {
+void check_backward_fd(int N, int E, int K, const RouterOptions& o, double d_aux, double d_z,
+                       const std::vector<double>& bias = {}) {
   Router<double> r(N, E, K);
   fill_separated(r.logits, 7 + K);
+  if (!bias.empty()) r.set_bias(bias);
   V2<double> rg("r", N, K), dlogits("dlogits", N, E);
   fill_uniform(rg, 8);
   const RouterLosses l0 = r.forward(o);
@@ -191,4 +208,75 @@ TEST(Router, BackwardWithAuxAndZLossMatchesFiniteDifferences) {
 TEST(Router, AuxOnlyAndZOnlyGradients) {
   check_backward_fd(6, 8, 2, RouterOptions{true, 1.0, 0.0}, 1.0, 0.0);
   check_backward_fd(6, 8, 2, RouterOptions{true, 0.0, 1.0}, 0.0, 1.0);
+}
+
+// A bias that favours expert 7 and disfavours expert 0: every token picks 7,
+// none picks 0, some selections change, and the probabilities and the gates
+// (the unbiased probabilities of the chosen experts) follow the host
+// reference.
+TEST(Router, BiasChangesSelectionOnly) {
+  const int N = 41, E = 8, K = 2;
+  Router<float> r(N, E, K);
+  fill_uniform(r.logits, 11, -2.0, 2.0);
+  const RouterOptions o{true, 0.01, 0.001};
+  const RouterLosses plain = r.forward(o);
+  // Copies (a host mirror of a host View would alias it).
+  auto copy = [](const auto& v) {
+    auto h = Kokkos::create_mirror(Kokkos::HostSpace(), v);
+    Kokkos::deep_copy(h, v);
+    return h;
+  };
+  const auto p0 = copy(r.probs);
+  const auto l0 = copy(r.lse);
+  const auto i0 = copy(r.topk);
+  std::vector<double> bias(E);
+  for (int e = 0; e < E; ++e) bias[e] = 0.01 * ((3 * e) % E) - 0.04;
+  bias[7] = 2.0;   // above any probability gap
+  bias[0] = -2.0;  // below
+  r.set_bias(bias);
+  const RouterLosses got = r.forward(o);
+  check_forward_against_host(r, o, got, 2e-6);
+  auto p1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.probs);
+  auto l1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.lse);
+  auto i1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), r.topk);
+  int changed = 0;
+  for (int n = 0; n < N; ++n) {
+    EXPECT_EQ(l1(n), l0(n));
+    for (int e = 0; e < E; ++e) EXPECT_EQ(p1(n, e), p0(n, e)) << "token " << n << " expert " << e;
+    EXPECT_EQ(i1(n, 0), 7) << "token " << n;
+    EXPECT_NE(i1(n, 1), 0) << "token " << n;
+    for (int j = 0; j < K; ++j) changed += i1(n, j) != i0(n, j);
+  }
+  EXPECT_GT(changed, 0);
+  EXPECT_EQ(got.z, plain.z);  // z depends on the logits only
+}
+
+// An empty bias View is no bias: the same bits as the unbiased overload.
+TEST(Router, EmptyBiasIsUnbiased) {
+  Router<float> a(19, 6, 2), b(19, 6, 2);
+  fill_uniform(a.logits, 12, -3.0, 3.0);
+  Kokkos::deep_copy(b.logits, a.logits);
+  const RouterOptions o{true, 0.01, 0.001};
+  const RouterLosses la = a.forward(o);
+  const RouterLosses lb =
+      exa::kernels::router_forward(b.logits, V1<float>(), o, b.probs, b.lse, b.topk, b.gates, b.counts);
+  EXPECT_EQ(la.aux, lb.aux);
+  EXPECT_EQ(la.z, lb.z);
+  auto ia = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.topk);
+  auto ib = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.topk);
+  auto ga = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.gates);
+  auto gb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.gates);
+  for (int n = 0; n < 19; ++n)
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(ia(n, j), ib(n, j));
+      EXPECT_EQ(ga(n, j), gb(n, j));
+    }
+}
+
+// The backward is unchanged by a bias: the gates are the unbiased
+// probabilities of the (now biased) selection, which the gradient holds fixed.
+TEST(Router, BackwardWithBiasMatchesFiniteDifferences) {
+  const std::vector<double> bias = {0.3, -0.2, 0.25, 0.0, -0.35, 0.15, 0.05, -0.1};
+  check_backward_fd(6, 8, 2, RouterOptions{true, 0.5, 0.2}, 1.0, 1.0, bias);
+  check_backward_fd(6, 8, 3, RouterOptions{false, 0.0, 0.0}, 1.0, 1.0, bias);
 }

@@ -1,15 +1,23 @@
-# losses_of(<metrics.jsonl> <out-var>): "step:loss;step:loss;..." of the step
-# records, in file order (event records carry no "loss" and are skipped).
-function(losses_of file out)
+# values_of(<metrics.jsonl> <out-var> <json path>...): "step:value;..." of
+# the records that have the value at that path (the step records for
+# "loss"), in file order.
+function(values_of file out)
   file(STRINGS ${file} lines)
   set(res "")
   foreach(line IN LISTS lines)
-    string(JSON loss ERROR_VARIABLE no_loss GET "${line}" loss)
-    if(no_loss STREQUAL "NOTFOUND")
+    string(JSON value ERROR_VARIABLE missing GET "${line}" ${ARGN})
+    if(missing STREQUAL "NOTFOUND")
       string(JSON step GET "${line}" step)
-      list(APPEND res "${step}:${loss}")
+      list(APPEND res "${step}:${value}")
     endif()
   endforeach()
+  set(${out} "${res}" PARENT_SCOPE)
+endfunction()
+
+# losses_of(<metrics.jsonl> <out-var>): "step:loss;step:loss;..." of the step
+# records, in file order (event records carry no "loss" and are skipped).
+function(losses_of file out)
+  values_of(${file} res loss)
   set(${out} "${res}" PARENT_SCOPE)
 endfunction()
 

@@ -59,6 +59,11 @@ void check_model(const Config& c) {
 }
 
 void check_moe(const Config& c) {
+  if (c.get_string("moe.router_bias") == "aux_free" && c.get_float("moe.bias_rate") <= 0.0) {
+    fail(c, {"moe.bias_rate", "moe.router_bias"},
+         "moe.router_bias = \"aux_free\" moves each expert's routing bias by moe.bias_rate after every step, but "
+         "bias_rate = 0.0 would never move it: set bias_rate > 0 (e.g. 1e-3) or router_bias = \"none\"");
+  }
   const auto every = c.get_int("moe.moe_every");
   if (every == 0) return;  // dense model: the [moe] sizes are unused
   const auto e = c.get_int("moe.n_experts"), k = c.get_int("moe.top_k"), layers = c.get_int("model.n_layers");

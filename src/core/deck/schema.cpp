@@ -51,6 +51,8 @@ std::vector<KeySpec> build() {
       B("moe", "norm_topk", true, "renormalise the top-k gates to sum to 1"),
       F("moe", "aux_coef", 0.01, 0, 100, O::none, "weight of the load-balancing loss aux_coef*E*sum_e(f_e*P_e)"),
       F("moe", "z_coef", 0.001, 0, 100, O::none, "weight of the router z-loss mean(logsumexp(logits)^2)"),
+      S("moe", "router_bias", "none", {"none", "aux_free"}, "aux_free: per-expert bias on the top-k selection only, += bias_rate*sign(mean load - load) each step"),
+      F("moe", "bias_rate", 0.0, 0, 1, O::none, "step of the aux_free bias update (> 0 with router_bias = \"aux_free\")"),
 
       I("parallel", "dp", 0, 0, kDim, "data-parallel size; 0 = infer world/(pp*cp*tp)"),
       I("parallel", "tp", 1, 1, 4096, "tensor-parallel size (splits heads and FFN columns)"),

@@ -126,6 +126,7 @@ constexpr const char* kModelGroup = "/model";
 constexpr const char* kOptimGroup = "/optim";
 constexpr const char* kExpAvgGroup = "/optim/exp_avg";
 constexpr const char* kExpAvgSqGroup = "/optim/exp_avg_sq";
+constexpr const char* kStateGroup = "/state";
 
 // One dataset as this rank sees it; the shard's box is filled in.
 struct Item {
@@ -184,6 +185,42 @@ std::vector<Item> items_of(const std::vector<CheckpointTensor>& tensors, const O
     for (const auto& t : tensors) {
       items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, shard(t), optim->at(t.name).exp_avg_sq});
     }
+  }
+  return items;
+}
+
+void validate_state(const CheckpointMeta& m) {
+  for (const auto& [name, a] : m.state) {
+    EXA_REQUIRE(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+                "checkpoint: state array name '{}' cannot be an HDF5 dataset name (empty, '.', '..' or holding '/')",
+                name);
+    EXA_REQUIRE(!a.shape.empty(), "checkpoint: state array '{}' has no dimensions", name);
+    std::int64_t n = 1;
+    for (auto x : a.shape) {
+      EXA_REQUIRE(x >= 0, "checkpoint: state array '{}' has a negative extent in {}", name, shape_str(a.shape));
+      n *= x;
+    }
+    EXA_REQUIRE(n == static_cast<std::int64_t>(a.values.size()),
+                "checkpoint: state array '{}' of shape {} holds {} values", name, shape_str(a.shape), a.values.size());
+  }
+}
+
+// A /state dataset: the whole array on every rank (replicas: rank 0 writes
+// it, each rank reads all of it). The view is left empty (a load reads into
+// host buffers).
+Item state_item(const std::string& name, const std::vector<std::int64_t>& shape) {
+  model::Shard s = model::resolve_shard(model::Shard{}, name, shape);
+  s.count = s.box.numel();
+  return Item{kStateGroup, name, shape, s, {}};
+}
+
+std::vector<Item> state_items(const CheckpointMeta& m) {
+  std::vector<Item> items;
+  for (const auto& [name, a] : m.state) {
+    Item it = state_item(name, a.shape);
+    it.view = View1<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::state"), a.values.size());
+    Kokkos::deep_copy(it.view, HostFlat(const_cast<float*>(a.values.data()), a.values.size()));
+    items.push_back(std::move(it));
   }
   return items;
 }
@@ -323,6 +360,9 @@ std::string meta_to_json(const CheckpointMeta& m) {
   j["deck"] = m.deck;
   j["config_json"] = m.config_json;
   j["layout"] = m.layout.to_json();
+  nlohmann::json st = nlohmann::json::object();
+  for (const auto& [name, a] : m.state) st[name] = {{"shape", a.shape}, {"values", a.values}};
+  j["state"] = st;
   return j.dump();
 }
 
@@ -337,6 +377,10 @@ CheckpointMeta meta_from_json(const std::string& s) {
   m.deck = j.at("deck").get<std::string>();
   m.config_json = j.at("config_json").get<std::string>();
   m.layout = CheckpointLayout::from_json(j.at("layout").get<std::string>());
+  for (const auto& [name, a] : j.at("state").items()) {
+    m.state[name] =
+        StateArray{a.at("shape").get<std::vector<std::int64_t>>(), a.at("values").get<std::vector<float>>()};
+  }
   return m;
 }
 
@@ -430,7 +474,7 @@ CheckpointMeta read_meta(hid_t root, const std::string& file) {
 // and a check that their Merkle root matches the one on "/".
 std::vector<DatasetInfo> list_datasets(hid_t file) {
   std::vector<DatasetInfo> out;
-  for (const char* g : {kModelGroup, kExpAvgGroup, kExpAvgSqGroup}) {
+  for (const char* g : {kModelGroup, kExpAvgGroup, kExpAvgSqGroup, kStateGroup}) {
     if (!h5::link_exists(file, g)) continue;
     h5::Id grp = h5::group(H5Gopen2(file, g, H5P_DEFAULT), fmt::format("opening group {}", g));
     for (const auto& name : h5::link_names(grp)) {
@@ -496,9 +540,12 @@ void write_file(const std::string& file, const std::vector<Item>& items, const s
   h5::Id fapl = file_access(comm);
   h5::Id f = h5::file(H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), "creating " + file);
   std::vector<h5::Id> groups;
-  const bool optim = std::any_of(items.begin(), items.end(), [](const Item& i) { return i.group != kModelGroup; });
+  auto any_in = [&](const char* g) {
+    return std::any_of(items.begin(), items.end(), [&](const Item& i) { return i.group == g; });
+  };
   std::vector<const char*> gnames = {kModelGroup};
-  if (optim) gnames.insert(gnames.end(), {kOptimGroup, kExpAvgGroup, kExpAvgSqGroup});
+  if (any_in(kExpAvgGroup)) gnames.insert(gnames.end(), {kOptimGroup, kExpAvgGroup, kExpAvgSqGroup});
+  if (any_in(kStateGroup)) gnames.push_back(kStateGroup);
   // Links stay compact (messages in the group's object header, which the v2
   // format checksums) rather than moving to a fractal heap, whose blocks
   // carry no checksum: HDF5 then notices a damaged group instead of crashing
@@ -560,8 +607,16 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
                             const SaveOptions& options) {
   h5::QuietErrors quiet;
   const int me = comm_rank(comm);
-  phase(comm, [&] { validate(tensors, optim); });
-  const std::vector<Item> items = items_of(tensors, optim);
+  phase(comm, [&] {
+    validate(tensors, optim);
+    validate_state(meta_in);
+  });
+  // The metadata of rank 0 is the one written (its state arrays too).
+  std::string meta_text = meta_to_json(meta_in);
+  bcast_string(meta_text, 0, comm);
+  const CheckpointMeta meta = meta_from_json(meta_text);
+  std::vector<Item> items = items_of(tensors, optim);
+  for (auto& it : state_items(meta)) items.push_back(std::move(it));
   phase(comm, [&] { check_same_everywhere(items, comm); });
   std::vector<PieceCover> covers;
   phase(comm, [&] { covers = gather_pieces(items, comm); });
@@ -574,11 +629,6 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
                   shape_str(items[i].shape));
     }
   });
-  // The metadata of rank 0 is the one written.
-  std::string meta_text = meta_to_json(meta_in);
-  bcast_string(meta_text, 0, comm);
-  const CheckpointMeta meta = meta_from_json(meta_text);
-
   std::string tmp, final_dir;
   try {
     phase(comm, [&] {
@@ -731,7 +781,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
   h5::QuietErrors quiet;
   const int me = comm_rank(comm);
   phase(comm, [&] { validate(tensors, optim); });
-  const std::vector<Item> items = items_of(tensors, optim);
+  std::vector<Item> items = items_of(tensors, optim);
   phase(comm, [&] { check_same_everywhere(items, comm); });
   std::vector<PieceCover> covers;
   phase(comm, [&] { covers = gather_pieces(items, comm); });
@@ -753,6 +803,27 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
       check_structure(f, file, items, optim != nullptr, meta.has_optimizer, present);
     });
   });
+  // Every /state array the file holds is read whole on every rank (the same
+  // list everywhere: the ranks read the same metadata).
+  const std::size_t n_tensor_items = items.size();
+  phase(comm, [&] {
+    damaged_if_h5_fails(file, [&] {
+      const std::string prefix = std::string(kStateGroup) + "/";
+      for (const auto& d : present) {
+        if (d.path.compare(0, prefix.size(), prefix) != 0) continue;
+        h5::Id ds = h5::dataset(H5Dopen2(f, d.path.c_str(), H5P_DEFAULT), "opening " + d.path);
+        EXA_REQUIRE(h5::is_f32(ds), "dataset {} in {} holds {} values; ExaMoE checkpoints hold float32", d.path,
+                    file, h5::describe_type(ds));
+        items.push_back(state_item(d.path.substr(prefix.size()), d.shape));
+      }
+    });
+  });
+  {
+    std::vector<Item> added(items.begin() + static_cast<std::ptrdiff_t>(n_tensor_items), items.end());
+    std::vector<PieceCover> more;
+    phase(comm, [&] { more = gather_pieces(added, comm); });
+    for (auto& c : more) covers.push_back(std::move(c));
+  }
 
   // Read every shard into host buffers and checksum what this rank owns,
   // plus (rank 0) the elements no rank asked for, so that the partials of
@@ -812,7 +883,11 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
   });
   f.reset();
 
-  for (std::size_t i = 0; i < items.size(); ++i) Kokkos::deep_copy(items[i].view, bufs[i]);
+  for (std::size_t i = 0; i < n_tensor_items; ++i) Kokkos::deep_copy(items[i].view, bufs[i]);
+  for (std::size_t i = n_tensor_items; i < items.size(); ++i) {
+    const float* v = bufs[i].data();
+    meta.state[items[i].name] = StateArray{items[i].shape, std::vector<float>(v, v + bufs[i].extent(0))};
+  }
   Kokkos::fence();
   meta.directory = fs::path(file).parent_path().string();
   return meta;

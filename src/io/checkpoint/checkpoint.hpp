@@ -9,7 +9,8 @@
 // <ckpt> is normally <run>/ckpt (deck: output.run_dir, checkpoint.dir).
 //
 // Every tensor is one fp32 dataset under its global name with its global
-// shape (/model/<name>, /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>);
+// shape (/model/<name>, /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>;
+// replicated training state that is not a tensor under /state/<name>);
 // each rank writes and reads its Shard (model/shard.hpp: a box of the
 // tensor, from tensor or expert parallelism, and a contiguous range of the
 // box's row-major elements, from ZeRO) as hyperslabs, with collective MPI-IO
@@ -50,8 +51,17 @@ struct CheckpointLayout {
   bool operator==(const CheckpointLayout& o) const;
 };
 
+// A small replicated fp32 array of training state that is not a model
+// tensor (e.g. the routing bias of aux-loss-free balancing), stored as the
+// dataset /state/<name>.
+struct StateArray {
+  std::vector<std::int64_t> shape;
+  std::vector<float> values;  // row-major, the product of shape values
+};
+
 // Everything besides tensors that a restart needs; the caller fills it on
-// save and gets it back on load. Stored as attributes on "/".
+// save and gets it back on load. Stored as attributes on "/", except
+// `state`.
 struct CheckpointMeta {
   std::uint64_t step = 0;                // optimizer steps completed
   std::uint64_t tokens_seen = 0;         // training tokens consumed
@@ -63,6 +73,9 @@ struct CheckpointMeta {
   std::string deck;         // deck::Config::deck_text(), verbatim
   std::string config_json;  // deck::Config::to_json(), the resolved configuration
   CheckpointLayout layout;
+  // /state/<name> datasets (rank 0's values are written, like the rest of
+  // the metadata); a load returns every one the file holds, inspect none.
+  std::map<std::string, StateArray> state;
 
   // Filled by load/inspect, ignored by save.
   std::int64_t format_version = kCheckpointFormatVersion;

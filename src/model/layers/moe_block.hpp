@@ -53,6 +53,7 @@ struct MoeShape {
 template <class T, class D = Device>
 class MoeBlock {
  public:
+  using V1 = Kokkos::View<T*, Layout, D>;
   using V2 = Kokkos::View<T**, Layout, D>;
   using LinearP = std::shared_ptr<const Linear<T, D>>;
 
@@ -69,6 +70,23 @@ class MoeBlock {
         fence_(fence) {}
 
   const MoeShape& shape() const { return shape_; }
+
+  // The per-expert bias added to the routing scores for the top-k selection
+  // only (aux-loss-free balancing; kernels/router.hpp). `bias` holds
+  // n_experts values, or none to route without a bias (the default).
+  void set_router_bias(const std::vector<float>& bias) {
+    if (bias.empty()) {
+      bias_ = V1();
+      return;
+    }
+    EXA_REQUIRE(std::int64_t(bias.size()) == shape_.n_experts,
+                "MoeBlock: layer {} has {} experts but its routing bias {} values", layer_, shape_.n_experts,
+                bias.size());
+    if (bias_.extent(0) == 0) bias_ = V1(prefix_ + "moe.router_bias", bias.size());
+    const auto h = Kokkos::create_mirror_view(bias_);
+    for (std::size_t e = 0; e < bias.size(); ++e) h(e) = static_cast<T>(bias[e]);
+    Kokkos::deep_copy(bias_, h);
+  }
   std::vector<std::string> param_names() const {
     std::vector<std::string> n{norm_.param_name(), prefix_ + "moe.router.weight", prefix_ + "moe.experts.w1",
                                prefix_ + "moe.experts.w3", prefix_ + "moe.experts.w2"};
@@ -88,8 +106,8 @@ class MoeBlock {
     {
       ScopedRegion r("forward/moe/router", fence_);
       router_->forward(c.ffn_xn, lw.router, c.router_logits);
-      c.router_losses = K::router_forward(c.router_logits, shape_.router, c.probs, c.router_lse, c.topk, c.gates,
-                                          c.counts);
+      c.router_losses = K::router_forward(c.router_logits, bias_, shape_.router, c.probs, c.router_lse, c.topk,
+                                          c.gates, c.counts);
     }
     {
       ScopedRegion r("forward/moe/experts", fence_);
@@ -163,6 +181,7 @@ class MoeBlock {
   LinearP column_, row_, router_;
   std::shared_ptr<TokenDispatcher<T, D>> dispatcher_;
   bool fence_;
+  V1 bias_;  // empty: no routing bias
 };
 
 }  // namespace exa::model

@@ -26,6 +26,7 @@ class TransformerLayer {
   const AttentionBlock<T, D>& attention() const { return *attn_; }
   const DenseMlp<T, D>* mlp() const { return mlp_.get(); }
   const MoeBlock<T, D>* moe() const { return moe_.get(); }
+  MoeBlock<T, D>* moe() { return moe_.get(); }
   std::vector<std::string> param_names() const {
     auto n = attn_->param_names();
     const auto f = moe_ ? moe_->param_names() : mlp_->param_names();
