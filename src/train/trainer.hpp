@@ -29,6 +29,7 @@
 #include "train/device_batch.hpp"
 #include "train/flops.hpp"
 #include "train/step_log.hpp"
+#include "train/stop_signal.hpp"
 
 namespace exa::train {
 
@@ -45,8 +46,11 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Runs from the current step to train.steps; returns the final validation
-  // loss (NaN when there is no validation split).
+  // loss (NaN when there is no validation split). A stop signal (StopSignal)
+  // ends it early, after a log line and a checkpoint: see stopped_by().
   double run();
+  // The signal that ended run() early, 0 when it ran to train.steps.
+  int stopped_by() const { return stop_.signal(); }
 
   // One optimizer step (exposed for tests): step index `step` (0-based).
   StepResult train_step(std::int64_t step);
@@ -89,6 +93,7 @@ class Trainer {
   std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
   std::int64_t tokens_seen_ = 0;
   DeviceBatch batch_;
+  StopSignal stop_;
 };
 
 }  // namespace exa::train
