@@ -26,7 +26,7 @@ fail() {
 
 [ "$(id -u)" -eq 0 ] || skip "needs root to install Slurm and start its daemons"
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  "$src/scripts/deps-slurm.sh" || skip "could not install slurm-wlm and munge (scripts/deps-slurm.sh)"
+  "$src/scripts/deps-debian.sh" slurm-wlm munge || skip "could not install Debian's slurm-wlm and munge"
 fi
 rm -rf "$work"
 mkdir -p "$work"
