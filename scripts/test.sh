@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up and runs the whole test suite: the three CI legs.
+# Sets everything up and runs the whole test suite: the four CI legs.
 #
-#   scripts/test.sh                  # all legs: serial, openmp, cuda
+#   scripts/test.sh                  # all legs: serial, openmp, cuda, spack
 #   scripts/test.sh serial           # Debian's Kokkos 3.4.1 (Serial): full suite
 #   scripts/test.sh openmp           # OpenMP Kokkos from Debian source: full suite, 2 threads
 #   scripts/test.sh cuda             # CUDA Kokkos: compile and link only (no GPU here)
@@ -13,7 +13,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 legs=("$@")
-[ ${#legs[@]} -eq 0 ] && legs=(serial openmp cuda)
+[ ${#legs[@]} -eq 0 ] && legs=(serial openmp cuda spack)
 JOBS=${JOBS:-2}
 export JOBS
 passed=0; failed=0; status=0
