@@ -13,3 +13,9 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/ExaMoEConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/ExaMoEConfig.cmake ${CMAKE_BINARY_DIR}/ExaMoEConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ExaMoE)
+
+# The batch scripts, so that an installed ExaMoE (e.g. from Spack) submits
+# with `sbatch <prefix>/share/examoe/batch/slurm-cpu.sbatch DECK`.
+install(PROGRAMS ${CMAKE_SOURCE_DIR}/scripts/batch/slurm-cpu.sbatch ${CMAKE_SOURCE_DIR}/scripts/batch/slurm-gpu.sbatch
+                 ${CMAKE_SOURCE_DIR}/scripts/batch/pbs-cpu.pbs
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/examoe/batch)

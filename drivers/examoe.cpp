@@ -3,12 +3,14 @@
 // function; nothing testable lives here.
 //
 //   examoe DECK.toml [--set k=v]... [--check] [--ranks N] [--keys [--format markdown]] [--version]
+//     (exit 0; 1 on an error; 75 after SIGTERM/SIGUSR1 stopped it with a checkpoint)
 //   examoe eval --checkpoint DIR --tokens FILE [--batch B] [--seq-len T]
 //   examoe convert --text FILE --out FILE.tok [--dtype uint16|uint32]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "comm/mpi_env.hpp"
@@ -165,6 +167,12 @@ int main(int argc, char** argv) {
     exa::log::info("{}", config.to_toml());
     exa::train::Trainer trainer(config, MPI_COMM_WORLD);
     trainer.run();
+    if (const int sig = trainer.stopped_by(); sig != 0) {
+      exa::log::info("examoe: stopped at step {} of {} on {} (checkpoint written); exit {}: requeue the job, it "
+                     "resumes from the checkpoint with checkpoint.resume = true",
+                     trainer.step(), config.get_int("train.steps"), strsignal(sig), exa::train::kStopExitCode);
+      return exa::train::kStopExitCode;
+    }
     return 0;
   } catch (const exa::Error& e) {
     exa::driver::print_error(mpi.rank(), "examoe", e.what());

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages ExaMoE needs. Idempotent: prints nothing and
 # touches nothing when every package is already present.
+#
+#   scripts/deps-debian.sh                    # the build and test dependencies
+#   scripts/deps-debian.sh slurm-wlm munge    # these packages instead (the Slurm test)
 set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config git ca-certificates
@@ -11,6 +14,7 @@ PKGS=(
   nlohmann-json3-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib
 )
+[ $# -gt 0 ] && PKGS=("$@")
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

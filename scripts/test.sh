@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Sets everything up and runs the whole test suite: the three CI legs.
+# Sets everything up and runs the whole test suite: the four CI legs.
 #
-#   scripts/test.sh                  # all legs: serial, openmp, cuda
+#   scripts/test.sh                  # all legs: serial, openmp, cuda, spack
 #   scripts/test.sh serial           # Debian's Kokkos 3.4.1 (Serial): full suite
 #   scripts/test.sh openmp           # OpenMP Kokkos from Debian source: full suite, 2 threads
 #   scripts/test.sh cuda             # CUDA Kokkos: compile and link only (no GPU here)
+#   scripts/test.sh spack            # the Spack package with the offline Spack in ../shared/tools/spack
+#                                    # (scripts/test-spack.sh; skipped when that is absent)
 #
 # The layering check (scripts/check-layering.sh) runs first. Each leg's wall
 # time is printed; the last line sums the ctest counts.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 legs=("$@")
-[ ${#legs[@]} -eq 0 ] && legs=(serial openmp cuda)
+[ ${#legs[@]} -eq 0 ] && legs=(serial openmp cuda spack)
 JOBS=${JOBS:-2}
 export JOBS
 passed=0; failed=0; status=0
@@ -47,7 +49,8 @@ for leg in "${legs[@]}"; do
     openmp) "$root/scripts/setup.sh" openmp &&
               run_ctest "$root/build-openmp" OMP_NUM_THREADS=2 OMP_PROC_BIND=false || rc=1 ;;
     cuda)   "$root/scripts/setup.sh" cuda && echo "[cuda] every target compiled and linked (nothing runs: no GPU)" || rc=1 ;;
-    *) echo "test.sh: unknown leg '$leg' (want serial, openmp or cuda)" >&2; rc=2 ;;
+    spack)  "$root/scripts/test-spack.sh" || rc=1 ;;
+    *) echo "test.sh: unknown leg '$leg' (want serial, openmp, cuda or spack)" >&2; rc=2 ;;
   esac
   dt=$(( $(date +%s) - t0 ))
   summary+=("$(printf '%-8s %-4s %4d s' "$leg" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$dt")")

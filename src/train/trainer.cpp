@@ -288,11 +288,12 @@ double Trainer::run() {
     interval.imbalance = std::max(interval.imbalance, r.imbalance);
     interval.report = r.report;
     interval.moe = r.moe;  // the logged step's loads
+    const bool stop = step_ < steps_ && stop_.agreed(world_);  // a scheduler's signal: log, save, return
     if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
       last_val = evaluate();
       if (!std::isnan(last_val)) val = last_val;
     }
-    if (step_ % log_every == 0 || step_ == steps_) {
+    if (stop || step_ % log_every == 0 || step_ == steps_) {
       // Losses are reported as the interval's mean (as Megatron-LM logs them).
       const double k = 1.0 / double(since);
       interval.loss *= k;
@@ -305,8 +306,9 @@ double Trainer::run() {
       since = 0;
       t0 = wall_seconds();
     }
-    if ((ckpt_every > 0 && step_ % ckpt_every == 0) || (step_ == steps_ && ckpt_every > 0)) save(step_);
+    if (stop || (ckpt_every > 0 && step_ % ckpt_every == 0) || (step_ == steps_ && ckpt_every > 0)) save(step_);
     inject_fault(step_);
+    if (stop) break;
   }
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));

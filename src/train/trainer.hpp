@@ -32,6 +32,7 @@
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
 #include "train/step_log.hpp"
+#include "train/stop_signal.hpp"
 
 namespace exa::train {
 
@@ -49,8 +50,11 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Runs from the current step to train.steps; returns the final validation
-  // loss (NaN when there is no validation split).
+  // loss (NaN when there is no validation split). A stop signal (StopSignal)
+  // ends it early, after a log line and a checkpoint: see stopped_by().
   double run();
+  // The signal that ended run() early, 0 when it ran to train.steps.
+  int stopped_by() const { return stop_.signal(); }
 
   // One optimizer step (exposed for tests): step index `step` (0-based).
   StepResult train_step(std::int64_t step);
@@ -94,6 +98,7 @@ class Trainer {
   std::int64_t tokens_seen_ = 0;
   DeviceBatch batch_;
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
+  StopSignal stop_;
 };
 
 }  // namespace exa::train
