@@ -27,11 +27,6 @@ double sq_norm(const Flat& v) {
   return s;
 }
 
-std::int64_t local_numel(const ShardLayout& l) {
-  const Unit& last = l.unit(l.size() - 1);
-  return last.local_offset + last.local_count;
-}
-
 }  // namespace
 
 DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
@@ -66,7 +61,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
                        opt.zero > 0 ? group.block_index() : 0);
     for (const auto& sh : layout.shards()) out.shards.push_back(sh);
     out.specs.insert(out.specs.end(), by_group[k].begin(), by_group[k].end());
-    const std::int64_t n = local_numel(layout);
+    const std::int64_t n = layout.local_numel();
     out.engines.push_back(EngineSetup{std::move(group), std::move(layout), base});
     base += n;
   }

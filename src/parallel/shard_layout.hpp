@@ -74,6 +74,8 @@ class ShardLayout {
   // This rank's part of every tensor (for model::ParameterStore).
   std::vector<model::Shard> shards() const;
   std::int64_t numel() const { return numel_; }  // the whole model's parameters
+  // This rank's elements in the local layout (the units' parts back to back).
+  std::int64_t local_numel() const { return units_.back().local_offset + units_.back().local_count; }
   std::int64_t padded_total() const { return padded_total_; }
   std::int64_t max_padded() const { return max_padded_; }
   std::int64_t max_block() const { return max_block_; }

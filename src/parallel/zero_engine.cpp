@@ -128,10 +128,7 @@ Flat ZeroEngine::part_grads(int unit) const {
   return range(store_.grads(), base_ + u.local_offset, u.local_count);
 }
 
-Flat ZeroEngine::own(const Flat& store_buffer) const {
-  const Unit& last = layout_.unit(head());
-  return range(store_buffer, base_, last.local_offset + last.local_count);
-}
+Flat ZeroEngine::own(const Flat& store_buffer) const { return range(store_buffer, base_, layout_.local_numel()); }
 
 Flat ZeroEngine::padded(const Flat& whole, int unit) const {
   const Unit& u = layout_.unit(unit);
