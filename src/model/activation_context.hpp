@@ -43,6 +43,12 @@ struct ExpertExchange {
   Kokkos::View<int*, Layout, D> expert_row;  // [R] expert-major row i came from source-major row expert_row[i]
   Kokkos::View<int*, Layout, D> source_row;  // [R] source-major row j is expert-major row source_row[j]
   index_t received = 0;                    // R
+  // Set by the MoE block before dispatching: its layer index, which the
+  // dispatcher needs to find the layer's expert placement.
+  std::int64_t layer = -1;
+  // [E] the physical slot of each expert when the placement is not the
+  // identity (re-placement), empty otherwise: plan.counts is then by slot.
+  std::vector<int> slot_of;
 };
 
 template <class T, class D = Device>

@@ -34,7 +34,7 @@ std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& 
     if (ec.hierarchical)
       hier = std::make_shared<comm::HierarchicalComms>(comm::make_hierarchical(grid, comm::Group::Ep, ec.backend));
     seams.dispatcher = std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows),
-                                                                   int(cfg.n_experts), std::move(hier));
+                                                                   int(cfg.n_experts), std::move(hier), ec.placement);
   }
   return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }

@@ -11,6 +11,7 @@
 #include "comm/process_grid.hpp"
 #include "model/model_config.hpp"
 #include "model/stage_model.hpp"
+#include "parallel/expert/expert_placement.hpp"
 
 namespace exa::parallel {
 
@@ -25,6 +26,9 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 struct ExpertComm {
   comm::Backend backend = comm::Backend::Mpi;
   bool hierarchical = false;
+  // Expert re-placement (moe.replace_every): the placement the dispatcher
+  // follows, owned by the trainer, which changes it between steps.
+  std::shared_ptr<const ExpertPlacement> placement;
 };
 
 // Collective over the grid's Ep group when ep > 1 (its communicators).

@@ -58,7 +58,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       mcfg_(model::ModelConfig::from_deck(cfg)),
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(parallel::build_model(mcfg_, grid_, {},
-                                   {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a")})),
+                                   {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a"),
+                                    replace_.placement()})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
@@ -68,6 +69,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   global_batch_ = micro_batch_ * grad_accum_ * dp_.size();
   dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
   model_->add_hooks(&dp_);
+  balance_.attach(*model_);
   opt_.clipper().set_reduction(dp_.norm_reduction());
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
   flops_ = count_flops(mcfg_);
@@ -116,6 +118,8 @@ StepResult Trainer::train_step(std::int64_t step) {
   }
   if (r.report.applied) dp_.params_updated();
   balance_.after_step(r.moe, r.report.applied, *model_);
+  if (r.report.applied)
+    r.replaced = replace_.after_step(r.moe, step + 1, [&](const parallel::ExpertMove& m) { move_experts(m); });
   if (!r.report.finite() && cfg_.get_bool("resilience.nan_check")) optim::require_finite(r.report.clip, step + 1);
   tokens_seen_ += global_batch_ * mcfg_.seq_len;
   return r;
@@ -178,7 +182,10 @@ std::string Trainer::save(std::int64_t steps_done) {
     state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   io::SaveOptions so;
   so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
-  const std::string dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so);
+  std::string dir;
+  // Experts in global order, whatever the placement.
+  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); },
+                           [&] { dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so); });
   log::info("checkpoint: wrote {}", dir);
   return dir;
 }
@@ -219,8 +226,8 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.tflops = flops_per_rank * dp_.size() * 1e-12;
   s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
   s.imbalance = r.imbalance;
-  s.moe_summary = moe_summary(r.moe, grid_.sizes().ep);
-  s.moe = moe_json(r.moe, grid_.sizes().ep, balance_.bias());
+  s.moe_summary = moe_summary(r.moe, grid_.sizes().ep, replace_.placement().get());
+  s.moe = moe_json(r.moe, grid_.sizes().ep, balance_.bias(), replace_.placement().get());
   const double k = 1.0 / double(steps_in_interval);
   // Communication is what the rank spent launching, polling and waiting
   // (what overlap did not hide); compute is the rest of the step.
@@ -243,6 +250,14 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   energy_.report(s, interval_s, tokens);
   log::info("{}", format_line(s));
   metrics_->write(to_json(s));
+}
+
+void Trainer::move_experts(const parallel::ExpertMove& move) {
+  ScopedRegion region("comm/expert_move", true);
+  const auto& c = grid_.coords();
+  parallel::move_experts(dp_.store(), {dp_.store().values(), opt_.adamw().exp_avg(), opt_.adamw().exp_avg_sq()},
+                         {grid_.comm(comm::Group::Data), c.ep, c.expert_data}, move);
+  dp_.params_updated();
 }
 
 void Trainer::inject_fault(std::int64_t steps_done) const {
@@ -280,6 +295,11 @@ double Trainer::run() {
     const StepResult r = train_step(step_);
     ++step_;
     comm::Watchdog::set_progress(step_);
+    for (auto rec : r.replaced) {
+      rec["event"] = "expert_replacement";
+      rec["step"] = step_;
+      metrics_->write(rec);
+    }
     ++since;
     interval.loss += r.loss;
     interval.ce += r.ce;

@@ -29,6 +29,7 @@
 #include "train/aux_free.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
+#include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
 #include "train/step_log.hpp"
@@ -41,6 +42,7 @@ struct StepResult {
   double imbalance = 1;                     // worst MoE layer, max over micro-batches
   MoeLoad moe;                              // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
+  std::vector<nlohmann::json> replaced;     // expert re-placements after the step (ExpertReplacement)
 };
 
 class Trainer {
@@ -75,6 +77,7 @@ class Trainer {
  private:
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
   void inject_fault(std::int64_t steps_done) const;
+  void move_experts(const parallel::ExpertMove& move);  // ExpertReplacement's mover
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
@@ -86,6 +89,7 @@ class Trainer {
   comm::WatchdogScope watchdog_;
   model::ModelConfig mcfg_;
   AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
+  ExpertReplacement replace_{cfg_, mcfg_, int(grid_.sizes().ep)};  // moe.replace_every (before model_: it reads it)
   parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
   std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for grid_
   std::unique_ptr<parallel::Schedule> schedule_ = std::make_unique<parallel::SequentialSchedule>();

@@ -30,6 +30,28 @@ if(EXTRA MATCHES "parallel\\.ep=([0-9]+)")
   endif()
 endif()
 
+# Expert re-placement must really have happened, and lowered the rank load
+# it was taken for.
+if(EXTRA MATCHES "moe\\.replace_every")
+  file(STRINGS ${WORK}/metrics.jsonl lines REGEX "\"event\":\"expert_replacement\"")
+  list(LENGTH lines n)
+  if(n EQUAL 0)
+    message(FATAL_ERROR "the run (${EXTRA}) never re-placed an expert: no expert_replacement record")
+  endif()
+  foreach(line IN LISTS lines)
+    string(JSON step GET "${line}" step)
+    string(JSON layer GET "${line}" layer)
+    string(JSON before GET "${line}" rank_imbalance_before)
+    string(JSON after GET "${line}" rank_imbalance_after)
+    string(JSON moved GET "${line}" moved)
+    message(STATUS "step ${step} layer ${layer}: rank load max/mean ${before} -> ${after}, ${moved} experts moved")
+    if(NOT after LESS before OR moved EQUAL 0)
+      message(FATAL_ERROR "re-placement at step ${step} layer ${layer} did not lower the rank load "
+                          "(${before} -> ${after}) or moved nothing (${moved})")
+    endif()
+  endforeach()
+endif()
+
 if(CHECK_VAL)
   # The validation loss of the last step: the same global validation batches
   # in every layout.

@@ -64,6 +64,30 @@ void check_moe(const Config& c) {
          "moe.router_bias = \"aux_free\" moves each expert's routing bias by moe.bias_rate after every step, but "
          "bias_rate = 0.0 would never move it: set bias_rate > 0 (e.g. 1e-3) or router_bias = \"none\"");
   }
+  if (const auto init = c.get_string("moe.bias_init"); !init.empty()) {
+    if (c.get_string("moe.router_bias") != "aux_free") {
+      fail(c, {"moe.bias_init", "moe.router_bias"},
+           "moe.bias_init sets starting aux_free routing biases, but moe.router_bias = \"none\" routes without "
+           "biases: set router_bias = \"aux_free\" (and bias_rate > 0) or remove bias_init");
+    }
+    std::vector<double> n;
+    try {
+      n = number_list(init);
+    } catch (const Error& e) {
+      fail(c, {"moe.bias_init"}, std::string("moe.bias_init: ") + e.what());
+    }
+    if (std::int64_t(n.size()) > c.get_int("moe.n_experts")) {
+      fail(c, {"moe.bias_init", "moe.n_experts"},
+           fmt::format("moe.bias_init gives {} biases but the model has moe.n_experts = {}; give at most {}",
+                       n.size(), c.get_int("moe.n_experts"), c.get_int("moe.n_experts")));
+    }
+  }
+  if (c.get_int("moe.replace_every") > 0 && c.get_int("parallel.ep") <= 1) {
+    fail(c, {"moe.replace_every", "parallel.ep"},
+         fmt::format("moe.replace_every = {} re-places experts over the expert-parallel ranks, but parallel.ep = {} "
+                     "keeps every expert on every rank: set parallel.ep > 1 or replace_every = 0",
+                     c.get_int("moe.replace_every"), c.get_int("parallel.ep")));
+  }
   const auto every = c.get_int("moe.moe_every");
   if (every == 0) return;  // dense model: the [moe] sizes are unused
   const auto e = c.get_int("moe.n_experts"), k = c.get_int("moe.top_k"), layers = c.get_int("model.n_layers");
@@ -156,6 +180,28 @@ void check_training(const Config& c) {
 }
 
 }  // namespace
+
+std::vector<double> number_list(const std::string& text) {
+  std::vector<double> out;
+  std::size_t at = 0;
+  while (at <= text.size() && !text.empty()) {
+    const auto comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos)
+      throw Error(fmt::format("entry {} \"{}\" is not a number; write numbers separated by commas, e.g. \"4,4\"",
+                              out.size() + 1, item));
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
 
 void check_world(const Config& c) {
   const auto pp = c.get_int("parallel.pp"), dp = c.get_int("parallel.dp");

@@ -112,6 +112,7 @@ class MoeBlock {
     {
       ScopedRegion r("forward/moe/experts", fence_);
       const auto cap = ModelConfig::capacity_for(shape_.capacity_factor, N, shape_.top_k, shape_.n_experts);
+      c.exchange.layer = layer_;
       dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y);
       Kokkos::deep_copy(out, c.x_mid);
       moe_detail::add_inplace(out, moe_y);
@@ -165,10 +166,13 @@ class MoeBlock {
     const auto routed = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.counts);
     const auto kept = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.plan.counts);
     std::int64_t total_kept = 0;
+    // Under expert re-placement the plan counts by physical slot.
+    const auto& slot = c.exchange.slot_of;
     for (std::int64_t e = 0; e < shape_.n_experts; ++e) {
+      const std::int64_t k = kept(slot.empty() ? e : slot[std::size_t(e)]);
       lr.routed.push_back(routed(e));
-      lr.kept.push_back(kept(e));
-      total_kept += kept(e);
+      lr.kept.push_back(k);
+      total_kept += k;
     }
     lr.dropped = N * shape_.top_k - total_kept;
     return lr;
