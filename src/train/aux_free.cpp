@@ -13,7 +13,6 @@ AuxFreeBalancing::AuxFreeBalancing(const deck::Config& cfg, const model::ModelCo
   rate_ = cfg.get_float("moe.bias_rate");  // > 0: the deck's checks refuse aux_free without a rate
   bias_.emplace(mcfg);
   const auto init = deck::number_list(cfg.get_string("moe.bias_init"));  // checked by the deck
-  if (init.empty()) return;
   auto v = bias_->values();
   const auto E = static_cast<std::size_t>(bias_->n_experts());
   for (std::size_t l = 0; l < bias_->layers().size(); ++l)

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace exa::deck {
@@ -64,17 +66,18 @@ void check_moe(const Config& c) {
          "moe.router_bias = \"aux_free\" moves each expert's routing bias by moe.bias_rate after every step, but "
          "bias_rate = 0.0 would never move it: set bias_rate > 0 (e.g. 1e-3) or router_bias = \"none\"");
   }
-  if (const auto init = c.get_string("moe.bias_init"); !init.empty()) {
-    if (c.get_string("moe.router_bias") != "aux_free") {
+  {
+    std::vector<double> n;
+    try {
+      n = number_list(c.get_string("moe.bias_init"));
+    } catch (const Error& e) {
+      fail(c, {"moe.bias_init"}, std::string("moe.bias_init: ") + e.what());
+    }
+    const bool any = std::any_of(n.begin(), n.end(), [](double b) { return b != 0.0; });
+    if (any && c.get_string("moe.router_bias") != "aux_free") {
       fail(c, {"moe.bias_init", "moe.router_bias"},
            "moe.bias_init sets starting aux_free routing biases, but moe.router_bias = \"none\" routes without "
            "biases: set router_bias = \"aux_free\" (and bias_rate > 0) or remove bias_init");
-    }
-    std::vector<double> n;
-    try {
-      n = number_list(init);
-    } catch (const Error& e) {
-      fail(c, {"moe.bias_init"}, std::string("moe.bias_init: ") + e.what());
     }
     if (std::int64_t(n.size()) > c.get_int("moe.n_experts")) {
       fail(c, {"moe.bias_init", "moe.n_experts"},

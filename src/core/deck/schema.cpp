@@ -53,7 +53,7 @@ std::vector<KeySpec> build() {
       F("moe", "z_coef", 0.001, 0, 100, O::none, "weight of the router z-loss mean(logsumexp(logits)^2)"),
       S("moe", "router_bias", "none", {"none", "aux_free"}, "aux_free: per-expert bias on the top-k selection only, += bias_rate*sign(mean load - load) each step"),
       F("moe", "bias_rate", 0.0, 0, 1, O::none, "step of the aux_free bias update (> 0 with router_bias = \"aux_free\")"),
-      S("moe", "bias_init", "", {}, "aux_free starting biases of experts 0, 1, ... in every MoE layer, comma-separated (the rest 0); e.g. \"4,4\" forces an imbalance"),
+      S("moe", "bias_init", "0", {}, "aux_free starting biases of experts 0, 1, ... in every MoE layer, comma-separated (the rest 0); e.g. \"4,4\" forces an imbalance"),
       I("moe", "replace_every", 0, 0, kCount, "expert re-placement: every this many steps re-balance the experts over the EP ranks (0 = off; needs parallel.ep > 1)"),
       F("moe", "replace_threshold", 1.2, 1, 1000, O::none, "re-place a layer when its EP-rank load max/mean over the window exceeds this"),
 
