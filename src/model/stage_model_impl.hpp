@@ -72,27 +72,31 @@ StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seam
     EXA_REQUIRE(cfg_.top_k >= 1 && cfg_.top_k <= cfg_.n_experts,
                 "StageModel: top_k {} must be in [1, n_experts = {}]", cfg_.top_k, cfg_.n_experts);
   EXA_REQUIRE(seams_.column && seams_.row && seams_.replicated && seams_.attention &&
-                  (!any_moe || seams_.dispatcher) && (!plan_.has_head() || seams_.loss_head),
+                  (!any_moe || seams_.dispatcher) && (!plan_.has_head() || seams_.loss_head) &&
+                  (!plan_.has_embedding() || seams_.embedding),
               "StageModel: a seam implementation is missing (build the model through parallel::build_model)");
 
   const bool fence = opt_.fence_phases;
-  if (plan_.has_embedding()) embedding_.emplace(plan_.vocab_begin, plan_.vocab_end, cfg_.vocab_size);
+  if (plan_.has_embedding()) embedding_.emplace(plan_.vocab_begin, plan_.vocab_end, cfg_.vocab_size, seams_.embedding);
+  // Tensor parallelism splits the norms' weight gradients over the rows.
+  const RowShare norm_rows{plan_.tp_rank, plan_.tp};
   const AttentionShape ashape{plan_.heads, plan_.kv_heads, cfg_.head_dim()};
   const MoeShape mshape{cfg_.n_experts, cfg_.top_k, cfg_.n_shared_experts, plan_.d_expert, cfg_.capacity_factor,
                         kernels::RouterOptions{cfg_.norm_topk, cfg_.aux_coef, cfg_.z_coef}};
   for (std::int64_t l = plan_.layer_begin; l < plan_.layer_end; ++l) {
     auto attn = std::make_unique<AttentionBlock<T, D>>(l, ashape, cfg_.norm_eps, seams_.column, seams_.row,
-                                                       seams_.attention, fence);
+                                                       seams_.attention, fence, norm_rows);
     std::unique_ptr<DenseMlp<T, D>> mlp;
     std::unique_ptr<MoeBlock<T, D>> moe;
     if (cfg_.is_moe_layer(l))
       moe = std::make_unique<MoeBlock<T, D>>(l, mshape, cfg_.norm_eps, seams_.column, seams_.row, seams_.replicated,
-                                             seams_.dispatcher, fence);
+                                             seams_.dispatcher, fence, norm_rows);
     else
-      mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence);
+      mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence,
+                                             norm_rows);
     layers_.emplace_back(l, std::move(attn), std::move(mlp), std::move(moe));
   }
-  if (plan_.has_head()) final_norm_.emplace("norm.weight", cfg_.norm_eps);
+  if (plan_.has_head()) final_norm_.emplace("norm.weight", cfg_.norm_eps, norm_rows);
 }
 
 template <class T, class D>
@@ -129,7 +133,7 @@ template <class T, class D>
 void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
   const std::int64_t N = shape.N(), B = shape.B, Tn = shape.T, d = cfg_.d_model, H = plan_.heads,
                      Hkv = plan_.kv_heads, hd = cfg_.head_dim(), E = cfg_.n_experts, K = cfg_.top_k,
-                     F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff,
+                     F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff, Fs = plan_.d_shared,
                      V = plan_.vocab_end - plan_.vocab_begin;
   using L = LayerContext<T, D>;
   auto v1 = [](const char* l, std::int64_t a) { return V1(std::string("exa::model::") + l, a); };
@@ -166,9 +170,9 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
       lc.eh = v2("eh", N * K, F);
       lc.yp = v2("yp", N * K, d);
       if (S > 0) {
-        lc.sa = v3("sa", S, N, F);
-        lc.sb = v3("sb", S, N, F);
-        lc.sh = v3("sh", S, N, F);
+        lc.sa = v3("sa", S, N, Fs);
+        lc.sb = v3("sb", S, N, Fs);
+        lc.sh = v3("sh", S, N, Fs);
       }
     } else {
       lc.a = v2("a", N, Fd);
@@ -193,8 +197,8 @@ void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
   if (shape == scratch_shape_) return;
   scratch_shape_ = shape;
   const std::int64_t N = shape.N(), d = cfg_.d_model, H = plan_.heads, Hkv = plan_.kv_heads, hd = cfg_.head_dim(),
-                     E = cfg_.n_experts, K = cfg_.top_k, F = plan_.d_expert, S = cfg_.n_shared_experts,
-                     Fd = plan_.d_ff;
+                     E = cfg_.n_experts, K = cfg_.top_k, S = cfg_.n_shared_experts, Fd = plan_.d_ff,
+                     Fs = plan_.d_shared;
   auto v2 = [](const char* l, std::int64_t a, std::int64_t b) { return V2(std::string("exa::model::") + l, a, b); };
   auto& s = scratch_;
   s = LayerScratch<T, D>{};
@@ -216,9 +220,9 @@ void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
     s.drouter = v2("drouter", N, E);
     s.moe_y = v2("moe_y", N, d);
     if (S > 0) {
-      s.dsa = v2("dsa", N, F);
-      s.dsb = v2("dsb", N, F);
-      s.dsh = v2("dsh", N, F);
+      s.dsa = v2("dsa", N, Fs);
+      s.dsb = v2("dsb", N, Fs);
+      s.dsh = v2("dsh", N, Fs);
     }
   }
 }

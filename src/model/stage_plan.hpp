@@ -21,6 +21,11 @@ struct StagePlan {
   std::int64_t d_expert = 0;                     // expert FFN columns on this rank
   std::int64_t expert_begin = 0, expert_end = 0; // experts held here
   std::int64_t vocab_begin = 0, vocab_end = 0;   // vocabulary rows of the embedding and head held here
+  std::int64_t d_shared = 0;                     // shared-expert FFN columns on this rank
+  // Tensor parallelism: this rank's part of the tp-way split of heads, dense
+  // and shared FFN columns and vocabulary, and of the etp-way split of every
+  // routed expert's F (etp = 1 keeps experts whole).
+  std::int64_t tp_rank = 0, tp = 1, etp_rank = 0, etp = 1;
 
   // The whole model on one rank: the stage [0, L) with every head, column,
   // expert and vocabulary row.
@@ -30,6 +35,12 @@ struct StagePlan {
   // Expert parallelism: this plan holding only experts [begin, end).
   // exa::Error when the range is empty or outside [0, n_experts).
   StagePlan with_experts(std::int64_t begin, std::int64_t end) const;
+  // Tensor parallelism: this plan holding part `rank` of `tp` of every
+  // tensor-parallel dimension (ParamSpec::tp_dim), routed experts' F split
+  // etp ways (etp is 1 or tp). exa::Error naming the extent that tp does not
+  // divide.
+  StagePlan with_tensor_split(const ModelConfig& cfg, std::int64_t rank, std::int64_t tp,
+                              std::int64_t etp) const;
 
   bool has_embedding() const { return layer_begin == 0; }
   bool has_head() const { return layer_end == n_layers; }
@@ -39,7 +50,8 @@ struct StagePlan {
 };
 
 // The box of tensor `spec` this plan holds: its expert range on the expert
-// dimension (ParamSpec::ep_dim), the whole extent elsewhere. What the
+// dimension (ParamSpec::ep_dim), its tensor-parallel part on ParamSpec::tp_dim
+// (etp parts for the routed experts), the whole extent elsewhere. What the
 // ParameterStore shards and the model's weights bind.
 Box local_box(const ParamSpec& spec, const StagePlan& plan);
 

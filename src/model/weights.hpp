@@ -71,9 +71,11 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
     EXA_REQUIRE(it->second.first != nullptr || numel == 0, "bind_weights: '{}' has no data", name);
     return it->second.first;
   };
-  const std::int64_t V = cfg.vocab_size, d = cfg.d_model, hd = cfg.head_dim(), H = cfg.n_heads,
-                     Hkv = cfg.n_kv_heads, E = plan.local_experts(), F = cfg.d_expert, S = cfg.n_shared_experts,
-                     Fd = cfg.d_ff;
+  // This plan's extents: tensor parallelism splits heads, FFN columns and
+  // the vocabulary, expert parallelism the experts.
+  const std::int64_t V = plan.vocab_end - plan.vocab_begin, d = cfg.d_model, hd = cfg.head_dim(), H = plan.heads,
+                     Hkv = plan.kv_heads, E = plan.local_experts(), F = plan.d_expert, S = cfg.n_shared_experts,
+                     Fd = plan.d_ff, Fs = plan.d_shared;
   auto v1 = [&](const std::string& n, std::int64_t a) { return typename L::W1(get(n, a), a); };
   auto v2 = [&](const std::string& n, std::int64_t a, std::int64_t b) {
     return typename L::W2(get(n, a * b), a, b);
@@ -99,9 +101,9 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
       l.w3 = v3(pre + "moe.experts.w3", E, F, d);
       l.w2 = v3(pre + "moe.experts.w2", E, d, F);
       if (S > 0) {
-        l.shared_w1 = v3(pre + "moe.shared.w1", S, F, d);
-        l.shared_w3 = v3(pre + "moe.shared.w3", S, F, d);
-        l.shared_w2 = v3(pre + "moe.shared.w2", S, d, F);
+        l.shared_w1 = v3(pre + "moe.shared.w1", S, Fs, d);
+        l.shared_w3 = v3(pre + "moe.shared.w3", S, Fs, d);
+        l.shared_w2 = v3(pre + "moe.shared.w2", S, d, Fs);
       }
     } else {
       l.mlp_w1 = v2(pre + "mlp.w1", Fd, d);

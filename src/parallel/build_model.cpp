@@ -2,26 +2,28 @@
 
 #include "core/error.hpp"
 #include "parallel/expert/all_to_all_dispatcher.hpp"
+#include "parallel/tensor/tensor_seams.hpp"
 
 namespace exa::parallel {
 
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid) {
   const auto& s = grid.sizes();
-  const std::pair<const char*, int> dims[] = {{"tp", s.tp}, {"pp", s.pp}, {"cp", s.cp}};
+  const std::pair<const char*, int> dims[] = {{"pp", s.pp}, {"cp", s.cp}};
   for (const auto& [name, size] : dims)
-    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (data and expert "
-                "parallelism have); set parallel.{} = 1", name, size, name);
-  const auto whole = model::StagePlan::whole(cfg);
-  if (s.ep == 1) return whole;
+    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (data, tensor and "
+                "expert parallelism have); set parallel.{} = 1", name, size, name);
+  auto plan = model::StagePlan::whole(cfg);
+  if (s.tp > 1) plan = plan.with_tensor_split(cfg, grid.coords().tp, s.tp, s.etp == 0 ? s.tp : s.etp);
+  if (s.ep == 1) return plan;
   EXA_REQUIRE(cfg.n_experts % s.ep == 0,
               "build_model: moe.n_experts = {} is not divisible by parallel.ep = {}; choose ep dividing the experts",
               cfg.n_experts, s.ep);
   const std::int64_t per = cfg.n_experts / s.ep, j = grid.coords().ep;
-  return whole.with_experts(j * per, (j + 1) * per);
+  return plan.with_experts(j * per, (j + 1) * per);
 }
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt, ExpertComm ec) {
+                                                      model::ModelOptions opt, ExpertComm ec, TensorComm tc) {
   const auto plan = stage_plan(cfg, grid);
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
   if (!plan.all_experts(cfg)) {
@@ -36,6 +38,7 @@ std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& 
     seams.dispatcher = std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows),
                                                                    int(cfg.n_experts), std::move(hier), ec.placement);
   }
+  if (plan.tp > 1) use_tensor_parallel_seams(seams, plan, grid, ec.backend, tc.overlap);
   return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }
 

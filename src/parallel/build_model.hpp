@@ -4,7 +4,8 @@
 // the model (docs/architecture.md, "Seams"). Tensor, expert, context and
 // pipeline parallelism each add their choice here. Expert parallelism
 // (grid ep > 1) gives this rank E/ep consecutive experts and the
-// all-to-all dispatcher; every other seam is still the local one.
+// all-to-all dispatcher; tensor parallelism (tp > 1) its part of every
+// tensor-parallel dimension and the TP seams (parallel/tensor/).
 #include <memory>
 
 #include "comm/hierarchical.hpp"
@@ -16,8 +17,8 @@
 namespace exa::parallel {
 
 // This rank's plan. exa::Error naming the dimension when the grid asks for
-// a parallelism this build does not provide yet (tp, pp, cp), or when ep
-// does not divide the experts.
+// a parallelism this build does not provide yet (pp, cp), or when ep does
+// not divide the experts or tp an extent it splits.
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid);
 
 // How the expert all-to-all moves token rows: `backend` (the counts always
@@ -31,8 +32,17 @@ struct ExpertComm {
   std::shared_ptr<const ExpertPlacement> placement;
 };
 
-// Collective over the grid's Ep group when ep > 1 (its communicators).
+// Tensor parallelism's communication: `overlap` (comm.overlap) runs the
+// column-parallel weight-gradient GEMMs during their input-gradient
+// allreduce. Its collectives use ExpertComm's backend.
+struct TensorComm {
+  bool overlap = true;
+};
+
+// Collective over the grid's Ep group when ep > 1 and its Tp group when
+// tp > 1 (their communicators).
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt = {}, ExpertComm ec = {});
+                                                      model::ModelOptions opt = {}, ExpertComm ec = {},
+                                                      TensorComm tc = {});
 
 }  // namespace exa::parallel

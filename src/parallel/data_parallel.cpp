@@ -86,6 +86,9 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   }
   split_ = Split{};
   if (expert_parallel() && opt_.zero == 0) ep_sum_ = comm::make_mpi_communicator(grid.comm(comm::Group::Ep));
+  if (grid.size(comm::Group::Tp) > 1)
+    tp_grads_ = std::make_unique<ReplicatedGradients>(comm::make_mpi_communicator(grid.comm(comm::Group::Tp)), store_,
+                                                      plan_);
   if (opt_.zero == 0) {
     w_ = model::bind_values(mcfg_, plan_, store_);
     g_ = model::bind_grads(mcfg_, plan_, store_);
@@ -134,9 +137,26 @@ void DataParallel::set_sync(bool sync) {
 
 void DataParallel::finish_gradients() {
   for (auto& e : engines_) e->finish_gradients();
+  if (tp_grads_) tp_grads_->reduce(store_);
 }
 
 Reduction DataParallel::norm_reduction() {
+  Reduction data = data_norm_reduction();
+  if (!tp_grads_) return data;
+  // Tensor parallelism: the split tensors' elements are spread over the Tp
+  // group, the replicated ones are the same on every Tp rank: sum the first
+  // over Tp and count the second once.
+  return [this, data](double x) {
+    const double all = data ? data(x) : x;
+    double rep = tp_grads_->sq_norm(store_);
+    if (opt_.zero > 0) rep = engines_[0]->group().sum(rep);
+    double split = all - rep;
+    tp_grads_->comm().allreduce(&split, &split, 1);
+    return split + rep;
+  };
+}
+
+Reduction DataParallel::data_norm_reduction() {
   // zero >= 1: every element is one rank's part, once over the Data group
   // (the expert parts: once per ExpertData group, and the Ep ranks hold
   // different experts).

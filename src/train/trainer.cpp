@@ -59,7 +59,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(parallel::build_model(mcfg_, grid_, {},
                                    {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a"),
-                                    replace_.placement()})),
+                                    replace_.placement()},
+                                   {dp_.options().overlap})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
@@ -74,9 +75,11 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
   flops_ = count_flops(mcfg_);
 
-  metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(), dp_.rank() == 0);
+  // One writer: the tensor-parallel ranks of data rank 0 log the same step.
+  metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
+                                                 dp_.rank() == 0 && grid_.coords().tp == 0);
   metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
-                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep},
+                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
                                              {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
@@ -233,6 +236,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   // (what overlap did not hide); compute is the rest of the step.
   s.t_comm = (phase_total("comm/") - eval_comm_s_) * k;
   s.t_a2a = phase_total("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
+  s.t_tp = phase_total("comm/tp_") * k;           // tensor parallelism's (activations and replicated gradients)
   s.t_io = phase_total("io/") * k;
   s.t_eval = phase_total("eval") * k;
   s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);

@@ -131,6 +131,28 @@ void check_parallel(const Config& c) {
                        key, n, tp, what, divisors(n)));
     }
   }
+  // Tensor parallelism also splits the vocabulary (embedding and LM head)
+  // and, etp ways, every routed expert's FFN.
+  if (const auto v = c.get_int("model.vocab_size"); v % tp != 0) {
+    fail(c, {"parallel.tp", "model.vocab_size"},
+         fmt::format("model.vocab_size = {} is not divisible by parallel.tp = {}; the embedding and LM head are "
+                     "split on the vocabulary over tp ranks: choose tp from {}",
+                     v, tp, divisors(v)));
+  }
+  if (const auto etp = c.get_int("parallel.etp"); etp != 0 && etp != 1 && etp != tp) {
+    fail(c, {"parallel.etp", "parallel.tp"},
+         fmt::format("parallel.etp = {} with parallel.tp = {}: experts are split over all the tp ranks or none; "
+                     "set etp = 0 (= tp), 1 or {}",
+                     etp, tp, tp));
+  }
+  if (const auto etp = c.get_int("parallel.etp") == 0 ? tp : c.get_int("parallel.etp"),
+      f = c.get_int("moe.d_expert");
+      c.get_int("moe.moe_every") != 0 && f % tp != 0 && (etp > 1 || c.get_int("moe.n_shared_experts") > 0)) {
+    fail(c, {"parallel.tp", "moe.d_expert"},
+         fmt::format("moe.d_expert = {} is not divisible by parallel.tp = {}; tensor parallelism splits the "
+                     "experts' FFN width evenly: choose tp from {}",
+                     f, tp, divisors(f)));
+  }
   const auto seq = c.get_int("model.seq_len");
   if (seq % cp != 0) {
     fail(c, {"parallel.cp", "model.seq_len"},

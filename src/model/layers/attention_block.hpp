@@ -29,10 +29,10 @@ class AttentionBlock {
   using LinearP = std::shared_ptr<const Linear<T, D>>;
 
   AttentionBlock(std::int64_t layer, AttentionShape shape, double norm_eps, LinearP column, LinearP row,
-                 std::shared_ptr<const CoreAttention<T, D>> core, bool fence)
+                 std::shared_ptr<const CoreAttention<T, D>> core, bool fence, RowShare norm_grad_rows = {})
       : prefix_("layers." + std::to_string(layer) + "."),
         shape_(shape),
-        norm_(prefix_ + "attn_norm.weight", norm_eps),
+        norm_(prefix_ + "attn_norm.weight", norm_eps, norm_grad_rows),
         column_(std::move(column)),
         row_(std::move(row)),
         core_(std::move(core)),

@@ -58,11 +58,11 @@ class MoeBlock {
   using LinearP = std::shared_ptr<const Linear<T, D>>;
 
   MoeBlock(std::int64_t layer, MoeShape shape, double norm_eps, LinearP column, LinearP row, LinearP replicated,
-           std::shared_ptr<TokenDispatcher<T, D>> dispatcher, bool fence)
+           std::shared_ptr<TokenDispatcher<T, D>> dispatcher, bool fence, RowShare norm_grad_rows = {})
       : layer_(layer),
         prefix_("layers." + std::to_string(layer) + "."),
         shape_(shape),
-        norm_(prefix_ + "ffn_norm.weight", norm_eps),
+        norm_(prefix_ + "ffn_norm.weight", norm_eps, norm_grad_rows),
         column_(std::move(column)),
         row_(std::move(row)),
         router_(std::move(replicated)),

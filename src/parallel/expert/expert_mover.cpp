@@ -73,7 +73,7 @@ std::vector<Piece> plan_pieces(const model::ParameterStore& store, const std::ve
     if (p_new == p_old) continue;
     const int j_old = p_old / slots, j_new = p_new / slots;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const std::int64_t R = store.spec(tensors[t]).numel() / E;  // elements per expert
+      const std::int64_t R = store.shard(tensors[t]).box.numel() / slots;  // elements per expert in the box
       const std::int64_t shift = std::int64_t(p_old % slots - p_new % slots) * R;
       for (int to = 0; to < int(peers.size()); ++to) {
         const Peer& dst = peers[std::size_t(to)];
