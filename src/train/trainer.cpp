@@ -59,7 +59,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(parallel::build_model(mcfg_, grid_, {},
                                    {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a")},
-                                   {dp_.options().overlap})),
+                                   {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
