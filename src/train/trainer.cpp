@@ -77,8 +77,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
                                                  dp_.rank() == 0 && grid_.coords().tp == 0);
   metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
-                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
-                                             {"zero", dp_.options().zero}, {"experts_here",
+                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep},
+                                             {"tp", grid_.sizes().tp}, {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
