@@ -26,6 +26,9 @@ struct StagePlan {
   // and shared FFN columns and vocabulary, and of the etp-way split of every
   // routed expert's F (etp = 1 keeps experts whole).
   std::int64_t tp_rank = 0, tp = 1, etp_rank = 0, etp = 1;
+  // Sequence parallelism (tp > 1): the residual stream, norms and their
+  // outputs hold this rank's 1/tp of a micro-batch's rows.
+  bool sequence_parallel = false;
 
   // The whole model on one rank: the stage [0, L) with every head, column,
   // expert and vocabulary row.
@@ -46,6 +49,8 @@ struct StagePlan {
   bool has_head() const { return layer_end == n_layers; }
   std::int64_t local_layers() const { return layer_end - layer_begin; }
   std::int64_t local_experts() const { return expert_end - expert_begin; }
+  // Rows of the residual stream for a micro-batch of n tokens.
+  std::int64_t stream_rows(std::int64_t n) const { return sequence_parallel ? n / tp : n; }
   bool all_experts(const ModelConfig& cfg) const { return expert_begin == 0 && expert_end == cfg.n_experts; }
 };
 

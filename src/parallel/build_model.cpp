@@ -24,7 +24,8 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                                                       model::ModelOptions opt, ExpertComm ec, TensorComm tc) {
-  const auto plan = stage_plan(cfg, grid);
+  auto plan = stage_plan(cfg, grid);
+  plan.sequence_parallel = tc.sequence_parallel && plan.tp > 1;
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
   if (!plan.all_experts(cfg)) {
     const MPI_Comm ep = grid.comm(comm::Group::Ep);

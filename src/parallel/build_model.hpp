@@ -37,6 +37,7 @@ struct ExpertComm {
 // allreduce. Its collectives use ExpertComm's backend.
 struct TensorComm {
   bool overlap = true;
+  bool sequence_parallel = false;  // parallel.sequence_parallel (with tp > 1)
 };
 
 // Collective over the grid's Ep group when ep > 1 and its Tp group when

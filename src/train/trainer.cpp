@@ -60,7 +60,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       model_(parallel::build_model(mcfg_, grid_, {},
                                    {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a"),
                                     replace_.placement()},
-                                   {dp_.options().overlap})),
+                                   {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
@@ -79,8 +79,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
                                                  dp_.rank() == 0 && grid_.coords().tp == 0);
   metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
-                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
-                                             {"zero", dp_.options().zero}, {"experts_here",
+                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep},
+                                             {"tp", grid_.sizes().tp}, {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 

@@ -139,6 +139,12 @@ void check_parallel(const Config& c) {
                      "split on the vocabulary over tp ranks: choose tp from {}",
                      v, tp, divisors(v)));
   }
+  if (const auto seq = c.get_int("model.seq_len"); c.get_bool("parallel.sequence_parallel") && seq % tp != 0) {
+    fail(c, {"parallel.sequence_parallel", "model.seq_len", "parallel.tp"},
+         fmt::format("model.seq_len = {} is not divisible by parallel.tp = {}; sequence parallelism splits each "
+                     "micro-batch's tokens over the tp ranks: choose tp from {}",
+                     seq, tp, divisors(seq)));
+  }
   if (const auto etp = c.get_int("parallel.etp"); etp != 0 && etp != 1 && etp != tp) {
     fail(c, {"parallel.etp", "parallel.tp"},
          fmt::format("parallel.etp = {} with parallel.tp = {}: experts are split over all the tp ranks or none; "

@@ -101,7 +101,7 @@ class MoeBlock {
                std::vector<LayerRouting>* routing) const {
     namespace K = kernels;
     ScopedRegion region("forward/moe", fence_);
-    const std::int64_t N = c.x_mid.extent(0);
+    const std::int64_t N = c.router_logits.extent(0);  // every token (sequence parallelism: x_mid holds some)
     norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);
     {
       ScopedRegion r("forward/moe/router", fence_);

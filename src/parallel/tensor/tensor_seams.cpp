@@ -18,10 +18,11 @@ void use_tensor_parallel_seams(model::Seams<float>& seams, const model::StagePla
   const auto column = std::make_shared<const ColumnParallelLinear<float>>(tp, overlap);
   seams.column = column;
   seams.row = std::make_shared<const RowParallelLinear<float>>(tp);
-  seams.replicated = std::make_shared<const ReplicatedLinear<float>>(model::RowShare{plan.tp_rank, plan.tp});
+  seams.replicated = std::make_shared<const ReplicatedLinear<float>>(tp, model::RowShare{plan.tp_rank, plan.tp});
   seams.embedding = std::make_shared<const VocabParallelEmbedding<float>>(tp, plan.vocab_begin);
   seams.loss_head = std::make_shared<const VocabParallelLossHead<float>>(tp, column, plan.vocab_begin);
-  if (plan.etp > 1) seams.dispatcher = std::make_shared<ExpertTensorParallelDispatcher<float>>(seams.dispatcher, tp);
+  if (plan.etp > 1 || plan.sequence_parallel)
+    seams.dispatcher = std::make_shared<ExpertTensorParallelDispatcher<float>>(seams.dispatcher, tp, plan.etp > 1);
 }
 
 }  // namespace exa::parallel

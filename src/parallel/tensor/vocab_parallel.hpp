@@ -5,7 +5,9 @@
 //
 //   embedding  each rank looks up the ids of its own rows (0 elsewhere) and
 //              the pieces are summed; the backward scatters the (replicated)
-//              output gradient into its own rows, no communication.
+//              output gradient into its own rows, no communication (under
+//              sequence parallelism a reduce-scatter, and an allgather of
+//              the gradient).
 //   loss head  logits over this rank's columns only; the row max (a max
 //              allreduce), then the sum of exponentials and the target logit
 //              (one sum allreduce of both) make the cross-entropy, so the
@@ -33,17 +35,39 @@ class VocabParallelEmbedding final : public model::EmbeddingLookup<T, D> {
   VocabParallelEmbedding(std::shared_ptr<const TpComm> tp, std::int64_t vocab_begin)
       : tp_(std::move(tp)), v0_(vocab_begin) {}
 
+  // Under sequence parallelism out holds this rank's rows of the sequence:
+  // the pieces are reduce-scattered instead of allreduced.
   void forward(const Ids& tokens, const W2& table, const V2& out) const override {
-    vocab::lookup(table, tokens, v0_, out);
-    tp_->allreduce(out);
+    const std::size_t n = tokens.extent(0);
+    if (out.extent(0) == n) {
+      vocab::lookup(table, tokens, v0_, out);
+      tp_->allreduce(out);
+      return;
+    }
+    const V2 full = rows(n, out.extent(1));
+    vocab::lookup(table, tokens, v0_, full);
+    auto r = tp_->ireduce_scatter_rows(full, out);
+    TpComm::wait(r);
   }
   void backward(const Ids& tokens, const V2& dout, const W2& dtable) const override {
-    vocab::scatter_add(tokens, dout, v0_, dtable);
+    const std::size_t n = tokens.extent(0);
+    if (dout.extent(0) == n) {
+      vocab::scatter_add(tokens, dout, v0_, dtable);
+      return;
+    }
+    const V2 full = rows(n, dout.extent(1));
+    tp_->allgather_rows(dout, full);
+    vocab::scatter_add(tokens, full, v0_, dtable);
   }
 
  private:
+  V2 rows(std::size_t n, std::size_t d) const {
+    if (full_.extent(0) != n || full_.extent(1) != d) full_ = V2("exa::tp::embedding_rows", n, d);
+    return full_;
+  }
   std::shared_ptr<const TpComm> tp_;
   std::int64_t v0_;
+  mutable V2 full_;
 };
 
 template <class T, class D = Device>
