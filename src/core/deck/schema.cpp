@@ -53,6 +53,7 @@ std::vector<KeySpec> build() {
       F("moe", "z_coef", 0.001, 0, 100, O::none, "weight of the router z-loss mean(logsumexp(logits)^2)"),
       S("moe", "router_bias", "none", {"none", "aux_free"}, "aux_free: per-expert bias on the top-k selection only, += bias_rate*sign(mean load - load) each step"),
       F("moe", "bias_rate", 0.0, 0, 1, O::none, "step of the aux_free bias update (> 0 with router_bias = \"aux_free\")"),
+      S("moe", "aux_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens the aux loss's f_e and P_e are taken over: this rank's micro-batch, or (sequence) summed over the cp ranks sharing its sequences, as one rank computes it"),
 
       I("parallel", "dp", 0, 0, kDim, "data-parallel size; 0 = infer world/(pp*cp*tp)"),
       I("parallel", "tp", 1, 1, 4096, "tensor-parallel size (splits heads and FFN columns)"),
@@ -63,6 +64,7 @@ std::vector<KeySpec> build() {
       I("parallel", "ranks_per_node", 0, 0, 4096, "ranks sharing a node; 0 = detect (MPI_Comm_split_type)"),
       B("parallel", "hierarchical", false, "node-local then inter-node collectives"),
       I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches in flight; 0 = train.grad_accum; must divide it"),
+      S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads)"),
 
       I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
       I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank"),
