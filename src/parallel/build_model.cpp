@@ -7,10 +7,10 @@ namespace exa::parallel {
 
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid) {
   const auto& s = grid.sizes();
-  const std::pair<const char*, int> dims[] = {{"tp", s.tp}, {"pp", s.pp}, {"cp", s.cp}};
+  const std::pair<const char*, int> dims[] = {{"tp", s.tp}, {"pp", s.pp}};
   for (const auto& [name, size] : dims)
-    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (data and expert "
-                "parallelism have); set parallel.{} = 1", name, size, name);
+    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (data, context and "
+                "expert parallelism have); set parallel.{} = 1", name, size, name);
   const auto whole = model::StagePlan::whole(cfg);
   if (s.ep == 1) return whole;
   EXA_REQUIRE(cfg.n_experts % s.ep == 0,
@@ -21,7 +21,8 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 }
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt, ExpertComm ec) {
+                                                      model::ModelOptions opt, ExpertComm ec,
+                                                      const context::ContextOptions& co) {
   const auto plan = stage_plan(cfg, grid);
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
   if (!plan.all_experts(cfg)) {
@@ -36,6 +37,7 @@ std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& 
     seams.dispatcher = std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows),
                                                                    int(cfg.n_experts), std::move(hier));
   }
+  context::use_context_parallel(seams, grid, co, opt.attention_tiles);
   return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }
 

@@ -4,18 +4,21 @@
 // the model (docs/architecture.md, "Seams"). Tensor, expert, context and
 // pipeline parallelism each add their choice here. Expert parallelism
 // (grid ep > 1) gives this rank E/ep consecutive experts and the
-// all-to-all dispatcher; every other seam is still the local one.
+// all-to-all dispatcher. Context parallelism (grid cp > 1) puts ring or
+// all-to-all attention over the Cp group into the attention seam
+// (context/context_parallel.hpp).
 #include <memory>
 
 #include "comm/hierarchical.hpp"
 #include "comm/process_grid.hpp"
 #include "model/model_config.hpp"
 #include "model/stage_model.hpp"
+#include "parallel/context/context_parallel.hpp"
 
 namespace exa::parallel {
 
 // This rank's plan. exa::Error naming the dimension when the grid asks for
-// a parallelism this build does not provide yet (tp, pp, cp), or when ep
+// a parallelism this build does not provide yet (tp, pp), or when ep
 // does not divide the experts.
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid);
 
@@ -27,8 +30,10 @@ struct ExpertComm {
   bool hierarchical = false;
 };
 
-// Collective over the grid's Ep group when ep > 1 (its communicators).
+// Collective over the grid's Ep group when ep > 1 and its Cp group when
+// cp > 1 (their communicators).
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt = {}, ExpertComm ec = {});
+                                                      model::ModelOptions opt = {}, ExpertComm ec = {},
+                                                      const context::ContextOptions& co = {});
 
 }  // namespace exa::parallel
