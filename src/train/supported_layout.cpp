@@ -6,11 +6,11 @@
 namespace exa::train {
 
 void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
-  // This build runs data and expert parallelism; the other dimensions come
-  // with their own work. Say so before any work is done.
-  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp"}) {
+  // This build runs data, context and expert parallelism; the other
+  // dimensions come with their own work. Say so before any work is done.
+  for (const char* k : {"parallel.tp", "parallel.pp"}) {
     EXA_REQUIRE(cfg.get_int(k) == 1,
-                "{} {} = {} is not available in this build yet (data and expert parallelism are); set {} = 1",
+                "{} {} = {} is not available in this build yet (data, context and expert parallelism are); set {} = 1",
                 cfg.locate({k}), k, cfg.get_int(k), k);
   }
   EXA_REQUIRE(cfg.get_string("comm.compression") == "none",

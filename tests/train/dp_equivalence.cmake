@@ -10,7 +10,12 @@ include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
 separate_arguments(EXTRA)
 file(REMOVE_RECURSE ${WORK})
-math(EXPR accum "4 / ${NP}")
+# DP: the data-parallel size when it differs from NP (context parallelism:
+# the cp ranks of a group share their micro-batches).
+if(NOT DEFINED DP)
+  set(DP ${NP})
+endif()
+math(EXPR accum "4 / ${DP}")
 run_checked(${MPIEXEC} -n ${NP} ${EXAMOE} ${ARGS} --set train.grad_accum=${accum} ${EXTRA}
             --set output.run_dir=${WORK})
 compare_steps(${REF}/metrics.jsonl ${WORK}/metrics.jsonl 5 "${NP} ranks ${EXTRA}")
