@@ -78,6 +78,11 @@ struct LayerContext {
   I2 topk;                  // [N,k]
   V2 gates;                 // [N,k]
   I1 counts;                // [E] routed (before dropping)
+  // moe.aux_scope = "sequence" (RoutingScope): the counts summed over the
+  // ranks sharing the sequences, and the factor on d(aux) that makes this
+  // rank's share of the aux gradient the single-rank one.
+  I1 scope_counts;          // [E]
+  double aux_grad_scale = 1;
   kernels::PermutePlan<D> plan;
   V2 xp, ea, eb, eh, yp;    // permuted rows (first plan.rows of N*k): [.,d], [.,F] x3, [.,d]
   // Expert parallelism: the rows other ranks sent to this rank's experts and

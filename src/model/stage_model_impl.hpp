@@ -91,7 +91,7 @@ StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seam
     std::unique_ptr<MoeBlock<T, D>> moe;
     if (cfg_.is_moe_layer(l))
       moe = std::make_unique<MoeBlock<T, D>>(l, mshape, cfg_.norm_eps, seams_.column, seams_.row, seams_.replicated,
-                                             seams_.dispatcher, fence, norm_rows);
+                                             seams_.dispatcher, fence, norm_rows, seams_.routing);
     else
       mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence,
                                              norm_rows);
@@ -195,7 +195,10 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
 
 template <class T, class D>
 void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
-  if (rope_.max_pos() < shape.T) rope_ = kernels::make_rope_table<T, D>(shape.T, cfg_.head_dim(), cfg_.rope_theta);
+  index_t positions = shape.T;  // context parallelism: the rows sit further into the sequence
+  for (const auto& ch : seams_.attention->token_chunks(shape.T)) positions = std::max(positions, ch.pos + ch.len);
+  if (rope_.max_pos() < positions)
+    rope_ = kernels::make_rope_table<T, D>(positions, cfg_.head_dim(), cfg_.rope_theta);
   if (shape == scratch_shape_) return;
   scratch_shape_ = shape;
   const std::int64_t N = shape.N(), d = cfg_.d_model, H = plan_.heads, Hkv = plan_.kv_heads, hd = cfg_.head_dim(),

@@ -8,10 +8,11 @@ namespace exa::parallel {
 
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid) {
   const auto& s = grid.sizes();
-  const std::pair<const char*, int> dims[] = {{"pp", s.pp}, {"cp", s.cp}};
-  for (const auto& [name, size] : dims)
-    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (data, tensor and "
-                "expert parallelism have); set parallel.{} = 1", name, size, name);
+  EXA_REQUIRE(s.pp == 1, "build_model: parallel.pp = {} has no implementation in this build yet (data, tensor, "
+              "context and expert parallelism have); set parallel.pp = 1", s.pp);
+  EXA_REQUIRE(s.tp == 1 || s.cp == 1,
+              "build_model: parallel.tp = {} with parallel.cp = {} is not supported together yet (each works alone "
+              "and with dp and ep); set one of them to 1", s.tp, s.cp);
   auto plan = model::StagePlan::whole(cfg);
   if (s.tp > 1) plan = plan.with_tensor_split(cfg, grid.coords().tp, s.tp, s.etp == 0 ? s.tp : s.etp);
   if (s.ep == 1) return plan;
@@ -23,7 +24,8 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 }
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt, ExpertComm ec, TensorComm tc) {
+                                                      model::ModelOptions opt, ExpertComm ec, TensorComm tc,
+                                                      const context::ContextOptions& co) {
   auto plan = stage_plan(cfg, grid);
   plan.sequence_parallel = tc.sequence_parallel && plan.tp > 1;
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
@@ -40,6 +42,7 @@ std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& 
                                                                    int(cfg.n_experts), std::move(hier), ec.placement);
   }
   if (plan.tp > 1) use_tensor_parallel_seams(seams, plan, grid, ec.backend, tc.overlap);
+  context::use_context_parallel(seams, grid, co, opt.attention_tiles);
   return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }
 

@@ -5,20 +5,23 @@
 // pipeline parallelism each add their choice here. Expert parallelism
 // (grid ep > 1) gives this rank E/ep consecutive experts and the
 // all-to-all dispatcher; tensor parallelism (tp > 1) its part of every
-// tensor-parallel dimension and the TP seams (parallel/tensor/).
+// tensor-parallel dimension and the TP seams (parallel/tensor/). Context
+// parallelism (grid cp > 1) puts ring or all-to-all attention over the Cp
+// group into the attention seam (context/context_parallel.hpp).
 #include <memory>
 
 #include "comm/hierarchical.hpp"
 #include "comm/process_grid.hpp"
 #include "model/model_config.hpp"
 #include "model/stage_model.hpp"
+#include "parallel/context/context_parallel.hpp"
 #include "parallel/expert/expert_placement.hpp"
 
 namespace exa::parallel {
 
 // This rank's plan. exa::Error naming the dimension when the grid asks for
-// a parallelism this build does not provide yet (pp, cp), or when ep does
-// not divide the experts or tp an extent it splits.
+// a parallelism this build does not provide yet (pp, tp with cp), or when
+// ep does not divide the experts or tp an extent it splits.
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid);
 
 // How the expert all-to-all moves token rows: `backend` (the counts always
@@ -40,10 +43,10 @@ struct TensorComm {
   bool sequence_parallel = false;  // parallel.sequence_parallel (with tp > 1)
 };
 
-// Collective over the grid's Ep group when ep > 1 and its Tp group when
-// tp > 1 (their communicators).
+// Collective over the grid's Ep group when ep > 1, its Tp group when tp > 1
+// and its Cp group when cp > 1 (their communicators).
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                                                       model::ModelOptions opt = {}, ExpertComm ec = {},
-                                                      TensorComm tc = {});
+                                                      TensorComm tc = {}, const context::ContextOptions& co = {});
 
 }  // namespace exa::parallel

@@ -26,6 +26,10 @@
 // tensors first and the expert tensors after them, each engine's run
 // contiguous. Both engines divide by the data-parallel size: an expert's
 // gradient already sums the tokens of the ep ranks that routed to it.
+// That size is the Data group's dp·cp: under context parallelism each rank's
+// loss is the mean over its rows of the micro-batch (the same number on
+// every rank), so the mean over the cp ranks is the micro-batch's loss and
+// 1/(dp·cp) of the sum is the single-rank gradient.
 #include <cstdint>
 #include <memory>
 #include <vector>

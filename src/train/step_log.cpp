@@ -42,6 +42,7 @@ nlohmann::json to_json(const StepLog& s) {
   j["mfu"] = s.mfu;
   j["expert_imbalance"] = s.imbalance;
   j["time"] = {{"compute", s.t_compute}, {"comm_exposed", s.t_comm}, {"all_to_all", s.t_a2a}, {"tp", s.t_tp}, {"io", s.t_io}, {"eval", s.t_eval}};
+  j["context_comm_exposed"] = s.t_context;  // part of time.comm_exposed
   j["memory"] = {{"params", s.mem_params}, {"grads", s.mem_grads}, {"optim", s.mem_optim},
                  {"buffers", s.mem_buffers}, {"experts", s.mem_experts}, {"activations", s.mem_activations},
                  {"peak_rss", s.mem_peak_rss}};

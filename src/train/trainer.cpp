@@ -60,27 +60,31 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       model_(parallel::build_model(mcfg_, grid_, {},
                                    {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a"),
                                     replace_.placement()},
-                                   {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")})),
+                                   {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")},
+                                   parallel::context::ContextOptions::from_deck(cfg))),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
-  global_batch_ = micro_batch_ * grad_accum_ * dp_.size();
+  // The cp ranks of a Cp group share their sequences (each holds its zigzag
+  // rows of them): the global batch counts the dp replicas only.
+  global_batch_ = micro_batch_ * grad_accum_ * grid_.sizes().dp;
   dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
   model_->add_hooks(&dp_);
   balance_.attach(*model_);
   opt_.clipper().set_reduction(dp_.norm_reduction());
-  batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
+  batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len, {grid_.sizes().cp, grid_.coords().cp});
   flops_ = count_flops(mcfg_);
 
   // One writer: the tensor-parallel ranks of data rank 0 log the same step.
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
                                                  dp_.rank() == 0 && grid_.coords().tp == 0);
   metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
-                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep},
-                                             {"tp", grid_.sizes().tp}, {"zero", dp_.options().zero}, {"experts_here",
+                                 {"layout", {{"dp", grid_.sizes().dp}, {"cp", grid_.sizes().cp},
+                                             {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
+                                             {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
@@ -100,7 +104,7 @@ std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); 
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
   const auto& acc = opt_.accumulation();
-  const auto slice = io::dp_slice(global_batch_, dp_.rank(), dp_.size());
+  const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
   dp_.begin_step();
   MicroBatchStep ms{*model_, *schedule_, dp_.weights(), dp_.grads(), acc.backward_seed(), batch_,
                     [&](std::int64_t j) { return sampler_.train(step, io::micro_slice(slice, j, micro_batch_)); },
@@ -140,15 +144,18 @@ double Trainer::evaluate() {
   ScopedRegion region("eval", true);
   const std::int64_t n = cfg_.get_int("train.eval_batches");
   if (sampler_.n_val_windows() == 0 || n == 0) return std::numeric_limits<double>::quiet_NaN();
-  Kokkos::View<float*, Layout, Device> ce("exa::eval_ce", static_cast<std::size_t>(micro_batch_ * mcfg_.seq_len));
+  Kokkos::View<float*, Layout, Device> ce("exa::eval_ce", batch_.inputs.span());
   double sum = 0;
   std::int64_t count = 0;
   // Validation batch i is the same global batch of samples in every layout
   // (global_batch sequences), each rank evaluating its slice in micro-batches,
-  // so the validation loss, like the training loss, does not depend on dp.
+  // so the validation loss, like the training loss, does not depend on dp
+  // (nor on cp: the Cp group's ranks evaluate their rows of the same
+  // sequences, and the sums run over the whole data group).
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t j = 0; j < grad_accum_; ++j) {
-      batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
+      const int dp = grid_.sizes().dp;
+      batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
       const auto s = model_->eval(dp_.weights(), batch_.inputs, batch_.targets, ce);
       sum += s.loss_sum;
       count += s.n_valid;
@@ -175,7 +182,8 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.deck = cfg_.deck_text();
   meta.config_json = cfg_.to_json();
   meta.layout.world_size = comm_size(world_);
-  meta.layout.dp = dp_.size();
+  meta.layout.dp = grid_.sizes().dp;
+  meta.layout.cp = grid_.sizes().cp;
   meta.layout.zero = dp_.options().zero;
   meta.layout.ep = grid_.sizes().ep;
   balance_.save(meta);
@@ -237,6 +245,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.t_comm = (phase_total("comm/") - eval_comm_s_) * k;
   s.t_a2a = phase_total("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
   s.t_tp = phase_total("comm/tp_") * k;           // tensor parallelism's (activations and replicated gradients)
+  s.t_context = phase_total("comm/context/") * k;  // ring / all-to-all attention waits
   s.t_io = phase_total("io/") * k;
   s.t_eval = phase_total("eval") * k;
   s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);

@@ -10,13 +10,20 @@ include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
 separate_arguments(EXTRA)
 file(REMOVE_RECURSE ${WORK})
-# Tensor-parallel ranks share their micro-batches: the data-parallel size
-# is NP / tp.
+# Tensor- and context-parallel ranks share their micro-batches: the
+# data-parallel size is NP / (tp * cp) unless DP says otherwise.
 set(tp 1)
 if(EXTRA MATCHES "parallel\\.tp=([0-9]+)")
   set(tp ${CMAKE_MATCH_1})
 endif()
-math(EXPR accum "4 * ${tp} / ${NP}")
+set(cp 1)
+if(EXTRA MATCHES "parallel\\.cp=([0-9]+)")
+  set(cp ${CMAKE_MATCH_1})
+endif()
+if(NOT DEFINED DP)
+  math(EXPR DP "${NP} / (${tp} * ${cp})")
+endif()
+math(EXPR accum "4 / ${DP}")
 run_checked(${MPIEXEC} -n ${NP} ${EXAMOE} ${ARGS} --set train.grad_accum=${accum} ${EXTRA}
             --set output.run_dir=${WORK})
 compare_steps(${REF}/metrics.jsonl ${WORK}/metrics.jsonl 5 "${NP} ranks ${EXTRA}")

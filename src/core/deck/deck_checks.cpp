@@ -166,6 +166,19 @@ void check_parallel(const Config& c) {
                      "sequence into cp equal chunks: choose cp from {}",
                      seq, cp, divisors(seq)));
   }
+  if (cp > 1 && seq % (2 * cp) != 0) {
+    fail(c, {"parallel.cp", "model.seq_len"},
+         fmt::format("model.seq_len = {} is not divisible by 2*parallel.cp = {}; context parallelism cuts each "
+                     "sequence into 2*cp chunks (rank r holds chunks r and 2cp-1-r, for causal load balance): "
+                     "choose cp from {}",
+                     seq, 2 * cp, divisors(seq, [&](std::int64_t v) { return seq % (2 * v) == 0; })));
+  }
+  if (const auto kv = c.get_int("model.n_kv_heads"); cp > 1 && c.get_string("parallel.cp_mode") == "a2a" && kv % cp != 0) {
+    fail(c, {"parallel.cp_mode", "parallel.cp", "model.n_kv_heads"},
+         fmt::format("parallel.cp_mode = \"a2a\" gives each of the cp = {} ranks n_kv_heads/cp key/value heads, but "
+                     "n_kv_heads = {} is not divisible by {}: choose cp from {} or parallel.cp_mode = \"ring\"",
+                     cp, kv, cp, divisors(kv)));
+  }
   if ((dp * cp) % ep != 0) {
     fail(c, {"parallel.ep", "parallel.dp", "parallel.cp"},
          fmt::format("parallel.ep = {} does not divide dp*cp = {}*{} = {}; expert parallelism is carved out of "

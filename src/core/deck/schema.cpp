@@ -56,6 +56,7 @@ std::vector<KeySpec> build() {
       S("moe", "bias_init", "0", {}, "aux_free starting biases of experts 0, 1, ... in every MoE layer, comma-separated (the rest 0); e.g. \"4,4\" forces an imbalance"),
       I("moe", "replace_every", 0, 0, kCount, "expert re-placement: every this many steps re-balance the experts over the EP ranks (0 = off; needs parallel.ep > 1)"),
       F("moe", "replace_threshold", 1.2, 1, 1000, O::none, "re-place a layer when its EP-rank load max/mean over the window exceeds this"),
+      S("moe", "aux_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens the aux loss's f_e and P_e are taken over: this rank's micro-batch, or (sequence) summed over the cp ranks sharing its sequences, as one rank computes it"),
 
       I("parallel", "dp", 0, 0, kDim, "data-parallel size; 0 = infer world/(pp*cp*tp)"),
       I("parallel", "tp", 1, 1, 4096, "tensor-parallel size (splits heads and FFN columns)"),
@@ -68,6 +69,7 @@ std::vector<KeySpec> build() {
       I("parallel", "ranks_per_node", 0, 0, 4096, "ranks sharing a node; 0 = detect (MPI_Comm_split_type)"),
       B("parallel", "hierarchical", false, "node-local then inter-node collectives"),
       I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches in flight; 0 = train.grad_accum; must divide it"),
+      S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads)"),
 
       I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
       I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank"),

@@ -15,6 +15,7 @@
 #include "model/seams/local_loss_head.hpp"
 #include "model/seams/local_token_dispatcher.hpp"
 #include "model/seams/loss_head.hpp"
+#include "model/seams/routing_scope.hpp"
 #include "model/seams/token_dispatcher.hpp"
 #include "model/stage_plan.hpp"
 
@@ -32,6 +33,7 @@ struct Seams {
   std::shared_ptr<TokenDispatcher<T, D>> dispatcher;  // shared by the stage's MoE layers
   std::shared_ptr<const LossHead<T, D>> loss_head;
   std::shared_ptr<const EmbeddingLookup<T, D>> embedding;
+  RoutingScope routing;  // the MoE layers' aux-loss statistics: this rank's tokens unless set
 
   const std::shared_ptr<const Linear<T, D>>& linear(LinearKind k) const {
     return k == LinearKind::Column ? column : k == LinearKind::Row ? row : replicated;
