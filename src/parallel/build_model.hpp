@@ -5,7 +5,9 @@
 // pipeline parallelism each add their choice here. Expert parallelism
 // (grid ep > 1) gives this rank E/ep consecutive experts and the
 // all-to-all dispatcher; every other seam is still the local one.
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "comm/hierarchical.hpp"
 #include "comm/process_grid.hpp"
@@ -15,9 +17,12 @@
 namespace exa::parallel {
 
 // This rank's plan. exa::Error naming the dimension when the grid asks for
-// a parallelism this build does not provide yet (tp, pp, cp), or when ep
-// does not divide the experts.
-model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid);
+// a parallelism this build does not provide yet (tp, cp), or when ep does
+// not divide the experts. Pipeline parallelism (pp > 1) gives the rank its
+// stage's layers: `layers_per_stage` counts, or the balanced split
+// (pipeline/stage_split.hpp) when empty.
+model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
+                            const std::vector<std::int64_t>& layers_per_stage = {});
 
 // How the expert all-to-all moves token rows: `backend` (the counts always
 // use MPI) and, with `hierarchical` (comm.hierarchical_a2a), in two stages
@@ -29,6 +34,7 @@ struct ExpertComm {
 
 // Collective over the grid's Ep group when ep > 1 (its communicators).
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt = {}, ExpertComm ec = {});
+                                                      model::ModelOptions opt = {}, ExpertComm ec = {},
+                                                      const std::vector<std::int64_t>& layers_per_stage = {});
 
 }  // namespace exa::parallel

@@ -6,13 +6,22 @@
 namespace exa::train {
 
 void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
-  // This build runs data and expert parallelism; the other dimensions come
-  // with their own work. Say so before any work is done.
-  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp"}) {
+  // This build runs data, expert and pipeline parallelism; the other
+  // dimensions come with their own work. Say so before any work is done.
+  for (const char* k : {"parallel.tp", "parallel.cp"}) {
     EXA_REQUIRE(cfg.get_int(k) == 1,
-                "{} {} = {} is not available in this build yet (data and expert parallelism are); set {} = 1",
+                "{} {} = {} is not available in this build yet (data, expert and pipeline parallelism are); set {} "
+                "= 1",
                 cfg.locate({k}), k, cfg.get_int(k), k);
   }
+  // The tied embedding's two copies (first and last stage) sum their
+  // gradients whole; ZeRO would shard them differently on the two stages.
+  EXA_REQUIRE(cfg.get_int("parallel.pp") == 1 || !cfg.get_bool("model.tie_embeddings") ||
+                  cfg.get_int("parallel.zero") == 0,
+              "{} model.tie_embeddings = true with parallel.pp = {} needs parallel.zero = 0 (got {}); untie the "
+              "embeddings or set parallel.zero = 0",
+              cfg.locate({"model.tie_embeddings", "parallel.pp", "parallel.zero"}), cfg.get_int("parallel.pp"),
+              cfg.get_int("parallel.zero"));
   EXA_REQUIRE(cfg.get_string("comm.compression") == "none",
               "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
               cfg.locate({"comm.compression"}), cfg.get_string("comm.compression"));

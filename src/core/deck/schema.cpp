@@ -64,6 +64,9 @@ std::vector<KeySpec> build() {
       B("parallel", "hierarchical", false, "node-local then inter-node collectives"),
       I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches in flight; 0 = train.grad_accum; must divide it"),
 
+      S("pipeline", "schedule", "1f1b", {"gpipe", "1f1b"}, "pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards) or 1f1b (at most pp - stage micro-batches alive)"),
+      S("pipeline", "layers_per_stage", "", {}, "layers of each pipeline stage, e.g. \"3,1\" (pp counts summing to n_layers); \"\" = balance counted FLOPs and parameter bytes"),
+
       I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
       I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank"),
       I("train", "grad_accum", 1, 1, kDim, "micro-batches per optimizer step; global batch = dp*micro_batch*grad_accum"),
@@ -122,7 +125,7 @@ const std::vector<KeySpec>& schema() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "train",
+  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "pipeline", "train",
                                                  "optim",     "data",   "checkpoint", "precision",
                                                  "memory",    "comm",   "resilience", "output"};
   return names;
