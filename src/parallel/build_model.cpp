@@ -29,9 +29,14 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                                                       model::ModelOptions opt, ExpertComm ec,
-                                                      const std::vector<std::int64_t>& layers_per_stage) {
+                                                      const std::vector<std::int64_t>& layers_per_stage,
+                                                      std::shared_ptr<pipeline::WeightGradQueue> deferred_weights) {
   const auto plan = stage_plan(cfg, grid, layers_per_stage);
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
+  if (deferred_weights) {
+    for (auto* l : {&seams.column, &seams.row, &seams.replicated})
+      *l = std::make_shared<const pipeline::DeferredLinear>(*l, deferred_weights);
+  }
   if (!plan.all_experts(cfg)) {
     const MPI_Comm ep = grid.comm(comm::Group::Ep);
     std::shared_ptr<comm::Communicator> counts = comm::make_mpi_communicator(ep);

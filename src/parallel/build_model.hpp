@@ -13,6 +13,7 @@
 #include "comm/process_grid.hpp"
 #include "model/model_config.hpp"
 #include "model/stage_model.hpp"
+#include "parallel/pipeline/deferred_weights.hpp"
 
 namespace exa::parallel {
 
@@ -33,8 +34,11 @@ struct ExpertComm {
 };
 
 // Collective over the grid's Ep group when ep > 1 (its communicators).
-std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt = {}, ExpertComm ec = {},
-                                                      const std::vector<std::int64_t>& layers_per_stage = {});
+// `deferred_weights` (the zero-bubble pipeline schedule): the Linear seams
+// record their weight gradients there while it defers.
+std::unique_ptr<model::StageModel<float>> build_model(
+    const model::ModelConfig& cfg, const comm::ProcessGrid& grid, model::ModelOptions opt = {}, ExpertComm ec = {},
+    const std::vector<std::int64_t>& layers_per_stage = {},
+    std::shared_ptr<pipeline::WeightGradQueue> deferred_weights = nullptr);
 
 }  // namespace exa::parallel

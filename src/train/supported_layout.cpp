@@ -22,6 +22,14 @@ void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
               "embeddings or set parallel.zero = 0",
               cfg.locate({"model.tie_embeddings", "parallel.pp", "parallel.zero"}), cfg.get_int("parallel.pp"),
               cfg.get_int("parallel.zero"));
+  // zb defers weight gradients past a micro-batch's backward; ZeRO 2/3
+  // reduce each unit's gradient right after it.
+  EXA_REQUIRE(cfg.get_int("parallel.pp") == 1 || cfg.get_string("pipeline.schedule") != "zb" ||
+                  cfg.get_int("parallel.zero") <= 1,
+              "{} pipeline.schedule = \"zb\" needs parallel.zero <= 1 (got {}): ZeRO 2/3 reduce each layer's "
+              "gradient before the deferred weight gradients are done; use parallel.zero = 0 or 1, or "
+              "pipeline.schedule = \"1f1b\"",
+              cfg.locate({"pipeline.schedule", "parallel.zero"}), cfg.get_int("parallel.zero"));
   EXA_REQUIRE(cfg.get_string("comm.compression") == "none",
               "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
               cfg.locate({"comm.compression"}), cfg.get_string("comm.compression"));

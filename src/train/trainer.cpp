@@ -61,7 +61,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(parallel::build_model(mcfg_, grid_, {},
                                    {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a")},
-                                   dp_.options().layers_per_stage)),
+                                   dp_.options().layers_per_stage, deferred_weights_)),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
@@ -74,7 +74,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   if (grid_.sizes().pp > 1) {
     pipe_ = std::make_unique<parallel::pipeline::Pipeline>(grid_, mcfg_,
                                                            parallel::pipeline::PipelineOptions::from_deck(cfg),
-                                                           model::MicroBatchShape{micro_batch_, mcfg_.seq_len});
+                                                           model::MicroBatchShape{micro_batch_, mcfg_.seq_len},
+                                                           deferred_weights_);
     const auto& p = model_->plan();
     log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step; stage 0 holds layers [{}, {})",
               pipe_->stages(), pipe_->schedule().name(), grad_accum_, p.layer_begin, p.layer_end);
@@ -87,7 +88,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   // One writer: every stage's dp rank 0 reports the same (summed) losses.
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
                                                  dp_.rank() == 0 && grid_.coords().pp == 0);
-  metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
+  metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", comm_size(world)},
                                  {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep}, {"pp", grid_.sizes().pp},
                                              {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},

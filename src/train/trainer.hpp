@@ -88,6 +88,11 @@ class Trainer {
   model::ModelConfig mcfg_;
   AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
   parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
+  // pipeline.schedule = "zb": the weight gradients the model's Linear seams defer.
+  std::shared_ptr<parallel::pipeline::WeightGradQueue> deferred_weights_ =
+      cfg_.get_int("parallel.pp") > 1 && cfg_.get_string("pipeline.schedule") == "zb"
+          ? std::make_shared<parallel::pipeline::WeightGradQueue>()
+          : nullptr;
   std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for grid_
   std::unique_ptr<parallel::Schedule> schedule_ = std::make_unique<parallel::SequentialSchedule>();
   // parallel.pp > 1: this rank's pipeline stage, which runs the step's

@@ -36,7 +36,7 @@ PipelineOptions PipelineOptions::from_deck(const deck::Config& cfg) {
 }
 
 Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg, PipelineOptions opt,
-                   model::MicroBatchShape shape)
+                   model::MicroBatchShape shape, std::shared_ptr<WeightGradQueue> weights)
     : cfg_(cfg),
       opt_(std::move(opt)),
       shape_(shape),
@@ -44,7 +44,10 @@ Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg,
       stages_(grid.sizes().pp),
       pp_(grid.comm(comm::Group::Pp)),
       p2p_(comm::make_mpi_communicator(pp_)),
-      schedule_(make_schedule(opt_.schedule, stage_, stages_)) {
+      schedule_(make_schedule(opt_.schedule, stage_, stages_)),
+      deferred_(std::move(weights)) {
+  EXA_REQUIRE((opt_.schedule == "zb") == (deferred_ != nullptr),
+              "pipeline: the zb schedule needs the model built with deferred weight gradients, and only it");
   EXA_REQUIRE(p2p_->rank() == stage_ && p2p_->size() == stages_,
               "pipeline: the Pp group's rank {} of {} is not the stage {} of {}", p2p_->rank(), p2p_->size(), stage_,
               stages_);
@@ -74,6 +77,9 @@ void Pipeline::post_receives(int n_micro) {
 }
 
 void Pipeline::wait(comm::Request& r, double& waited) {
+  if (r.done()) return;
+  // Deferred weight gradients fill the wait (compute, not idle time).
+  while (deferred_ && !deferred_->empty() && !r.test()) deferred_->run_oldest();
   if (r.done()) return;
   ScopedRegion region("comm/pipeline");
   const double t0 = wall_seconds();
@@ -115,14 +121,28 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
       // The context's output must have left before backward gives the
       // context back (a later forward would overwrite it).
       wait(act_send_[k], st.wait_s);
-      if (s.before_backward) s.before_backward(j, i == last_backward);
+      const bool final_backward = i == last_backward;
+      if (deferred_) {
+        // The last backward runs whole, after every deferred W, so that the
+        // reduction hooks see complete gradients.
+        if (final_backward) deferred_->run_all();
+        else deferred_->open(j);
+      }
+      if (s.before_backward) s.before_backward(j, final_backward);
       s.model.backward(*alive[k], s.weights, s.grads, s.backward_seed, last() ? Model::V2{} : grad_in_[k],
                        first() ? Model::V2{} : grad_out_[k]);
       alive[k] = nullptr;
+      if (deferred_) {
+        deferred_->close();
+        st.peak_activation_bytes =
+            std::max(st.peak_activation_bytes, s.model.activation_bytes() + deferred_->bytes());
+        while (deferred_->pending() > std::size_t(stages_ - stage_)) deferred_->run_oldest();
+      }
       if (!first()) grad_send_[k] = p2p_->isend(flat(grad_out_[k]), stage_ - 1, 2 * j + 1);
     }
   }
   for (auto& r : grad_send_) wait(r, st.wait_s);
+  if (deferred_) deferred_->run_all();
   st.step_s = wall_seconds() - t0;
   return st;
 }

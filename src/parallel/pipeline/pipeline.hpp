@@ -15,6 +15,13 @@
 // ([train.micro_batch * model.seq_len, d_model]), so there is no shape
 // handshake. The time spent in those waits is the stage's measured bubble.
 //
+// Under the zero-bubble schedule the stage's Linear seams defer their
+// weight gradients into `weights` (deferred_weights.hpp): the step opens the
+// queue around each backward but the last, runs the oldest deferred W while
+// a receive is outstanding (instead of blocking), keeps at most
+// stages - stage of them pending, and runs the rest before its last
+// backward.
+//
 // Beyond the step: the sums over the stages (losses, norms), the tied
 // embedding's gradient summed over the first and last stages (Megatron's
 // embedding group), and a forward-only pass for evaluation.
@@ -33,6 +40,7 @@
 #include "model/parameter_store.hpp"
 #include "model/stage_model.hpp"
 #include "model/weights.hpp"
+#include "parallel/pipeline/deferred_weights.hpp"
 #include "parallel/schedule.hpp"
 
 namespace exa::deck {
@@ -64,8 +72,9 @@ class Pipeline {
   using Ctx = model::StageContext<float>;
   using W = model::Weights<float, Device>;
 
+  // `weights`: the queue the model's DeferredLinear seams fill (zb only).
   Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg, PipelineOptions opt,
-           model::MicroBatchShape shape);
+           model::MicroBatchShape shape, std::shared_ptr<WeightGradQueue> weights = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -121,6 +130,7 @@ class Pipeline {
   MPI_Comm embed_ = MPI_COMM_NULL;   // first and last stage, tied embeddings (owned)
   std::unique_ptr<comm::Communicator> p2p_;
   std::unique_ptr<Schedule> schedule_;
+  std::shared_ptr<WeightGradQueue> deferred_;  // zb: the stage's deferred weight gradients
   // Per micro-batch: the activation received, the gradient received, the
   // gradient sent back; and the requests in flight.
   std::vector<Model::V2> act_in_, grad_in_, grad_out_;

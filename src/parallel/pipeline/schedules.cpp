@@ -31,11 +31,13 @@ std::unique_ptr<Schedule> make_schedule(const std::string& name, int stage, int 
   EXA_REQUIRE(stage >= 0 && stage < stages, "pipeline: stage {} is not one of {} stages", stage, stages);
   if (name == "gpipe") return std::make_unique<GPipeSchedule>();
   if (name == "1f1b") return std::make_unique<OneFOneBSchedule>(stage, stages);
-  throw Error(fmt::format("pipeline.schedule = \"{}\" does not exist; use \"gpipe\" or \"1f1b\"", name));
+  if (name == "zb") return std::make_unique<ZeroBubbleSchedule>(stage, stages);
+  throw Error(fmt::format("pipeline.schedule = \"{}\" does not exist; use \"gpipe\", \"1f1b\" or \"zb\"", name));
 }
 
-double theoretical_bubble(const std::string& /*name*/, int stages, int n_micro) {
-  return double(stages - 1) / double(n_micro + stages - 1);
+double theoretical_bubble(const std::string& name, int stages, int n_micro) {
+  const double idle = double(stages - 1);
+  return idle / ((name == "zb" ? 3.0 : 1.0) * double(n_micro) + idle);
 }
 
 }  // namespace exa::parallel::pipeline
