@@ -1,10 +1,12 @@
 #include "parallel/pipeline/pipeline.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
+#include "kernels/global_norm.hpp"
 #include "parallel/pipeline/schedules.hpp"
 #include "parallel/pipeline/stage_split.hpp"
 
@@ -15,14 +17,6 @@ namespace {
 using Flat = Kokkos::View<float*, Layout, Device, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 Flat flat(const Pipeline::Model::V2& v) { return Flat(v.data(), v.size()); }
-
-double sq_norm(const model::ParameterStore::Flat& v) {
-  double s = 0;
-  Kokkos::parallel_reduce(
-      "exa::pipeline::sq_norm", Kokkos::RangePolicy<ExecSpace>(0, v.extent(0)),
-      KOKKOS_LAMBDA(const std::size_t i, double& acc) { acc += double(v(i)) * double(v(i)); }, s);
-  return s;
-}
 
 }  // namespace
 
@@ -83,7 +77,9 @@ void Pipeline::wait(comm::Request& r, double& waited) {
   if (r.done()) return;
   ScopedRegion region("comm/pipeline");
   const double t0 = wall_seconds();
-  r.wait();
+  // Polling with a yield rather than MPI_Wait's spin: a rank sharing its
+  // core with the stage it waits for hands that stage the core.
+  while (!r.test()) std::this_thread::yield();
   waited += wall_seconds() - t0;
 }
 
@@ -190,7 +186,7 @@ Reduction Pipeline::norm_reduction(Reduction within, const model::ParameterStore
   const bool twice = embed_ != MPI_COMM_NULL && last();  // the tied embedding's second copy
   return [this, within = std::move(within), &store, twice](double x) {
     if (within) x = within(x);
-    if (twice) x -= sq_norm(store.grad("embed.weight"));
+    if (twice) x -= kernels::global_sq_norm(store.grad("embed.weight"));
     sum(&x, 1);
     return x;
   };
