@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Pipeline-parallel measurements (issue 11). Never asserts a time.
 #
-#   scripts/bench_pipeline.sh bubbles [--steps N] [--warmup N] [--set k=v ...]
-#     pp = 4 stages, m = 8 micro-batches (train.grad_accum) on a 4-layer
-#     d = 64, T = 32 shrink of input/tiny.toml, 4 ranks: for each schedule
+#   scripts/bench_pipeline.sh bubbles [--pp P] [--steps N] [--warmup N] [--set k=v ...]
+#     pp = P stages (default 4, one rank each), m = 8 micro-batches
+#     (train.grad_accum) on a 4-layer d = 64, T = 32 shrink of
+#     input/tiny.toml: for each schedule
 #     (gpipe, 1f1b, zb) the measured bubble (a stage's time blocked on
 #     pipeline receives over its step time, from the metrics' "pipeline"
 #     record; mean over the stages, median over the measured steps) next to
@@ -24,16 +25,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
-[ "$mode" = bubbles ] || [ "$mode" = vs-dp ] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[ "$mode" = bubbles ] || [ "$mode" = vs-dp ] || { sed -n '2,23p' "$0" >&2; exit 2; }
 shift
 deck=$here/input/bench.toml
 if [ "$mode" = vs-dp ] && [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then deck=$1; shift; fi
-steps=4 warmup=1
+steps=4 warmup=1 pp=4
 sets=()
 while [ $# -gt 0 ]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --pp) pp=$2; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
     *) echo "bench_pipeline.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -77,17 +79,17 @@ PY
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 if [ "$mode" = bubbles ]; then
   shrink=("$here/input/tiny.toml" --set model.d_model=64 --set model.n_layers=4 --set model.seq_len=32
-          --set train.micro_batch=2 --set train.grad_accum=8 --set parallel.pp=4)
+          --set train.micro_batch=2 --set train.grad_accum=8 --set parallel.pp=$pp)
   printf '%-12s %10s %10s  %s\n' schedule measured theory "per stage (measured)"
   results=()
   for s in gpipe 1f1b zb; do
-    run "$s" 4 "${shrink[@]}" --set pipeline.schedule=$s
+    run "$s" "$pp" "${shrink[@]}" --set pipeline.schedule=$s
     j=$(summary "$s")
     results+=("$j")
     python3 -c "import json,sys; r=json.loads(sys.argv[1]); print('%-12s %10.3f %10.3f  %s' % (sys.argv[2], r['bubble'], r['bubble_theory'], ' '.join('%.3f' % b for b in r['bubble_per_stage'])))" "$j" "$s"
   done
   echo "interleaved  (pipeline.virtual_stages) is not implemented in this build"
-  echo "{\"event\":\"bench_pipeline_bubbles\",\"pp\":4,\"m\":8,\"gpipe\":${results[0]},\"1f1b\":${results[1]},\"zb\":${results[2]}}"
+  echo "{\"event\":\"bench_pipeline_bubbles\",\"pp\":$pp,\"m\":8,\"gpipe\":${results[0]},\"1f1b\":${results[1]},\"zb\":${results[2]}}"
 else
   run pp2 2 "$deck" --set parallel.pp=2 --set pipeline.schedule=1f1b --set train.grad_accum=8
   run dp2 2 "$deck" --set parallel.dp=2 --set train.grad_accum=4
