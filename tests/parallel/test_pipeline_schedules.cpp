@@ -73,7 +73,7 @@ TEST(StageSplit, BalancedCoversTheLayers) {
 
 TEST(StageSplit, ExplicitCountsAreChecked) {
   EXPECT_EQ(parse_layers_per_stage("3, 1", 4, 2, "deck.toml:3:"), (std::vector<std::int64_t>{3, 1}));
-  EXPECT_TRUE(parse_layers_per_stage("", 4, 2, "deck.toml:3:").empty());
+  EXPECT_TRUE(parse_layers_per_stage("auto", 4, 2, "deck.toml:3:").empty());
   for (const char* bad : {"3,2", "4", "2,x", "0,4", "1,1,2"}) {
     try {
       parse_layers_per_stage(bad, 4, 2, "deck.toml:3:");

@@ -76,7 +76,7 @@ std::vector<std::int64_t> balanced_layers(const model::ModelConfig& cfg, int pp)
 std::vector<std::int64_t> parse_layers_per_stage(const std::string& text, std::int64_t n_layers, int pp,
                                                  const std::string& where) {
   std::vector<std::int64_t> counts;
-  if (text.find_first_not_of(" \t") == std::string::npos) return counts;
+  if (text == "auto" || text.find_first_not_of(" \t") == std::string::npos) return counts;
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -96,7 +96,7 @@ std::vector<std::int64_t> parse_layers_per_stage(const std::string& text, std::i
   const std::int64_t sum = std::accumulate(counts.begin(), counts.end(), std::int64_t(0));
   EXA_REQUIRE(std::int64_t(counts.size()) == pp && sum == n_layers,
               "{} pipeline.layers_per_stage = \"{}\" gives {} stages {} layers, but parallel.pp = {} and "
-              "model.n_layers = {}; give pp counts summing to n_layers (or \"\" for the balanced split)",
+              "model.n_layers = {}; give pp counts summing to n_layers (or \"auto\" for the balanced split)",
               where, text, counts.size(), sum, pp, n_layers);
   return counts;
 }

@@ -23,7 +23,7 @@ std::vector<std::int64_t> balanced_layers(const model::ModelConfig& cfg, int pp)
 
 // Parses "a,b,..." (pipeline.layers_per_stage). exa::Error, prefixed with
 // `where` (the deck's file:line), unless it names pp counts >= 1 summing to
-// n_layers. An empty string gives an empty list (balanced split).
+// n_layers. "auto" (or nothing) gives an empty list: the balanced split.
 std::vector<std::int64_t> parse_layers_per_stage(const std::string& text, std::int64_t n_layers, int pp,
                                                  const std::string& where);
 
