@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "model/unit_hooks.hpp"
 
 namespace exa::model {
 
@@ -80,6 +81,19 @@ Box local_box(const ParamSpec& spec, const StagePlan& plan) {
     b.extent[d] = spec.shape[d] / parts;
     b.offset[d] = part * b.extent[d];
   }
+  return b;
+}
+
+bool holds(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg) {
+  const int u = unit_of(spec.name, plan.n_layers);
+  if (u == 0) return plan.has_embedding() || (cfg.tie_embeddings && plan.has_head());
+  if (u == n_units(plan.n_layers) - 1) return plan.has_head();
+  return plan.layer_begin <= u - 1 && u - 1 < plan.layer_end;
+}
+
+Box local_box(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg) {
+  Box b = local_box(spec, plan);
+  if (!holds(spec, plan, cfg)) b.extent[0] = 0;
   return b;
 }
 

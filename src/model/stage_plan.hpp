@@ -54,10 +54,18 @@ struct StagePlan {
   bool all_experts(const ModelConfig& cfg) const { return expert_begin == 0 && expert_end == cfg.n_experts; }
 };
 
+// Whether the plan's stage reads tensor `spec` at all: its layers' tensors,
+// the embedding on the first stage, the final norm and LM head on the last
+// (and, tied, the embedding there too: the head's copy). The whole model
+// holds every tensor.
+bool holds(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg);
+
 // The box of tensor `spec` this plan holds: its expert range on the expert
 // dimension (ParamSpec::ep_dim), its tensor-parallel part on ParamSpec::tp_dim
-// (etp parts for the routed experts), the whole extent elsewhere. What the
+// (etp parts for the routed experts), the whole extent elsewhere; an empty
+// box (extent 0) for a tensor of another pipeline stage (!holds). What the
 // ParameterStore shards and the model's weights bind.
 Box local_box(const ParamSpec& spec, const StagePlan& plan);
+Box local_box(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg);
 
 }  // namespace exa::model

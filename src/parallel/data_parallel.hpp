@@ -58,7 +58,11 @@ struct DataParallelOptions {
   bool overlap = true;
   double bucket_bytes = 25.0 * 1024 * 1024;
   comm::Backend backend = comm::Backend::Mpi;
-  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend.
+  // Pipeline parallelism: the layers of each stage (empty: balanced), which
+  // decide the tensors this rank holds.
+  std::vector<std::int64_t> layers_per_stage;
+  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
+  // pipeline.layers_per_stage.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
 

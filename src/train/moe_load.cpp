@@ -78,6 +78,25 @@ void MoeLoad::sum_over(MPI_Comm comm) {
   }
 }
 
+void MoeLoad::gather_stages(MPI_Comm stages, const model::ModelConfig& cfg) {
+  std::vector<LayerLoad> all;
+  for (std::int64_t l = 0; l < cfg.n_layers; ++l) {
+    if (!cfg.is_moe_layer(l)) continue;
+    const auto it = std::find_if(layers_.begin(), layers_.end(), [&](const LayerLoad& x) { return x.layer == l; });
+    if (it != layers_.end()) {
+      all.push_back(*it);
+    } else {
+      LayerLoad z;  // another stage's layer: zeros, which the sum fills in
+      z.layer = l;
+      z.routed.assign(std::size_t(cfg.n_experts), 0);
+      z.kept.assign(std::size_t(cfg.n_experts), 0);
+      all.push_back(std::move(z));
+    }
+  }
+  layers_ = std::move(all);
+  sum_over(stages);
+}
+
 const LayerLoad& MoeLoad::worst() const {
   EXA_REQUIRE(!layers_.empty(), "MoeLoad::worst: no MoE layers");
   return *std::max_element(layers_.begin(), layers_.end(), [](const LayerLoad& a, const LayerLoad& b) {

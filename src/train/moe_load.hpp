@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "model/forward_result.hpp"
+#include "model/model_config.hpp"
 #include "model/router_bias.hpp"
 #include "parallel/expert/expert_placement.hpp"
 
@@ -50,6 +51,11 @@ class MoeLoad {
   // Sums the counts over `comm` (collective; every rank must have added the
   // same layers). A no-op without MoE layers.
   void sum_over(MPI_Comm comm);
+  // Pipeline parallelism: each stage added its own MoE layers; afterwards
+  // every stage holds every MoE layer of `cfg` (in layer order) with the
+  // counts of the stage that ran it. Collective over `stages`, the same
+  // message on every stage, also one without an MoE layer.
+  void gather_stages(MPI_Comm stages, const model::ModelConfig& cfg);
 
   bool empty() const { return layers_.empty(); }
   const std::vector<LayerLoad>& layers() const { return layers_; }

@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "io/dataset.hpp"
 #include "model/weights.hpp"
 #include "parallel/build_model.hpp"
+#include "parallel/pipeline/schedules.hpp"
 #include "train/deck_dataset.hpp"
 #include "train/deck_paths.hpp"
 #include "train/micro_batches.hpp"
@@ -61,7 +63,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                    {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a"),
                                     replace_.placement()},
                                    {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")},
-                                   parallel::context::ContextOptions::from_deck(cfg))),
+                                   parallel::context::ContextOptions::from_deck(cfg),
+                                   {dp_.options().layers_per_stage, deferred_weights_})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
@@ -74,16 +77,28 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
   model_->add_hooks(&dp_);
   balance_.attach(*model_);
-  opt_.clipper().set_reduction(dp_.norm_reduction());
+  if (grid_.sizes().pp > 1) {
+    pipe_ = std::make_unique<parallel::pipeline::Pipeline>(grid_, mcfg_,
+                                                           parallel::pipeline::PipelineOptions::from_deck(cfg),
+                                                           model::MicroBatchShape{micro_batch_, mcfg_.seq_len},
+                                                           deferred_weights_);
+    const auto& p = model_->plan();
+    log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step; stage 0 holds layers [{}, {})",
+              pipe_->stages(), pipe_->schedule().name(), grad_accum_, p.layer_begin, p.layer_end);
+  }
+  opt_.clipper().set_reduction(pipe_ ? pipe_->norm_reduction(dp_.norm_reduction(), dp_.store())
+                                     : dp_.norm_reduction());
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len, {grid_.sizes().cp, grid_.coords().cp});
   flops_ = count_flops(mcfg_);
 
-  // One writer: the tensor-parallel ranks of data rank 0 log the same step.
+  // One writer: the tensor-parallel ranks of data rank 0 log the same step,
+  // and every stage's reports the same (summed) losses.
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
-                                                 dp_.rank() == 0 && grid_.coords().tp == 0);
-  metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
+                                                 dp_.rank() == 0 && grid_.coords().tp == 0 && grid_.coords().pp == 0);
+  metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", comm_size(world)},
                                  {"layout", {{"dp", grid_.sizes().dp}, {"cp", grid_.sizes().cp},
                                              {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
+                                             {"pp", grid_.sizes().pp},
                                              {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
@@ -109,9 +124,12 @@ StepResult Trainer::train_step(std::int64_t step) {
   MicroBatchStep ms{*model_, *schedule_, dp_.weights(), dp_.grads(), acc.backward_seed(), batch_,
                     [&](std::int64_t j) { return sampler_.train(step, io::micro_slice(slice, j, micro_batch_)); },
                     [&](std::int64_t, bool last) { dp_.set_sync(last); }};
+  ms.pipeline = pipe_.get();
   const auto t = run_micro_batches(ms, grad_accum_);
+  pipe_stats_ = t.pipeline;
   r.imbalance = t.imbalance;
   dp_.finish_gradients();
+  if (pipe_) pipe_->sum_tied_grads(dp_.store());
   const double n = double(grad_accum_) * dp_.size();
   r.loss = dp_.sum(t.loss) / n;
   r.ce = dp_.sum(t.ce) / n;
@@ -153,13 +171,38 @@ double Trainer::evaluate() {
   // (nor on cp: the Cp group's ranks evaluate their rows of the same
   // sequences, and the sums run over the whole data group).
   for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t j = 0; j < grad_accum_; ++j) {
+    auto upload = [&](std::int64_t j) {
       const int dp = grid_.sizes().dp;
       batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
+    };
+    if (pipe_) {
+      // Through the stages: the last one's forward gives each micro-batch's
+      // mean cross-entropy over its valid targets.
+      parallel::pipeline::Pipeline::Step step{*model_, dp_.weights(), dp_.grads(), 1.0, [&](int j) {
+                                                upload(j);
+                                                model::StageModel<float>::Input in;
+                                                in.tokens = batch_.inputs;
+                                                in.targets = batch_.targets;
+                                                return in;
+                                              }};
+      pipe_->forward_only(step, static_cast<int>(grad_accum_), [&](int, const model::StageContext<float>& c) {
+        sum += c.result.loss.ce * double(c.n_valid);
+        count += c.n_valid;
+      });
+      continue;
+    }
+    for (std::int64_t j = 0; j < grad_accum_; ++j) {
+      upload(j);
       const auto s = model_->eval(dp_.weights(), batch_.inputs, batch_.targets, ce);
       sum += s.loss_sum;
       count += s.n_valid;
     }
+  }
+  if (pipe_) {  // only the last stage has counted
+    double both[2] = {sum, double(count)};
+    pipe_->sum(both, 2);
+    sum = both[0];
+    count = static_cast<std::int64_t>(both[1]);
   }
   sum = dp_.sum(sum);
   count = dp_.sum(count);
@@ -186,6 +229,7 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.layout.cp = grid_.sizes().cp;
   meta.layout.zero = dp_.options().zero;
   meta.layout.ep = grid_.sizes().ep;
+  meta.layout.pp = grid_.sizes().pp;
   balance_.save(meta);
   io::OptimizerState state;
   const auto& store = dp_.store();
@@ -233,8 +277,8 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.skipped = !r.report.applied;
   const double tokens = double(global_batch_ * mcfg_.seq_len * steps_in_interval);
   s.tokens_per_s = tokens / interval_s;
-  const double flops_per_rank = flops_.per_token_train * tokens / dp_.size() / interval_s;
-  s.tflops = flops_per_rank * dp_.size() * 1e-12;
+  const double flops_per_rank = flops_.per_token_train * tokens / comm_size(world_) / interval_s;
+  s.tflops = flops_per_rank * comm_size(world_) * 1e-12;
   s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
   s.imbalance = r.imbalance;
   s.moe_summary = moe_summary(r.moe, grid_.sizes().ep, replace_.placement().get());
@@ -261,8 +305,31 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   phase_timers().reset();
   eval_comm_s_ = 0;
   energy_.report(s, interval_s, tokens);
-  log::info("{}", format_line(s));
-  metrics_->write(to_json(s));
+  auto record = to_json(s);
+  std::string line = format_line(s);
+  if (pipe_) {
+    // Every stage's measurements of the interval's last step.
+    const int P = pipe_->stages();
+    const double mine[4] = {pipe_stats_.bubble(), pipe_stats_.step_s - pipe_stats_.wait_s,
+                            double(pipe_stats_.peak_live), double(pipe_stats_.peak_activation_bytes)};
+    std::vector<double> all(std::size_t(4 * P));
+    MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, pipe_->pp_comm());
+    std::vector<double> bubble, compute, live, bytes;
+    for (int k = 0; k < P; ++k) {
+      bubble.push_back(all[std::size_t(4 * k)]);
+      compute.push_back(all[std::size_t(4 * k + 1)]);
+      live.push_back(all[std::size_t(4 * k + 2)]);
+      bytes.push_back(all[std::size_t(4 * k + 3)]);
+    }
+    const double theory = parallel::pipeline::theoretical_bubble(pipe_->schedule().name(), P, int(grad_accum_));
+    const double worst = *std::max_element(bubble.begin(), bubble.end());
+    record["pipeline"] = {{"schedule", pipe_->schedule().name()}, {"stages", P}, {"micro_batches", grad_accum_},
+                          {"bubble_theory", theory}, {"bubble", bubble}, {"compute_s", compute},
+                          {"peak_contexts", live}, {"activation_bytes", bytes}};
+    line += fmt::format(" | pp bubble {:.3f} (theory {:.3f})", worst, theory);
+  }
+  log::info("{}", line);
+  metrics_->write(record);
 }
 
 void Trainer::move_experts(const parallel::ExpertMove& move) {

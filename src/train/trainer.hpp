@@ -25,6 +25,7 @@
 #include "model/stage_model.hpp"
 #include "optim/optimizer.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/pipeline/pipeline.hpp"
 #include "parallel/schedule.hpp"
 #include "train/aux_free.hpp"
 #include "train/device_batch.hpp"
@@ -91,8 +92,17 @@ class Trainer {
   AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
   ExpertReplacement replace_{cfg_, mcfg_, int(grid_.sizes().ep)};  // moe.replace_every (before model_: it reads it)
   parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
+  // pipeline.schedule = "zb": the weight gradients the model's Linear seams defer.
+  std::shared_ptr<parallel::pipeline::WeightGradQueue> deferred_weights_ =
+      cfg_.get_int("parallel.pp") > 1 && cfg_.get_string("pipeline.schedule") == "zb"
+          ? std::make_shared<parallel::pipeline::WeightGradQueue>()
+          : nullptr;
   std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for grid_
   std::unique_ptr<parallel::Schedule> schedule_ = std::make_unique<parallel::SequentialSchedule>();
+  // parallel.pp > 1: this rank's pipeline stage, which runs the step's
+  // micro-batches in its own schedule; and its last step's measurements.
+  std::unique_ptr<parallel::pipeline::Pipeline> pipe_;
+  parallel::pipeline::PipelineStats pipe_stats_;
   optim::Optimizer opt_;
   io::Sampler sampler_;
   std::unique_ptr<io::MetricsWriter> metrics_;

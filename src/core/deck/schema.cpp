@@ -71,6 +71,9 @@ std::vector<KeySpec> build() {
       I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches in flight; 0 = train.grad_accum; must divide it"),
       S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads)"),
 
+      S("pipeline", "schedule", "1f1b", {"gpipe", "1f1b", "zb"}, "pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), 1f1b (at most pp - stage micro-batches alive) or zb (1f1b with weight gradients deferred into the bubbles, ZB-H1; parallel.zero <= 1)"),
+      S("pipeline", "layers_per_stage", "auto", {}, "layers of each pipeline stage, e.g. \"3,1\" (pp counts summing to n_layers); \"auto\" = balance counted FLOPs and parameter bytes"),
+
       I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
       I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank"),
       I("train", "grad_accum", 1, 1, kDim, "micro-batches per optimizer step; global batch = dp*micro_batch*grad_accum"),
@@ -129,7 +132,7 @@ const std::vector<KeySpec>& schema() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "train",
+  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "pipeline", "train",
                                                  "optim",     "data",   "checkpoint", "precision",
                                                  "memory",    "comm",   "resilience", "output"};
   return names;
