@@ -104,19 +104,27 @@ StepResult Trainer::train_step(std::int64_t step) {
   r.imbalance = t.imbalance;
   dp_.finish_gradients();
   const double n = double(grad_accum_) * dp_.size();
-  r.loss = dp_.sum(t.loss) / n;
+  r.loss = dp_.sum(nan_.inject(step + 1, comm_rank(world_), t.loss)) / n;
   r.ce = dp_.sum(t.ce) / n;
   r.aux = dp_.sum(t.aux) / n;
   r.z = dp_.sum(t.z) / n;
   r.moe = t.moe;
   r.moe.sum_over(grid_.comm(comm::Group::Data));
-  {
+  if (std::isfinite(r.loss) || !nan_.enabled()) {
     ScopedRegion region("compute/optimizer", true);
     r.report = opt_.step(dp_.store(), step);
+  } else {
+    // A non-finite loss (the same on every rank) never reaches the optimizer.
+    r.report.step = step;
+    r.report.lr = opt_.schedule()(step);
+    r.report.clip.norm = std::numeric_limits<double>::quiet_NaN();
+    r.report.clip.finite = false;
   }
   if (r.report.applied) dp_.params_updated();
   balance_.after_step(r.moe, r.report.applied, *model_);
-  if (!r.report.finite() && cfg_.get_bool("resilience.nan_check")) optim::require_finite(r.report.clip, step + 1);
+  if (!r.report.finite() && nan_.enabled() && nan_.policy() == NanGuard::Policy::abort && std::isfinite(r.loss))
+    optim::require_finite(r.report.clip, step + 1);
+  r.nan_action = nan_.after_step(step + 1, r.loss, r.report.clip.norm);
   tokens_seen_ += global_batch_ * mcfg_.seq_len;
   return r;
 }
@@ -213,6 +221,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.lr = r.report.lr;
   s.grad_norm = r.report.clip.norm;
   s.skipped = !r.report.applied;
+  s.nonfinite_steps = nan_.nonfinite_steps();
   const double tokens = double(global_batch_ * mcfg_.seq_len * steps_in_interval);
   s.tokens_per_s = tokens / interval_s;
   const double flops_per_rank = flops_.per_token_train * tokens / dp_.size() / interval_s;
@@ -259,6 +268,25 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
   std::_Exit(86);
 }
 
+void Trainer::rollback(std::int64_t bad_step) {
+  std::string dir;
+  std::uint64_t to = 0;
+  for (const auto& [s, d] : io::list_checkpoints(checkpoint_dir())) {
+    if (static_cast<std::int64_t>(s) < bad_step) {
+      to = s;
+      dir = d;
+    }
+  }
+  EXA_REQUIRE(!dir.empty(),
+              "step {} is not finite and resilience.nan_policy = \"rollback\", but {} holds no checkpoint before it "
+              "to go back to: set checkpoint.every (so that one exists) or nan_policy = \"skip\"",
+              bad_step, checkpoint_dir());
+  load(dir);
+  nan_.rolled_back(bad_step, step_);
+  metrics_->write(nlohmann::json{{"event", "rollback"}, {"from_step", bad_step}, {"to_step", to},
+                                 {"nonfinite_steps", nan_.nonfinite_steps()}});
+}
+
 double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
@@ -278,6 +306,14 @@ double Trainer::run() {
   double last_val = std::numeric_limits<double>::quiet_NaN();
   while (step_ < steps_) {
     const StepResult r = train_step(step_);
+    if (r.nan_action == NanGuard::Action::rollback) {
+      rollback(step_ + 1);
+      interval = StepResult{};
+      val.reset();
+      since = 0;
+      t0 = wall_seconds();
+      continue;
+    }
     ++step_;
     comm::Watchdog::set_progress(step_);
     ++since;

@@ -31,6 +31,7 @@
 #include "train/energy.hpp"
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
+#include "train/nan_policy.hpp"
 #include "train/step_log.hpp"
 #include "train/stop_signal.hpp"
 
@@ -41,6 +42,7 @@ struct StepResult {
   double imbalance = 1;                     // worst MoE layer, max over micro-batches
   MoeLoad moe;                              // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
+  NanGuard::Action nan_action = NanGuard::Action::none;  // resilience.nan_policy's verdict on the step
 };
 
 class Trainer {
@@ -75,6 +77,9 @@ class Trainer {
  private:
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
   void inject_fault(std::int64_t steps_done) const;
+  // resilience.nan_policy = "rollback": reload the newest checkpoint before
+  // the bad step `bad_step` (1-based).
+  void rollback(std::int64_t bad_step);
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
@@ -99,6 +104,7 @@ class Trainer {
   DeviceBatch batch_;
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
   StopSignal stop_;
+  NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
 };
 
 }  // namespace exa::train

@@ -105,6 +105,8 @@ std::vector<KeySpec> build() {
 
       F("resilience", "timeout_s", 600.0, 0, 1e7, O::none, "seconds a collective may block before the run aborts; 0 = no limit"),
       B("resilience", "nan_check", true, "stop with a message when the loss or gradient norm is not finite"),
+      S("resilience", "nan_policy", "abort", {"abort", "skip", "rollback"}, "a step whose loss or gradient norm is not finite (under nan_check): abort; skip it (no update, counted in the metrics); rollback: skip, and after nan_rollback_after such steps in a row reload the newest checkpoint"),
+      I("resilience", "nan_rollback_after", 1, 1, kCount, "consecutive non-finite steps that trigger a rollback (nan_policy = \"rollback\")"),
 
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
