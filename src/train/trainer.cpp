@@ -88,6 +88,11 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     }
   }
   peak_gflops_ = measure_sgemm_gflops();
+  if (cfg.get_bool("checkpoint.async")) {
+    async_ = std::make_unique<AsyncCheckpointer>(world_, cfg.get_string("checkpoint.async_policy") == "skip"
+                                                             ? AsyncCheckpointer::Policy::skip
+                                                             : AsyncCheckpointer::Policy::wait);
+  }
 }
 
 std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); }
@@ -186,12 +191,21 @@ std::string Trainer::save(std::int64_t steps_done) {
     state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   io::SaveOptions so;
   so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
+  if (async_) {
+    // The run's last checkpoint (the end, or a stop signal) is never skipped.
+    const bool last = steps_done >= steps_ || stop_.signal() != 0;
+    if (async_->start(checkpoint_dir(), io::checkpoint_tensors(store), state, meta, so, last))
+      log::info("checkpoint: step {} snapshot taken, writing it in the background", steps_done);
+    return (fs::path(checkpoint_dir()) / io::checkpoint_dir_name(meta.step)).string();
+  }
+  const double t0 = wall_seconds();
   const std::string dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so);
-  log::info("checkpoint: wrote {}", dir);
+  log::info("checkpoint: wrote {} in {:.3f} s", dir, wall_seconds() - t0);
   return dir;
 }
 
 void Trainer::load(const std::string& path) {
+  if (async_) async_->wait();  // only one thread may call HDF5
   ScopedRegion region("io/checkpoint", true);
   io::OptimizerState state;
   auto& store = dp_.store();
@@ -346,6 +360,7 @@ double Trainer::run() {
     inject_fault(step_);
     if (stop) break;
   }
+  if (async_) async_->wait();  // the last checkpoint is complete before run() returns
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
       !e.empty())

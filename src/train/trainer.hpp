@@ -26,6 +26,7 @@
 #include "optim/optimizer.hpp"
 #include "parallel/data_parallel.hpp"
 #include "parallel/schedule.hpp"
+#include "train/async_checkpoint.hpp"
 #include "train/aux_free.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
@@ -105,6 +106,7 @@ class Trainer {
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
   StopSignal stop_;
   NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
+  std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async = true
 };
 
 }  // namespace exa::train

@@ -90,6 +90,8 @@ std::vector<KeySpec> build() {
       I("checkpoint", "every", 1000, 0, kCount, "steps between checkpoints; 0 = never"),
       I("checkpoint", "keep", 3, 0, kDim, "newest complete checkpoints kept, older ones deleted; 0 = keep all"),
       B("checkpoint", "resume", false, "continue from the newest complete checkpoint in dir when there is one"),
+      B("checkpoint", "async", false, "snapshot parameters and optimizer state, write them on a background thread while training goes on"),
+      S("checkpoint", "async_policy", "wait", {"wait", "skip"}, "a checkpoint due while the previous async write is in flight: wait for it, or skip this one"),
 
       S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
