@@ -11,13 +11,6 @@ file(REMOVE_RECURSE ${WORK})
 set(launch ${MPIEXEC} -n ${NP})
 set(common ${DECK} ${ARGS} --set train.steps=6 --set checkpoint.every=2 --set train.eval_every=0)
 
-function(require_in text pattern what)
-  string(FIND "${text}" "${pattern}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "${what}: no \"${pattern}\" in the output:\n${text}")
-  endif()
-endfunction()
-
 # Every record of `file` equals the synchronous run's record of its step.
 function(require_sync_losses file label)
   losses_of(${file} got)

@@ -24,13 +24,6 @@ function(run_injected policy out_rc out_log)
   set(${out_log} "${out}\n${err}" PARENT_SCOPE)
 endfunction()
 
-function(require_in text pattern what)
-  string(FIND "${text}" "${pattern}" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "${what}: no \"${pattern}\" in the output:\n${text}")
-  endif()
-endfunction()
-
 # The clean record of `step`, or a FATAL_ERROR.
 function(clean_loss step out)
   foreach(r IN LISTS clean)
