@@ -55,6 +55,24 @@ void AsyncCheckpointer::wait() {
   if (was_busy) log::info("checkpoint: waited {:.3f} s for the async write in flight", wall_seconds() - t0);
 }
 
+void AsyncCheckpointer::prepare(const std::vector<io::CheckpointTensor>& tensors, const io::OptimizerState& optim) {
+  EXA_REQUIRE(done_.load(), "checkpoint: the snapshot cannot change while its write is in flight");
+  // A memcpy on host backends (a device-to-device copy on a GPU build, which
+  // a background save then refuses).
+  snap_.resize(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    snap_[i].name = t.name;
+    snap_[i].shape = t.shape;
+    snap_[i].shard = t.shard;
+    copy_into(snap_[i].value, t.value, "exa::ckpt::snapshot");
+    auto& m = snap_optim_[t.name];
+    copy_into(m.exp_avg, optim.at(t.name).exp_avg, "exa::ckpt::snapshot_m");
+    copy_into(m.exp_avg_sq, optim.at(t.name).exp_avg_sq, "exa::ckpt::snapshot_v");
+  }
+  Kokkos::fence();
+}
+
 bool AsyncCheckpointer::start(const std::string& ckpt_dir, const std::vector<io::CheckpointTensor>& tensors,
                               const io::OptimizerState& optim, const io::CheckpointMeta& meta,
                               io::SaveOptions options, bool must_write) {
@@ -71,20 +89,7 @@ bool AsyncCheckpointer::start(const std::string& ckpt_dir, const std::vector<io:
   join_and_rethrow();  // policy wait (or already done)
   const double waited = wall_seconds() - t0;
 
-  // The snapshot (device-to-device on a GPU build, which a background save
-  // refuses; a memcpy on host backends).
-  snap_.resize(tensors.size());
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto& t = tensors[i];
-    snap_[i].name = t.name;
-    snap_[i].shape = t.shape;
-    snap_[i].shard = t.shard;
-    copy_into(snap_[i].value, t.value, "exa::ckpt::snapshot");
-    auto& m = snap_optim_[t.name];
-    copy_into(m.exp_avg, optim.at(t.name).exp_avg, "exa::ckpt::snapshot_m");
-    copy_into(m.exp_avg_sq, optim.at(t.name).exp_avg_sq, "exa::ckpt::snapshot_v");
-  }
-  Kokkos::fence();
+  prepare(tensors, optim);
   const double stall = wall_seconds() - t0;
 
   options.background = true;

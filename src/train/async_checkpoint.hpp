@@ -49,6 +49,9 @@ class AsyncCheckpointer {
              bool must_write);
   // Waits for the write in flight, if any; rethrows its error. Collective.
   void wait();
+  // Allocates (and touches) the snapshot for these tensors ahead of the
+  // first checkpoint, so that its stall is a copy, not page faults.
+  void prepare(const std::vector<io::CheckpointTensor>& tensors, const io::OptimizerState& optim);
 
  private:
   void join_and_rethrow();

@@ -92,6 +92,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     async_ = std::make_unique<AsyncCheckpointer>(world_, cfg.get_string("checkpoint.async_policy") == "skip"
                                                              ? AsyncCheckpointer::Policy::skip
                                                              : AsyncCheckpointer::Policy::wait);
+    async_->prepare(io::checkpoint_tensors(dp_.store()), optimizer_moments());
   }
 }
 
@@ -165,6 +166,14 @@ double Trainer::evaluate() {
   return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
 }
 
+io::OptimizerState Trainer::optimizer_moments() {
+  io::OptimizerState state;
+  const auto& store = dp_.store();
+  for (std::size_t i = 0; i < store.size(); ++i)
+    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+  return state;
+}
+
 std::string Trainer::save(std::int64_t steps_done) {
   ScopedRegion region("io/checkpoint", true);
   io::CheckpointMeta meta;
@@ -185,10 +194,8 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.layout.zero = dp_.options().zero;
   meta.layout.ep = grid_.sizes().ep;
   balance_.save(meta);
-  io::OptimizerState state;
+  const io::OptimizerState state = optimizer_moments();
   const auto& store = dp_.store();
-  for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   io::SaveOptions so;
   so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
   if (async_) {
@@ -207,10 +214,8 @@ std::string Trainer::save(std::int64_t steps_done) {
 void Trainer::load(const std::string& path) {
   if (async_) async_->wait();  // only one thread may call HDF5
   ScopedRegion region("io/checkpoint", true);
-  io::OptimizerState state;
+  const io::OptimizerState state = optimizer_moments();
   auto& store = dp_.store();
-  for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_);
   dp_.params_updated();
   balance_.restore(meta, *model_);

@@ -81,6 +81,8 @@ class Trainer {
   // resilience.nan_policy = "rollback": reload the newest checkpoint before
   // the bad step `bad_step` (1-based).
   void rollback(std::int64_t bad_step);
+  // The AdamW moments by tensor name (Views aliasing the optimizer's).
+  io::OptimizerState optimizer_moments();
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
