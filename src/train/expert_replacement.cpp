@@ -62,6 +62,14 @@ std::vector<nlohmann::json> ExpertReplacement::after_step(const MoeLoad& load, s
   return records;
 }
 
+void ExpertReplacement::forget_placement() {
+  window_.clear();
+  window_steps_ = 0;
+  if (!enabled()) return;
+  const auto global = identity(placement_->n_experts());
+  for (const auto l : placement_->moved_layers()) placement_->set(l, global);
+}
+
 void ExpertReplacement::in_global_order(const Mover& move, const std::function<void()>& fn) {
   if (!enabled() || placement_->all_identity()) return fn();
   const auto layers = placement_->moved_layers();

@@ -49,6 +49,9 @@ class ExpertReplacement {
   // Runs `fn` with every layer in the identity placement, then moves the
   // experts back (around a checkpoint write).
   void in_global_order(const Mover& move, const std::function<void()>& fn);
+  // The parameters were just loaded in global order (resume, rollback): the
+  // identity placement again, and a new window.
+  void forget_placement();
 
  private:
   std::int64_t every_ = 0;

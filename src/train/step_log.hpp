@@ -26,6 +26,7 @@ struct StepLog {
   double mem_activations = 0;         // bytes kept by the forward for the backward
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied
+  std::int64_t nonfinite_steps = 0;   // steps dropped so far by resilience.nan_policy (train/nan_policy.hpp)
   std::optional<double> joules_per_token, kwh;  // energy estimate (train/energy.hpp): interval, run so far
   std::string moe_summary;            // train/moe_load.hpp: the worst layer's loads (empty: no MoE layers)
   nlohmann::json moe;                 // train/moe_load.hpp: every layer's loads (null: no MoE layers)

@@ -112,6 +112,12 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     }
   }
   peak_gflops_ = measure_sgemm_gflops();
+  if (cfg.get_bool("checkpoint.async")) {
+    async_ = std::make_unique<AsyncCheckpointer>(world_, cfg.get_string("checkpoint.async_policy") == "skip"
+                                                             ? AsyncCheckpointer::Policy::skip
+                                                             : AsyncCheckpointer::Policy::wait);
+    async_->prepare(io::checkpoint_tensors(dp_.store()), optimizer_moments());
+  }
 }
 
 std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); }
@@ -131,21 +137,29 @@ StepResult Trainer::train_step(std::int64_t step) {
   dp_.finish_gradients();
   if (pipe_) pipe_->sum_tied_grads(dp_.store());
   const double n = double(grad_accum_) * dp_.size();
-  r.loss = dp_.sum(t.loss) / n;
+  r.loss = dp_.sum(nan_.inject(step + 1, comm_rank(world_), t.loss)) / n;
   r.ce = dp_.sum(t.ce) / n;
   r.aux = dp_.sum(t.aux) / n;
   r.z = dp_.sum(t.z) / n;
   r.moe = t.moe;
   r.moe.sum_over(grid_.comm(comm::Group::Data));
-  {
+  if (std::isfinite(r.loss) || !nan_.enabled()) {
     ScopedRegion region("compute/optimizer", true);
     r.report = opt_.step(dp_.store(), step);
+  } else {
+    // A non-finite loss (the same on every rank) never reaches the optimizer.
+    r.report.step = step;
+    r.report.lr = opt_.schedule()(step);
+    r.report.clip.norm = std::numeric_limits<double>::quiet_NaN();
+    r.report.clip.finite = false;
   }
   if (r.report.applied) dp_.params_updated();
   balance_.after_step(r.moe, r.report.applied, *model_);
   if (r.report.applied)
     r.replaced = replace_.after_step(r.moe, step + 1, [&](const parallel::ExpertMove& m) { move_experts(m); });
-  if (!r.report.finite() && cfg_.get_bool("resilience.nan_check")) optim::require_finite(r.report.clip, step + 1);
+  if (!r.report.finite() && nan_.enabled() && nan_.policy() == NanGuard::Policy::abort && std::isfinite(r.loss))
+    optim::require_finite(r.report.clip, step + 1);
+  r.nan_action = nan_.after_step(step + 1, r.loss, r.report.clip.norm);
   tokens_seen_ += global_batch_ * mcfg_.seq_len;
   return r;
 }
@@ -209,6 +223,14 @@ double Trainer::evaluate() {
   return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
 }
 
+io::OptimizerState Trainer::optimizer_moments() {
+  io::OptimizerState state;
+  const auto& store = dp_.store();
+  for (std::size_t i = 0; i < store.size(); ++i)
+    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+  return state;
+}
+
 std::string Trainer::save(std::int64_t steps_done) {
   ScopedRegion region("io/checkpoint", true);
   io::CheckpointMeta meta;
@@ -231,27 +253,36 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.layout.ep = grid_.sizes().ep;
   meta.layout.pp = grid_.sizes().pp;
   balance_.save(meta);
-  io::OptimizerState state;
+  const io::OptimizerState state = optimizer_moments();
   const auto& store = dp_.store();
-  for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   io::SaveOptions so;
   so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
   std::string dir;
-  // Experts in global order, whatever the placement.
-  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); },
-                           [&] { dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so); });
-  log::info("checkpoint: wrote {}", dir);
+  // Experts in global order, whatever the placement (an async snapshot is
+  // taken inside, before the experts move back).
+  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); }, [&] {
+    if (async_) {
+      // The run's last checkpoint (the end, or a stop signal) is never skipped.
+      const bool last = steps_done >= steps_ || stop_.signal() != 0;
+      if (async_->start(checkpoint_dir(), io::checkpoint_tensors(store), state, meta, so, last))
+        log::info("checkpoint: step {} snapshot taken, writing it in the background", steps_done);
+      dir = (fs::path(checkpoint_dir()) / io::checkpoint_dir_name(meta.step)).string();
+      return;
+    }
+    const double t0 = wall_seconds();
+    dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so);
+    log::info("checkpoint: wrote {} in {:.3f} s", dir, wall_seconds() - t0);
+  });
   return dir;
 }
 
 void Trainer::load(const std::string& path) {
+  if (async_) async_->wait();  // only one thread may call HDF5
   ScopedRegion region("io/checkpoint", true);
-  io::OptimizerState state;
+  const io::OptimizerState state = optimizer_moments();
   auto& store = dp_.store();
-  for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_);
+  replace_.forget_placement();  // the checkpoint holds the experts in global order
   dp_.params_updated();
   balance_.restore(meta, *model_);
   step_ = static_cast<std::int64_t>(meta.step);
@@ -275,6 +306,7 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.lr = r.report.lr;
   s.grad_norm = r.report.clip.norm;
   s.skipped = !r.report.applied;
+  s.nonfinite_steps = nan_.nonfinite_steps();
   const double tokens = double(global_batch_ * mcfg_.seq_len * steps_in_interval);
   s.tokens_per_s = tokens / interval_s;
   const double flops_per_rank = flops_.per_token_train * tokens / comm_size(world_) / interval_s;
@@ -354,6 +386,25 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
   std::_Exit(86);
 }
 
+void Trainer::rollback(std::int64_t bad_step) {
+  std::string dir;
+  std::uint64_t to = 0;
+  for (const auto& [s, d] : io::list_checkpoints(checkpoint_dir())) {
+    if (static_cast<std::int64_t>(s) < bad_step) {
+      to = s;
+      dir = d;
+    }
+  }
+  EXA_REQUIRE(!dir.empty(),
+              "step {} is not finite and resilience.nan_policy = \"rollback\", but {} holds no checkpoint before it "
+              "to go back to: set checkpoint.every (so that one exists) or nan_policy = \"skip\"",
+              bad_step, checkpoint_dir());
+  load(dir);
+  nan_.rolled_back(bad_step, step_);
+  metrics_->write(nlohmann::json{{"event", "rollback"}, {"from_step", bad_step}, {"to_step", to},
+                                 {"nonfinite_steps", nan_.nonfinite_steps()}});
+}
+
 double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
@@ -373,6 +424,14 @@ double Trainer::run() {
   double last_val = std::numeric_limits<double>::quiet_NaN();
   while (step_ < steps_) {
     const StepResult r = train_step(step_);
+    if (r.nan_action == NanGuard::Action::rollback) {
+      rollback(step_ + 1);
+      interval = StepResult{};
+      val.reset();
+      since = 0;
+      t0 = wall_seconds();
+      continue;
+    }
     ++step_;
     comm::Watchdog::set_progress(step_);
     for (auto rec : r.replaced) {
@@ -410,6 +469,7 @@ double Trainer::run() {
     inject_fault(step_);
     if (stop) break;
   }
+  if (async_) async_->wait();  // the last checkpoint is complete before run() returns
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
       !e.empty())

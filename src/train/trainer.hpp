@@ -27,12 +27,14 @@
 #include "parallel/data_parallel.hpp"
 #include "parallel/pipeline/pipeline.hpp"
 #include "parallel/schedule.hpp"
+#include "train/async_checkpoint.hpp"
 #include "train/aux_free.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
 #include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
+#include "train/nan_policy.hpp"
 #include "train/step_log.hpp"
 #include "train/stop_signal.hpp"
 
@@ -44,6 +46,7 @@ struct StepResult {
   MoeLoad moe;                              // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
   std::vector<nlohmann::json> replaced;     // expert re-placements after the step (ExpertReplacement)
+  NanGuard::Action nan_action = NanGuard::Action::none;  // resilience.nan_policy's verdict on the step
 };
 
 class Trainer {
@@ -79,6 +82,11 @@ class Trainer {
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
   void inject_fault(std::int64_t steps_done) const;
   void move_experts(const parallel::ExpertMove& move);  // ExpertReplacement's mover
+  // resilience.nan_policy = "rollback": reload the newest checkpoint before
+  // the bad step `bad_step` (1-based).
+  void rollback(std::int64_t bad_step);
+  // The AdamW moments by tensor name (Views aliasing the optimizer's).
+  io::OptimizerState optimizer_moments();
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
@@ -113,6 +121,8 @@ class Trainer {
   DeviceBatch batch_;
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
   StopSignal stop_;
+  NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
+  std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async = true
 };
 
 }  // namespace exa::train

@@ -100,6 +100,8 @@ std::vector<KeySpec> build() {
       I("checkpoint", "every", 1000, 0, kCount, "steps between checkpoints; 0 = never"),
       I("checkpoint", "keep", 3, 0, kDim, "newest complete checkpoints kept, older ones deleted; 0 = keep all"),
       B("checkpoint", "resume", false, "continue from the newest complete checkpoint in dir when there is one"),
+      B("checkpoint", "async", false, "snapshot parameters and optimizer state, write them on a background thread while training goes on"),
+      S("checkpoint", "async_policy", "wait", {"wait", "skip"}, "a checkpoint due while the previous async write is in flight: wait for it, or skip this one"),
 
       S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
@@ -115,6 +117,8 @@ std::vector<KeySpec> build() {
 
       F("resilience", "timeout_s", 600.0, 0, 1e7, O::none, "seconds a collective may block before the run aborts; 0 = no limit"),
       B("resilience", "nan_check", true, "stop with a message when the loss or gradient norm is not finite"),
+      S("resilience", "nan_policy", "abort", {"abort", "skip", "rollback"}, "a step whose loss or gradient norm is not finite (under nan_check): abort; skip it (no update, counted in the metrics); rollback: skip, and after nan_rollback_after such steps in a row reload the newest checkpoint"),
+      I("resilience", "nan_rollback_after", 1, 1, kCount, "consecutive non-finite steps that trigger a rollback (nan_policy = \"rollback\")"),
 
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
