@@ -20,10 +20,12 @@ export JOBS
 passed=0; failed=0; status=0
 summary=()
 
+# Tests run two at a time by default (CTEST_JOBS): ctest counts each MPI
+# test's PROCESSORS against that, so a 4-rank test still runs alone.
 run_ctest() {  # build-dir, extra env...   (CTEST_ARGS: extra ctest arguments)
   local dir=$1; shift
   local out; out=$(mktemp)
-  (cd "$dir" && env "$@" ctest --output-on-failure -j "${CTEST_JOBS:-1}" ${CTEST_ARGS:-} 2>&1) | tee "$out"
+  (cd "$dir" && env "$@" ctest --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-} 2>&1) | tee "$out"
   local rc=${PIPESTATUS[0]}
   local line; line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$out" | tail -1)
   if [[ $line =~ ([0-9]+)\ tests\ failed\ out\ of\ ([0-9]+) ]]; then
