@@ -142,7 +142,8 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     return n * sizeof(T);
   }
 
- private:
+  // Public only because nvcc's extended lambdas cannot live in private
+  // member functions.
   using I1 = Kokkos::View<int*, Layout, D>;
   using I2 = Kokkos::View<int**, Layout, D>;
 
@@ -169,6 +170,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     return out;
   }
 
+ private:
   static V2 rows(const V2& v, index_t n) { return Kokkos::subview(v, Kokkos::make_pair(index_t(0), n), Kokkos::ALL); }
   // The first R entries of a row map (the maps keep the largest size seen).
   static Kokkos::View<int*, Layout, D> first(const Kokkos::View<int*, Layout, D>& v, index_t n) {

@@ -114,6 +114,17 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
     vocab::interleave(all, p, out);
   }
 
+  // Public only because nvcc's extended lambdas cannot live in private
+  // member functions.
+  static index_t valid(const Context& c) {
+    const auto t = c.targets;
+    index_t n = 0;
+    Kokkos::parallel_reduce(
+        "exa::tp::ce_valid", Kokkos::RangePolicy<exec_of<decltype(t)>>(0, t.extent(0)),
+        KOKKOS_LAMBDA(const index_t i, index_t& acc) { acc += t(i) >= 0 ? 1 : 0; }, n);
+    return n;
+  }
+
  private:
   // c.ce_lse and the sum of the rows' cross-entropy (ce filled per row when
   // given).
@@ -128,14 +139,6 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
     vocab::row_parts(c.logits, mx_, c.targets, v0_, parts_);
     tp_->allreduce(parts_);
     return vocab::finish(mx_, c.targets, parts_, c.ce_lse, ce);
-  }
-  static index_t valid(const Context& c) {
-    const auto t = c.targets;
-    index_t n = 0;
-    Kokkos::parallel_reduce(
-        "exa::tp::ce_valid", Kokkos::RangePolicy<exec_of<decltype(t)>>(0, t.extent(0)),
-        KOKKOS_LAMBDA(const index_t i, index_t& acc) { acc += t(i) >= 0 ? 1 : 0; }, n);
-    return n;
   }
 
   std::shared_ptr<const TpComm> tp_;
