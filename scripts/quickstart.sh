@@ -5,6 +5,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 np=${1:-1}; shift || true
-"$root/scripts/setup.sh" serial
+EXAMOE_UNITY_BUILD=${EXAMOE_UNITY_BUILD:-ON} "$root/scripts/setup.sh" serial
 cd "$root"
 exec mpiexec -n "$np" build/bin/examoe input/tiny.toml "$@"

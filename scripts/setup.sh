@@ -8,7 +8,9 @@
 #                                    # (libraries, drivers, benchmarks; EXAMOE_CUDA_TESTS=ON adds the tests)
 #
 # Environment: JOBS (default 2), EXAMOE_CACHE (default ~/.cache/examoe),
-# BUILD_DIR (override the build directory), CMAKE_ARGS (extra cmake flags).
+# BUILD_DIR (override the build directory), CMAKE_ARGS (extra cmake flags),
+# EXAMOE_UNITY_BUILD (ON: a new build directory compiles each library in
+# batches of 8 sources; default OFF here, ON from test.sh and quickstart.sh).
 set -euo pipefail
 backend=${1:-serial}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +19,13 @@ export JOBS
 
 "$root/scripts/deps-debian.sh"
 args=(-DCMAKE_BUILD_TYPE=Release)
+# A batch shares one parse of the Kokkos headers (~2.5 s a source on these
+# cores): a from-scratch build of a library takes about half the CPU time,
+# while an edit recompiles its whole batch. So one-off builds (CI, the quick
+# start, Spack) use it and a developer's tree need not.
+if [ "${EXAMOE_UNITY_BUILD:-OFF}" = ON ]; then
+  args+=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8)
+fi
 case "$backend" in
   serial) build=${BUILD_DIR:-$root/build} ;;
   openmp)

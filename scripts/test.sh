@@ -16,7 +16,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 legs=("$@")
 [ ${#legs[@]} -eq 0 ] && legs=(serial openmp cuda spack)
 JOBS=${JOBS:-2}
-export JOBS
+# New build directories compile in batches (scripts/setup.sh): this is the
+# fresh-machine command, where every source is compiled once per leg.
+EXAMOE_UNITY_BUILD=${EXAMOE_UNITY_BUILD:-ON}
+export JOBS EXAMOE_UNITY_BUILD
 passed=0; failed=0; status=0
 summary=()
 
