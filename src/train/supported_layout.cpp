@@ -7,15 +7,15 @@ namespace exa::train {
 
 void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
   // This build runs data, tensor, context, expert and pipeline parallelism;
-  // tensor, context and pipeline do not combine with each other yet. Say so
-  // before any work is done.
+  // tensor and context compose, pipeline does not combine with either yet.
+  // Say so before any work is done.
   {
     const auto tp = cfg.get_int("parallel.tp"), cp = cfg.get_int("parallel.cp"), pp = cfg.get_int("parallel.pp");
-    EXA_REQUIRE((tp > 1) + (cp > 1) + (pp > 1) <= 1,
-                "{} parallel.tp = {}, parallel.cp = {} and parallel.pp = {}: tensor, context and pipeline parallelism "
-                "do not combine with each other in this build yet (each works alone and with dp and ep); keep at "
-                "most one of them above 1",
-                cfg.locate({"parallel.tp", "parallel.cp", "parallel.pp"}), tp, cp, pp);
+    EXA_REQUIRE(pp == 1 || (tp == 1 && cp == 1),
+                "{} parallel.pp = {} with parallel.tp = {} and parallel.cp = {}: pipeline parallelism does not "
+                "combine with tensor or context parallelism in this build yet (it works with dp and ep, and tp "
+                "with cp); keep tp = cp = 1 when pp > 1",
+                cfg.locate({"parallel.tp", "parallel.cp", "parallel.pp"}), pp, tp, cp);
   }
   // The tied embedding's two copies (first and last stage) sum their
   // gradients whole; ZeRO would shard them differently on the two stages.

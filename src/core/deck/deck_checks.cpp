@@ -173,11 +173,28 @@ void check_parallel(const Config& c) {
                      "choose cp from {}",
                      seq, 2 * cp, divisors(seq, [&](std::int64_t v) { return seq % (2 * v) == 0; })));
   }
-  if (const auto kv = c.get_int("model.n_kv_heads"); cp > 1 && c.get_string("parallel.cp_mode") == "a2a" && kv % cp != 0) {
+  const bool a2a = cp > 1 && c.get_string("parallel.cp_mode") == "a2a";
+  if (const auto kv = c.get_int("model.n_kv_heads"); a2a && tp == 1 && kv % cp != 0) {
     fail(c, {"parallel.cp_mode", "parallel.cp", "model.n_kv_heads"},
          fmt::format("parallel.cp_mode = \"a2a\" gives each of the cp = {} ranks n_kv_heads/cp key/value heads, but "
                      "n_kv_heads = {} is not divisible by {}: choose cp from {} or parallel.cp_mode = \"ring\"",
                      cp, kv, cp, divisors(kv)));
+  }
+  // Tensor x context parallelism: each TP rank's all-to-all splits its own
+  // n_kv_heads/tp heads over cp, and sequence parallelism splits each CP
+  // rank's seq_len/cp rows over tp.
+  if (const auto kv = c.get_int("model.n_kv_heads"); a2a && tp > 1 && (kv / tp) % cp != 0) {
+    fail(c, {"parallel.cp_mode", "parallel.cp", "parallel.tp", "model.n_kv_heads"},
+         fmt::format("parallel.cp_mode = \"a2a\" with parallel.tp = {} splits each tensor-parallel rank's "
+                     "n_kv_heads/tp = {}/{} = {} key/value heads over the cp = {} ranks, but {} is not divisible by "
+                     "{}: choose cp from {} or parallel.cp_mode = \"ring\"",
+                     tp, kv, tp, kv / tp, cp, kv / tp, cp, divisors(kv / tp)));
+  }
+  if (c.get_bool("parallel.sequence_parallel") && cp > 1 && (seq / cp) % tp != 0) {
+    fail(c, {"parallel.sequence_parallel", "model.seq_len", "parallel.cp", "parallel.tp"},
+         fmt::format("model.seq_len/cp = {}/{} = {} is not divisible by parallel.tp = {}; sequence parallelism "
+                     "splits each context-parallel rank's rows of a sequence over the tp ranks: choose tp from {}",
+                     seq, cp, seq / cp, tp, divisors(seq / cp)));
   }
   if ((dp * cp) % ep != 0) {
     fail(c, {"parallel.ep", "parallel.dp", "parallel.cp"},

@@ -69,7 +69,7 @@ std::vector<KeySpec> build() {
       I("parallel", "ranks_per_node", 0, 0, 4096, "ranks sharing a node; 0 = detect (MPI_Comm_split_type)"),
       B("parallel", "hierarchical", false, "node-local then inter-node collectives"),
       I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches in flight; 0 = train.grad_accum; must divide it"),
-      S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads)"),
+      S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads/tp)"),
 
       S("pipeline", "schedule", "1f1b", {"gpipe", "1f1b", "zb"}, "pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), 1f1b (at most pp - stage micro-batches alive) or zb (1f1b with weight gradients deferred into the bubbles, ZB-H1; parallel.zero <= 1)"),
       S("pipeline", "layers_per_stage", "auto", {}, "layers of each pipeline stage, e.g. \"3,1\" (pp counts summing to n_layers); \"auto\" = balance counted FLOPs and parameter bytes"),
