@@ -434,6 +434,8 @@ double Trainer::run() {
     }
     ++step_;
     comm::Watchdog::set_progress(step_);
+    replica_.inject(step_, dp_);
+    if (replica_.due(step_)) metrics_->write(replica_.run(step_, dp_));
     for (auto rec : r.replaced) {
       rec["event"] = "expert_replacement";
       rec["step"] = step_;

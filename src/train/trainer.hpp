@@ -35,6 +35,7 @@
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
 #include "train/nan_policy.hpp"
+#include "train/replica_check.hpp"
 #include "train/step_log.hpp"
 #include "train/stop_signal.hpp"
 
@@ -123,6 +124,7 @@ class Trainer {
   StopSignal stop_;
   NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
   std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async = true
+  ReplicaCheck replica_{cfg_, grid_, dp_.options().zero};  // resilience.replica_check_every
 };
 
 }  // namespace exa::train

@@ -119,6 +119,7 @@ std::vector<KeySpec> build() {
       B("resilience", "nan_check", true, "stop with a message when the loss or gradient norm is not finite"),
       S("resilience", "nan_policy", "abort", {"abort", "skip", "rollback"}, "a step whose loss or gradient norm is not finite (under nan_check): abort; skip it (no update, counted in the metrics); rollback: skip, and after nan_rollback_after such steps in a row reload the newest checkpoint"),
       I("resilience", "nan_rollback_after", 1, 1, kCount, "consecutive non-finite steps that trigger a rollback (nan_policy = \"rollback\")"),
+      I("resilience", "replica_check_every", 0, 0, kCount, "steps between checks that the data-parallel replicas' parameters agree (per-tensor checksums); a corrupt copy is named in the log and repaired from a majority replica (zero 0) or the master parts (zero 1/2); 0 = off"),
 
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
