@@ -719,6 +719,10 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
       fs::remove_all(t);
       fs::create_directory(t);
       tmp = t.string();
+      // The datasets' bytes and a margin for HDF5's metadata and the checksums.
+      std::uint64_t bytes = std::uint64_t(1) << 20;
+      for (const auto& it : items) bytes += 4 * static_cast<std::uint64_t>(model::whole_box(it.shape).numel());
+      fs_detail::require_room(tmp, bytes + bytes / 32);
     });
     bcast_string(tmp, 0, comm);
     const std::string file = (fs::path(tmp) / kCheckpointFile).string();
@@ -733,8 +737,9 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
       std::error_code ec;
       fs::remove_all(tmp, ec);
     }
-    throw Error(fmt::format("saving checkpoint step {} in {} failed: {} (earlier checkpoints are untouched)", meta.step,
-                            ckpt_dir, e.what()));
+    throw Error(fmt::format("saving checkpoint step {} in {} failed: {} (earlier checkpoints are untouched and "
+                            "`latest` still names the newest of them). {}",
+                            meta.step, ckpt_dir, e.what(), fs_detail::save_failure_hint(ckpt_dir)));
   }
   bcast_string(final_dir, 0, comm);
 
