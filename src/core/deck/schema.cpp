@@ -102,6 +102,8 @@ std::vector<KeySpec> build() {
       B("checkpoint", "resume", false, "continue from the newest complete checkpoint in dir when there is one"),
       B("checkpoint", "async", false, "snapshot parameters and optimizer state, write them on a background thread while training goes on"),
       S("checkpoint", "async_policy", "wait", {"wait", "skip"}, "a checkpoint due while the previous async write is in flight: wait for it, or skip this one"),
+      S("checkpoint", "local_dir", "ckpt_local", {}, "the fast tier (tier 1: node-local disk or burst buffer, visible to every rank), written every local_every steps; a relative path is taken under output.run_dir"),
+      I("checkpoint", "local_every", 0, 0, kCount, "steps between tier-1 checkpoints in local_dir; 0 = no tier 1. A resume takes the newest checkpoint of either tier (tier 1 first) and repairs damaged chunks from the other tier's copy of the same step"),
 
       S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
