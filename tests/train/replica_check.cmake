@@ -6,7 +6,8 @@
 #   zero 1    the same, repaired from the master parts, and the losses equal
 #             the clean zero-0 run's to 1e-5 relative (another ZeRO stage);
 #   dp 2      (zero 0, no majority) the run stops naming the tensor and
-#             advising a resume from the last checkpoint.
+#             advising a resume from the last checkpoint;
+#   zero 3    (no replicated copy) the key is refused at start.
 # Every check is a metrics record {"event": "replica_check", ...}.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
@@ -43,29 +44,27 @@ losses_of(${WORK}/clean/metrics.jsonl clean)
 message(STATUS "clean: ${clean}")
 require_checks(clean "2:0;4:0")
 
-run_flipped(${NP} 0 zero0 rc log)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "zero 0: the flipped run failed (${rc}):\n${log}")
-endif()
-require_in("${log}" "silent data corruption on rank 1: its copy of ${tensor}" "zero 0")
-require_in("${log}" "repairing it from rank 0" "zero 0")
-require_checks(zero0 "2:1;4:0")
-file(STRINGS ${WORK}/zero0/metrics.jsonl rec REGEX "\"replica_check\".*\"repaired\":true")
-require_in("${rec}" "\"tensor\":\"${tensor}\"" "zero 0 metrics record")
-require_in("${rec}" "\"ranks\":[1]" "zero 0 metrics record")
+# A flipped run at `zero` that must be detected and repaired from `source`.
+function(run_repaired zero source)
+  run_flipped(${NP} ${zero} zero${zero} rc log)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "zero ${zero}: the flipped run failed (${rc}):\n${log}")
+  endif()
+  require_in("${log}" "silent data corruption on rank 1: its copy of ${tensor}" "zero ${zero}")
+  require_in("${log}" "repairing it from ${source}" "zero ${zero}")
+  require_checks(zero${zero} "2:1;4:0")
+  file(STRINGS ${WORK}/zero${zero}/metrics.jsonl rec REGEX "\"replica_check\".*\"repaired\":true")
+  require_in("${rec}" "\"tensor\":\"${tensor}\"" "zero ${zero} metrics record")
+  require_in("${rec}" "\"ranks\":[1]" "zero ${zero} metrics record")
+endfunction()
+
+run_repaired(0 "rank 0")
 losses_of(${WORK}/zero0/metrics.jsonl got)
 message(STATUS "zero 0, flipped: ${got}")
 if(NOT got STREQUAL clean)
   message(FATAL_ERROR "zero 0: the repaired run logged ${got}, the clean run ${clean}")
 endif()
-
-run_flipped(${NP} 1 zero1 rc log)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "zero 1: the flipped run failed (${rc}):\n${log}")
-endif()
-require_in("${log}" "silent data corruption on rank 1: its copy of ${tensor}" "zero 1")
-require_in("${log}" "the master parts" "zero 1")
-require_checks(zero1 "2:1;4:0")
+run_repaired(1 "the master parts")
 compare_steps(${WORK}/clean/metrics.jsonl ${WORK}/zero1/metrics.jsonl 5 "zero 1, flipped")
 
 run_flipped(2 0 dp2 rc log)
@@ -74,3 +73,10 @@ if(rc EQUAL 0)
 endif()
 require_in("${log}" "replicas of tensor ${tensor} disagree" "dp 2")
 require_in("${log}" "Resume from the last checkpoint" "dp 2")
+
+# ZeRO 3 holds no replicated copy: the key is refused at start.
+run_flipped(2 3 zero3 rc log)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "zero 3: the run accepted resilience.replica_check_every:\n${log}")
+endif()
+require_in("${log}" "no rank holds one" "zero 3")
