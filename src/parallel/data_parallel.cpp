@@ -129,6 +129,15 @@ void DataParallel::params_updated() {
   for (auto& e : engines_) e->params_updated();
 }
 
+DataParallel::Flat DataParallel::replica_values(std::size_t i) {
+  if (opt_.zero == 0) return store_.value(i);
+  if (opt_.zero == 3) return Flat();
+  const auto& spec = store_.spec(i);
+  ZeroEngine& e = engine_of(spec.name);
+  e.complete_replica();
+  return Flat(e.work_value(spec.name), model::local_box(spec, plan_, mcfg_).numel());
+}
+
 void DataParallel::begin_step() {
   for (auto& e : engines_) e->begin_step();
 }

@@ -105,6 +105,13 @@ class DataParallel final : public model::UnitHooks {
   // has gathered).
   void params_updated();
 
+  // The values of store() tensor i that every rank of the tensor's group
+  // (Data, or ExpertData for the routed experts) holds too, for the replica
+  // check (train/replica_check.hpp): the master box under zero 0, the whole
+  // working copy under zero 1/2 (its allgather after the step waited for).
+  // An empty View under zero 3, where no rank holds a whole copy.
+  Flat replica_values(std::size_t i);
+
   void begin_step();
   void set_sync(bool sync);
   // Every reduction of the step done: store().grads() holds the mean over

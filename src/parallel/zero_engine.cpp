@@ -191,6 +191,10 @@ void ZeroEngine::ensure_replica(int unit) {
 
 void ZeroEngine::finish_replica() { ensure_replica(layout_.size() - 1); }
 
+void ZeroEngine::complete_replica() {
+  if (cfg_.zero == 1 || cfg_.zero == 2) finish_replica();
+}
+
 void ZeroEngine::drop_gathered() {
   for (auto& r : gather_req_) DataGroup::wait(r);
   slot_unit_.fill(-1);

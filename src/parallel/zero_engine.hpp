@@ -74,6 +74,9 @@ class ZeroEngine {
   float* work_grad(const std::string& name) const;
 
   void params_updated();
+  // zero 1/2: waits until the replica's allgather after a step has landed
+  // (the forward normally waits unit by unit); nothing for zero 0 and 3.
+  void complete_replica();
   void begin_step();
   void set_sync(bool sync) { sync_ = sync; }
   void finish_gradients();

@@ -103,9 +103,22 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
+  EXA_REQUIRE(tiers_.size() == 1 || !cfg.get_bool("checkpoint.async"),
+              "checkpoint.local_every = {} with checkpoint.async = true: the tier-1 copy is written synchronously, "
+              "which must not overlap the background write; set checkpoint.async = false or local_every = 0",
+              cfg.get_int("checkpoint.local_every"));
   if (cfg.get_bool("checkpoint.resume")) {
     const auto found = io::list_checkpoints(checkpoint_dir());
-    if (!found.empty()) {
+    if (tiers_.size() > 1) {
+      if (const auto c = newest_checkpoint(tiers_)) {
+        load(c->dir, c->copies);
+        log::info("checkpoint: step {} taken from tier {} ({}){}", c->step, c->tier, c->dir,
+                  c->copies.empty() ? std::string(", no copy in another tier")
+                                    : fmt::format(", copy in {}", fmt::join(c->copies, ", ")));
+      } else {
+        log::info("checkpoint.resume: no checkpoint in any tier yet, starting from step 0");
+      }
+    } else if (!found.empty()) {
       load(checkpoint_dir());
     } else {
       log::info("checkpoint.resume: no checkpoint under {} yet, starting from step 0", checkpoint_dir());
@@ -231,8 +244,7 @@ io::OptimizerState Trainer::optimizer_moments() {
   return state;
 }
 
-std::string Trainer::save(std::int64_t steps_done) {
-  ScopedRegion region("io/checkpoint", true);
+io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   io::CheckpointMeta meta;
   meta.step = static_cast<std::uint64_t>(steps_done);
   meta.tokens_seen = static_cast<std::uint64_t>(tokens_seen_);
@@ -253,6 +265,25 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.layout.ep = grid_.sizes().ep;
   meta.layout.pp = grid_.sizes().pp;
   balance_.save(meta);
+  return meta;
+}
+
+void Trainer::save_local(std::int64_t steps_done) {
+  ScopedRegion region("io/checkpoint", true);
+  const io::CheckpointMeta meta = checkpoint_meta(steps_done);
+  const io::OptimizerState state = optimizer_moments();
+  io::SaveOptions so;
+  so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
+  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); }, [&] {
+    const double t0 = wall_seconds();
+    const std::string dir = io::save_checkpoint(tiers_.front().dir, dp_.store(), &state, meta, world_, so);
+    log::info("checkpoint: wrote tier 1 {} in {:.3f} s", dir, wall_seconds() - t0);
+  });
+}
+
+std::string Trainer::save(std::int64_t steps_done) {
+  ScopedRegion region("io/checkpoint", true);
+  const io::CheckpointMeta meta = checkpoint_meta(steps_done);
   const io::OptimizerState state = optimizer_moments();
   const auto& store = dp_.store();
   io::SaveOptions so;
@@ -276,12 +307,12 @@ std::string Trainer::save(std::int64_t steps_done) {
   return dir;
 }
 
-void Trainer::load(const std::string& path) {
+void Trainer::load(const std::string& path, const std::vector<std::string>& copies) {
   if (async_) async_->wait();  // only one thread may call HDF5
   ScopedRegion region("io/checkpoint", true);
   const io::OptimizerState state = optimizer_moments();
   auto& store = dp_.store();
-  const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_);
+  const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_, {copies});
   replace_.forget_placement();  // the checkpoint holds the experts in global order
   dp_.params_updated();
   balance_.restore(meta, *model_);
@@ -387,21 +418,14 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
 }
 
 void Trainer::rollback(std::int64_t bad_step) {
-  std::string dir;
-  std::uint64_t to = 0;
-  for (const auto& [s, d] : io::list_checkpoints(checkpoint_dir())) {
-    if (static_cast<std::int64_t>(s) < bad_step) {
-      to = s;
-      dir = d;
-    }
-  }
-  EXA_REQUIRE(!dir.empty(),
+  const auto c = newest_checkpoint(tiers_, static_cast<std::uint64_t>(bad_step));
+  EXA_REQUIRE(c.has_value(),
               "step {} is not finite and resilience.nan_policy = \"rollback\", but {} holds no checkpoint before it "
               "to go back to: set checkpoint.every (so that one exists) or nan_policy = \"skip\"",
               bad_step, checkpoint_dir());
-  load(dir);
+  load(c->dir, c->copies);
   nan_.rolled_back(bad_step, step_);
-  metrics_->write(nlohmann::json{{"event", "rollback"}, {"from_step", bad_step}, {"to_step", to},
+  metrics_->write(nlohmann::json{{"event", "rollback"}, {"from_step", bad_step}, {"to_step", c->step},
                                  {"nonfinite_steps", nan_.nonfinite_steps()}});
 }
 
@@ -409,6 +433,7 @@ double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
   const std::int64_t ckpt_every = cfg_.get_int("checkpoint.every");
+  const std::int64_t local_every = cfg_.get_int("checkpoint.local_every");
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
             "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank",
             steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.model_numel()) / 1e6,
@@ -434,6 +459,8 @@ double Trainer::run() {
     }
     ++step_;
     comm::Watchdog::set_progress(step_);
+    replica_.inject(step_, dp_);
+    if (replica_.due(step_)) metrics_->write(replica_.run(step_, dp_));
     for (auto rec : r.replaced) {
       rec["event"] = "expert_replacement";
       rec["step"] = step_;
@@ -466,6 +493,7 @@ double Trainer::run() {
       t0 = wall_seconds();
     }
     if (stop || (ckpt_every > 0 && step_ % ckpt_every == 0) || (step_ == steps_ && ckpt_every > 0)) save(step_);
+    if (local_every > 0 && step_ % local_every == 0) save_local(step_);
     inject_fault(step_);
     if (stop) break;
   }

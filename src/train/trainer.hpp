@@ -29,12 +29,14 @@
 #include "parallel/schedule.hpp"
 #include "train/async_checkpoint.hpp"
 #include "train/aux_free.hpp"
+#include "train/checkpoint_tiers.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
 #include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
 #include "train/nan_policy.hpp"
+#include "train/replica_check.hpp"
 #include "train/step_log.hpp"
 #include "train/stop_signal.hpp"
 
@@ -68,8 +70,9 @@ class Trainer {
   double evaluate();
   // Writes a checkpoint of the state after `steps_done` steps.
   std::string save(std::int64_t steps_done);
-  // Loads `path` (a step directory, a run's ckpt/ directory or its `latest`).
-  void load(const std::string& path);
+  // Loads `path` (a step directory, a run's ckpt/ directory or its `latest`),
+  // repairing damaged chunks from `copies` (the same step in other tiers).
+  void load(const std::string& path, const std::vector<std::string>& copies = {});
 
   std::int64_t step() const { return step_; }
   const model::ParameterStore& store() const { return dp_.store(); }
@@ -87,6 +90,8 @@ class Trainer {
   void rollback(std::int64_t bad_step);
   // The AdamW moments by tensor name (Views aliasing the optimizer's).
   io::OptimizerState optimizer_moments();
+  io::CheckpointMeta checkpoint_meta(std::int64_t steps_done);  // what save() writes besides tensors
+  void save_local(std::int64_t steps_done);                     // the tier-1 copy (checkpoint.local_every)
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
@@ -123,6 +128,8 @@ class Trainer {
   StopSignal stop_;
   NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
   std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async = true
+  ReplicaCheck replica_{cfg_, grid_, dp_.options().zero};  // resilience.replica_check_every
+  std::vector<CheckpointTier> tiers_ = checkpoint_tiers(cfg_);  // fastest first; tier 2 last
 };
 
 }  // namespace exa::train

@@ -102,6 +102,8 @@ std::vector<KeySpec> build() {
       B("checkpoint", "resume", false, "continue from the newest complete checkpoint in dir when there is one"),
       B("checkpoint", "async", false, "snapshot parameters and optimizer state, write them on a background thread while training goes on"),
       S("checkpoint", "async_policy", "wait", {"wait", "skip"}, "a checkpoint due while the previous async write is in flight: wait for it, or skip this one"),
+      S("checkpoint", "local_dir", "ckpt_local", {}, "the fast tier (tier 1: node-local disk or burst buffer, visible to every rank), written every local_every steps; a relative path is taken under output.run_dir"),
+      I("checkpoint", "local_every", 0, 0, kCount, "steps between tier-1 checkpoints in local_dir; 0 = no tier 1. A resume takes the newest checkpoint of either tier (tier 1 first) and repairs damaged chunks from the other tier's copy of the same step"),
 
       S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
@@ -119,6 +121,7 @@ std::vector<KeySpec> build() {
       B("resilience", "nan_check", true, "stop with a message when the loss or gradient norm is not finite"),
       S("resilience", "nan_policy", "abort", {"abort", "skip", "rollback"}, "a step whose loss or gradient norm is not finite (under nan_check): abort; skip it (no update, counted in the metrics); rollback: skip, and after nan_rollback_after such steps in a row reload the newest checkpoint"),
       I("resilience", "nan_rollback_after", 1, 1, kCount, "consecutive non-finite steps that trigger a rollback (nan_policy = \"rollback\")"),
+      I("resilience", "replica_check_every", 0, 0, kCount, "steps between checks that the data-parallel replicas' parameters agree (per-tensor checksums); a corrupt copy is named in the log and repaired from a majority replica (zero 0) or the master parts (zero 1/2); 0 = off"),
 
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),

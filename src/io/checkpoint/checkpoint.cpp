@@ -719,6 +719,10 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
       fs::remove_all(t);
       fs::create_directory(t);
       tmp = t.string();
+      // The datasets' bytes and a margin for HDF5's metadata and the checksums.
+      std::uint64_t bytes = std::uint64_t(1) << 20;
+      for (const auto& it : items) bytes += 4 * static_cast<std::uint64_t>(model::whole_box(it.shape).numel());
+      fs_detail::require_room(tmp, bytes + bytes / 32);
     });
     bcast_string(tmp, 0, comm);
     const std::string file = (fs::path(tmp) / kCheckpointFile).string();
@@ -733,8 +737,9 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
       std::error_code ec;
       fs::remove_all(tmp, ec);
     }
-    throw Error(fmt::format("saving checkpoint step {} in {} failed: {} (earlier checkpoints are untouched)", meta.step,
-                            ckpt_dir, e.what()));
+    throw Error(fmt::format("saving checkpoint step {} in {} failed: {} (earlier checkpoints are untouched and "
+                            "`latest` still names the newest of them). {}",
+                            meta.step, ckpt_dir, e.what(), fs_detail::save_failure_hint(ckpt_dir)));
   }
   bcast_string(final_dir, 0, comm);
 
@@ -871,10 +876,111 @@ std::string chunk_str(const CheckpointMeta& meta, std::int64_t k, const FlatRang
   return fmt::format(" chunk {} (elements [{}, {}))", k, r.begin, r.end);
 }
 
-}  // namespace
+// Collective: this rank's shard of `it` read from file `f` into a new host
+// buffer, and the checksum terms of what it owns (rank 0: and of the
+// elements no rank loads) added to the chunk partials `sums`.
+HostFlat read_item(hid_t f, const std::string& file, const Item& it, const PieceCover& cover, int me, hid_t dxpl,
+                   std::int64_t chunk_elements, std::vector<std::uint64_t>& sums) {
+  h5::Id d = h5::dataset(H5Dopen2(f, it.path().c_str(), H5P_DEFAULT), "opening " + it.path());
+  h5::Id fspace = h5::space(H5Dget_space(d), "H5Dget_space");
+  const FlatRange mine{it.shard.offset, it.shard.offset + it.shard.count};
+  HostFlat buf(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::read"),
+               static_cast<std::size_t>(it.shard.count));
+  std::vector<FlatRange> sel;
+  if (mine.size() > 0) sel.push_back(mine);
+  select_ranges(fspace, it.shard.box, sel);
+  h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.offset));
+  float dummy = 0;
+  h5::check(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? buf.data() : &dummy),
+            fmt::format("reading dataset {} of {}", it.path(), file));
+  add_chunk_partials(buf, it.shard.offset, model::box_index(it.shard, it.shape), cover.owned(me), chunk_elements,
+                     sums);
+  // Elements nobody loads still count: rank 0 reads them for the checksum,
+  // one collective read per gap (the same list on every rank).
+  for (const auto& gap : cover.gaps()) {
+    add_gap_partials(d, fspace, it.shape, gap.box, me == 0 ? gap.ranges : std::vector<FlatRange>{}, dxpl,
+                     chunk_elements, sums);
+  }
+  return buf;
+}
 
-CheckpointMeta load_checkpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors,
-                               const OptimizerState* optim, MPI_Comm comm) {
+// A chunk that failed verification: item index and chunk index (the same
+// list on every rank).
+struct BadChunk {
+  std::size_t item;
+  std::int64_t chunk;
+};
+
+// Collective: repairs the bad chunks from `copy` (another copy of the same
+// checkpoint, e.g. another storage tier's): each chunk whose elements read
+// from the copy match the checksum the damaged file stored replaces those
+// elements of this rank's buffers. Returns the chunks it could not repair
+// and, in `why`, the reason when the copy could not be used at all.
+std::vector<BadChunk> repair_chunks(const std::string& copy, const std::string& file, const std::vector<Item>& items,
+                                    const std::vector<PieceCover>& covers, const std::vector<const DatasetInfo*>& info,
+                                    const std::vector<std::int64_t>& chunk_elems, const CheckpointMeta& meta,
+                                    const std::vector<BadChunk>& bad, std::vector<HostFlat>& bufs, MPI_Comm comm,
+                                    std::string& why) {
+  const int me = comm_rank(comm);
+  std::string cfile;
+  try {
+    cfile = resolve_file(copy, comm);
+    h5::Id fapl = file_access(comm);
+    h5::Id f;
+    phase(comm, [&] { f = open_file(cfile, fapl); });
+    phase(comm, [&] {
+      damaged_if_h5_fails(cfile, [&] {
+        h5::Id root = h5::group(H5Gopen2(f, "/", H5P_DEFAULT), "opening /");
+        const CheckpointMeta cm = read_meta(root, cfile);
+        verify_merkle(list_datasets(f), cm, cfile);
+        // Equal chunk Merkle roots: every chunk checksum is the same, so the
+        // copy holds the same values (where it is intact).
+        EXA_REQUIRE(cm.step == meta.step && cm.chunk_elements == meta.chunk_elements &&
+                        cm.chunk_merkle_root == meta.chunk_merkle_root,
+                    "{} is not a copy of {} (step {}, chunk Merkle root {}; the damaged file has step {}, {})",
+                    cfile, file, cm.step, kernels::checksum_hex(cm.chunk_merkle_root), meta.step,
+                    kernels::checksum_hex(meta.chunk_merkle_root));
+      });
+    });
+    std::vector<BadChunk> left;
+    h5::Id dxpl = collective_transfer();
+    for (std::size_t b = 0; b < bad.size();) {
+      const std::size_t i = bad[b].item;
+      const Item& it = items[i];
+      const std::int64_t numel = model::whole_box(it.shape).numel();
+      std::vector<std::uint64_t> sums(static_cast<std::size_t>(chunk_count(numel, chunk_elems[i])), 0);
+      HostFlat got;
+      phase(comm, [&] {
+        damaged_if_h5_fails(cfile, [&] { got = read_item(f, cfile, it, covers[i], me, dxpl, chunk_elems[i], sums); });
+      });
+      const std::vector<std::uint64_t> total = allreduce_sum(sums, comm);
+      const auto map = model::box_index(it.shard, it.shape);
+      for (; b < bad.size() && bad[b].item == i; ++b) {
+        const std::int64_t k = bad[b].chunk;
+        if (total[static_cast<std::size_t>(k)] != stored_chunk(*info[i], k)) {
+          left.push_back(bad[b]);
+          continue;
+        }
+        const FlatRange r = chunk_range(k, numel, chunk_elems[i]);
+        for (std::int64_t j = 0; j < it.shard.count; ++j) {
+          const auto g = static_cast<std::int64_t>(map(static_cast<std::uint64_t>(it.shard.offset + j)));
+          if (g >= r.begin && g < r.end) bufs[i](static_cast<std::size_t>(j)) = got(static_cast<std::size_t>(j));
+        }
+        if (me == 0)
+          log::warn("checkpoint: {}{} of {} failed verification; repaired from the copy {}", it.path(),
+                    chunk_str(meta, k, r), file, cfile);
+      }
+    }
+    return left;
+  } catch (const Error& e) {  // on every rank alike (phase)
+    why = e.what();
+    return bad;
+  }
+}
+
+// load_checkpoint of one file, its damaged chunks repaired from `copies`.
+CheckpointMeta load_from(const std::string& path, const std::vector<CheckpointTensor>& tensors,
+                         const OptimizerState* optim, MPI_Comm comm, const std::vector<std::string>& copies) {
   h5::QuietErrors quiet;
   const int me = comm_rank(comm);
   phase(comm, [&] { validate(tensors, optim); });
@@ -941,56 +1047,47 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
   phase(comm, [&] {
     damaged_if_h5_fails(file, [&] {
       h5::Id dxpl = collective_transfer();
-      float dummy = 0;
       for (std::size_t i = 0; i < items.size(); ++i) {
-        const Item& it = items[i];
-        h5::Id d = h5::dataset(H5Dopen2(f, it.path().c_str(), H5P_DEFAULT), "opening " + it.path());
-        h5::Id fspace = h5::space(H5Dget_space(d), "H5Dget_space");
-        const FlatRange mine{it.shard.offset, it.shard.offset + it.shard.count};
-        bufs[i] = HostFlat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::read"),
-                           static_cast<std::size_t>(it.shard.count));
-        std::vector<FlatRange> sel;
-        if (mine.size() > 0) sel.push_back(mine);
-        select_ranges(fspace, it.shard.box, sel);
-        h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.offset));
-        h5::check(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? bufs[i].data() : &dummy),
-                  fmt::format("reading dataset {} of {}", it.path(), file));
         std::vector<std::uint64_t> sums(at[i + 1] - at[i], 0);
-        add_chunk_partials(bufs[i], it.shard.offset, model::box_index(it.shard, it.shape), covers[i].owned(me),
-                           chunk_elems[i], sums);
-        // Elements nobody loads still count: rank 0 reads them for the
-        // checksum, one collective read per gap (the same list on every rank).
-        for (const auto& gap : covers[i].gaps()) {
-          add_gap_partials(d, fspace, it.shape, gap.box, me == 0 ? gap.ranges : std::vector<FlatRange>{}, dxpl,
-                           chunk_elems[i], sums);
-        }
+        bufs[i] = read_item(f, file, items[i], covers[i], me, dxpl, chunk_elems[i], sums);
         std::copy(sums.begin(), sums.end(), partial.begin() + static_cast<std::ptrdiff_t>(at[i]));
       }
     });
   });
   const std::vector<std::uint64_t> total = allreduce_sum(partial, comm);
-  phase(comm, [&] {
-    std::vector<std::string> bad;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      const std::int64_t numel = model::whole_box(items[i].shape).numel();
-      for (std::int64_t k = 0; k < static_cast<std::int64_t>(at[i + 1] - at[i]); ++k) {
-        const std::uint64_t got = total[at[i] + static_cast<std::size_t>(k)], want = stored_chunk(*info[i], k);
-        if (got == want) continue;
-        bad.push_back(fmt::format("{}{} reads back with checksum {} but was written with {}", items[i].path(),
-                                  chunk_str(meta, k, chunk_range(k, numel, chunk_elems[i])),
-                                  kernels::checksum_hex(got), kernels::checksum_hex(want)));
-      }
+  std::vector<BadChunk> bad;  // the same list on every rank: `total` is
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    for (std::int64_t k = 0; k < static_cast<std::int64_t>(at[i + 1] - at[i]); ++k)
+      if (total[at[i] + static_cast<std::size_t>(k)] != stored_chunk(*info[i], k)) bad.push_back({i, k});
+  }
+  std::vector<std::string> unusable;  // copies that could not be read at all, and why
+  for (const auto& copy : copies) {
+    if (bad.empty()) break;
+    std::string why;
+    bad = repair_chunks(copy, file, items, covers, info, chunk_elems, meta, bad, bufs, comm, why);
+    if (!why.empty()) unusable.push_back(why);
+  }
+  if (!bad.empty()) {
+    std::vector<std::string> what;
+    for (const auto& b : bad) {
+      const std::int64_t numel = model::whole_box(items[b.item].shape).numel();
+      what.push_back(fmt::format("{}{} reads back with checksum {} but was written with {}", items[b.item].path(),
+                                 chunk_str(meta, b.chunk, chunk_range(b.chunk, numel, chunk_elems[b.item])),
+                                 kernels::checksum_hex(total[at[b.item] + static_cast<std::size_t>(b.chunk)]),
+                                 kernels::checksum_hex(stored_chunk(*info[b.item], b.chunk))));
     }
-    if (!bad.empty()) {
-      constexpr std::size_t kShown = 8;
-      const std::size_t n = bad.size();
-      if (n > kShown) bad.resize(kShown);
-      throw Error(fmt::format("checkpoint file {} is corrupt: {}{}{}; nothing was loaded. {}", file,
-                              n == 1 ? "dataset " : fmt::format("{} chunks changed: ", n), fmt::join(bad, ", "),
-                              n > kShown ? ", ..." : "",
-                              fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string())));
-    }
-  });
+    constexpr std::size_t kShown = 8;
+    const std::size_t n = what.size();
+    if (n > kShown) what.resize(kShown);
+    const std::string copies_said =
+        copies.empty() ? std::string()
+                       : fmt::format(" (no copy holds {} intact{}{})", n == 1 ? "it" : "them", unusable.empty() ? "" : ": ",
+                                     fmt::join(unusable, "; "));
+    throw Error(fmt::format("checkpoint file {} is corrupt: {}{}{}{}; nothing was loaded. {}", file,
+                            n == 1 ? "dataset " : fmt::format("{} chunks changed: ", n), fmt::join(what, ", "),
+                            n > kShown ? ", ..." : "", copies_said,
+                            fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string())));
+  }
   f.reset();
 
   for (std::size_t i = 0; i < n_tensor_items; ++i) Kokkos::deep_copy(items[i].view, bufs[i]);
@@ -1003,9 +1100,35 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
   return meta;
 }
 
+}  // namespace
+
+CheckpointMeta load_checkpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors,
+                               const OptimizerState* optim, MPI_Comm comm, const LoadOptions& options) {
+  if (options.copies.empty()) return load_from(path, tensors, optim, comm, {});
+  try {
+    return load_from(path, tensors, optim, comm, options.copies);
+  } catch (const Error& e) {
+    // Not repairable chunk by chunk (its metadata is damaged, or a chunk is
+    // damaged in every copy): a copy whole, if one loads (nothing reached
+    // the tensors yet; every rank is here alike).
+    std::string why = e.what();
+    for (std::size_t c = 0; c < options.copies.size(); ++c) {
+      if (comm_rank(comm) == 0) log::warn("checkpoint: {}; loading the copy {} instead", e.what(), options.copies[c]);
+      std::vector<std::string> others = options.copies;
+      others.erase(others.begin() + static_cast<std::ptrdiff_t>(c));
+      try {
+        return load_from(options.copies[c], tensors, optim, comm, others);
+      } catch (const Error& e2) {
+        why += fmt::format("; and its copy {} did not load either: {}", options.copies[c], e2.what());
+      }
+    }
+    throw Error(why);
+  }
+}
+
 CheckpointMeta load_checkpoint(const std::string& path, model::ParameterStore& params, const OptimizerState* optim,
-                               MPI_Comm comm) {
-  return load_checkpoint(path, checkpoint_tensors(params), optim, comm);
+                               MPI_Comm comm, const LoadOptions& options) {
+  return load_checkpoint(path, checkpoint_tensors(params), optim, comm, options);
 }
 
 CheckpointInfo inspect_checkpoint(const std::string& path) {

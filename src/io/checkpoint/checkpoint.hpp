@@ -162,10 +162,24 @@ std::vector<std::pair<std::uint64_t, std::string>> list_checkpoints(const std::s
 // file's /model holds exactly these tensors with these global shapes, and
 // every checksum (data read back against each dataset's attribute, and the
 // Merkle root). `optim` null loads /model only (eval, generate).
+//
+// Repair (docs/checkpoint-format.md "Repair"): `options.copies` names other
+// copies of the same checkpoint (step directories, e.g. another storage
+// tier's). A chunk that fails verification is read from the first copy that
+// holds the same checkpoint (equal step and chunk Merkle root) and whose
+// chunk verifies against the checksum the damaged file stored; rank 0 logs
+// the dataset, the chunk and the copy. A file that cannot be repaired chunk
+// by chunk (damaged metadata, a chunk damaged in every copy) is replaced by
+// the first copy that loads, with a log line. What no copy repairs throws
+// the error naming the file and the dataset; nothing is loaded and no file
+// is written.
+struct LoadOptions {
+  std::vector<std::string> copies;
+};
 CheckpointMeta load_checkpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors,
-                               const OptimizerState* optim, MPI_Comm comm);
+                               const OptimizerState* optim, MPI_Comm comm, const LoadOptions& options = {});
 CheckpointMeta load_checkpoint(const std::string& path, model::ParameterStore& params, const OptimizerState* optim,
-                               MPI_Comm comm);
+                               MPI_Comm comm, const LoadOptions& options = {});
 
 // ---- inspect ----------------------------------------------------------------
 

@@ -207,6 +207,31 @@ std::string older_checkpoints_hint(const std::string& step_dir) {
   return fmt::format("restart from an older checkpoint of the same run instead ({})", fmt::join(others, ", "));
 }
 
+void require_room(const std::string& dir, std::uint64_t bytes) {
+  const std::string probe = (fs::path(dir) / ".room-probe").string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) throw Error(fmt::format("cannot create a file in {}: {}", dir, std::strerror(errno)));
+  const int rc = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes));
+  const int err = rc == 0 ? 0 : errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  // File systems without fallocate are not probed: the write itself tells.
+  if (rc != 0 && err != EOPNOTSUPP && err != ENOSYS && err != EINVAL)
+    throw Error(fmt::format("{} has no room for the checkpoint's {:.1f} MiB ({})", dir, double(bytes) / 1048576.0,
+                            std::strerror(err)));
+}
+
+std::string save_failure_hint(const std::string& ckpt_dir) {
+  std::error_code ec;
+  const auto sp = fs::space(ckpt_dir, ec);
+  const std::string free_there =
+      ec ? std::string() : fmt::format(" ({:.1f} MiB free there now)", double(sp.available) / 1048576.0);
+  return fmt::format(
+      "If the file system of {} is full{} or a quota or a file-size limit (ulimit -f) applies, free space there "
+      "or set checkpoint.dir to a file system with room, then resume with checkpoint.resume = true",
+      ckpt_dir, free_there);
+}
+
 }  // namespace fs_detail
 
 std::vector<std::pair<std::uint64_t, std::string>> list_checkpoints(const std::string& ckpt_dir) {

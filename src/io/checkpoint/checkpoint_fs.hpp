@@ -42,4 +42,15 @@ std::string describe_contents(const std::string& dir);
 // "restart from an older checkpoint" advice).
 std::string older_checkpoints_hint(const std::string& step_dir);
 
+// exa::Error naming `dir` and the cause (ENOSPC, EDQUOT, EFBIG: a full
+// disk, a quota, a file-size limit) unless a file of `bytes` can be
+// allocated there (fallocate; file systems without it pass). A save checks
+// this before HDF5 writes anything: HDF5 1.10 cannot close a file whose
+// writes failed and crashes at exit instead.
+void require_room(const std::string& dir, std::uint64_t bytes);
+
+// The advice of a failed save: what to check (free space, quota, file-size
+// limit) and what to do about it.
+std::string save_failure_hint(const std::string& ckpt_dir);
+
 }  // namespace exa::io::fs_detail
