@@ -56,8 +56,11 @@ Pipeline::~Pipeline() {
   if (embed_ != MPI_COMM_NULL) MPI_Comm_free(&embed_);
 }
 
-void Pipeline::post_receives(int n_micro) {
-  const std::int64_t N = shape_.N(), d = cfg_.d_model;
+void Pipeline::post_receives(const Model& m, int n_micro) {
+  // Each tensor-parallel rank sends its copy of the residual stream to the
+  // same TP rank of the next stage: whole, or its 1/tp of the rows under
+  // sequence parallelism (context parallelism: of its T/cp zigzag rows).
+  const std::int64_t N = m.plan().stream_rows(shape_.N()), d = cfg_.d_model;
   auto grow = [&](std::vector<Model::V2>& v, const char* label) {
     while (std::int64_t(v.size()) < n_micro) v.emplace_back(std::string("exa::pipeline::") + label, N, d);
   };
@@ -88,7 +91,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
   check_schedule(ops, n_micro, schedule_->name());
   PipelineStats st;
   const double t0 = wall_seconds();
-  post_receives(n_micro);
+  post_receives(s.model, n_micro);
   for (int j = 0; j < n_micro; ++j)
     if (!last()) grad_recv_[std::size_t(j)] = p2p_->irecv(flat(grad_in_[std::size_t(j)]), stage_ + 1, 2 * j + 1);
   std::vector<Ctx*> alive(std::size_t(n_micro), nullptr);
@@ -144,7 +147,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
 }
 
 void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void(int j, const Ctx& c)>& done) {
-  post_receives(n_micro);
+  post_receives(s.model, n_micro);
   double waited = 0;
   for (int j = 0; j < n_micro; ++j) {
     const auto k = std::size_t(j);
