@@ -37,6 +37,7 @@ Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg,
       stage_(grid.coords().pp),
       stages_(grid.sizes().pp),
       pp_(grid.comm(comm::Group::Pp)),
+      tp_(grid.comm(comm::Group::Tp)),
       p2p_(comm::make_mpi_communicator(pp_)),
       schedule_(make_schedule(opt_.schedule, stage_, stages_)),
       deferred_(std::move(weights)) {
@@ -179,8 +180,9 @@ double Pipeline::max(double x) const {
 void Pipeline::sum_tied_grads(const model::ParameterStore& store) const {
   if (embed_ == MPI_COMM_NULL) return;
   const std::size_t i = store.index("embed.weight");
-  EXA_REQUIRE(store.shard(i).count == store.spec(i).numel(),
-              "pipeline: the tied embedding's gradient must be whole on the first and last stages (parallel.zero = 0)");
+  EXA_REQUIRE(store.shard(i).count == store.shard(i).box.numel(),
+              "pipeline: the tied embedding's gradient must be this rank's whole part (its vocabulary rows) on the "
+              "first and last stages (parallel.zero = 0)");
   auto comm = comm::make_mpi_communicator(embed_);
   comm->iallreduce(store.grad(i)).wait();
 }
@@ -189,7 +191,13 @@ Reduction Pipeline::norm_reduction(Reduction within, const model::ParameterStore
   const bool twice = embed_ != MPI_COMM_NULL && last();  // the tied embedding's second copy
   return [this, within = std::move(within), &store, twice](double x) {
     if (within) x = within(x);
-    if (twice) x -= kernels::global_sq_norm(store.grad("embed.weight"));
+    if (twice) {
+      // `within` summed the vocabulary-parallel parts over the Tp group, so
+      // the copy to take out is the sum of theirs too.
+      double copy = kernels::global_sq_norm(store.grad("embed.weight"));
+      MPI_Allreduce(MPI_IN_PLACE, &copy, 1, MPI_DOUBLE, MPI_SUM, tp_);
+      x -= copy;
+    }
     sum(&x, 1);
     return x;
   };

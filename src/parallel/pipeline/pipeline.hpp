@@ -114,8 +114,9 @@ class Pipeline {
   void sum(double* x, int n) const;
   double max(double x) const;
   // Tied embeddings: embed.weight's gradient in `store` summed over the
-  // first and last stages, which both hold it whole (zero 0). A no-op
-  // elsewhere and when untied.
+  // first and last stages, which both hold it whole (zero 0; under tensor
+  // parallelism the same vocabulary rows, the pair sharing a tp
+  // coordinate). A no-op elsewhere and when untied.
   void sum_tied_grads(const model::ParameterStore& store) const;
   // The gradient norm's reduction over the whole model: `within` (the
   // stage's data-parallel reduction, empty: none) then the sum over the
@@ -133,6 +134,7 @@ class Pipeline {
   model::MicroBatchShape shape_;
   int stage_ = 0, stages_ = 1;
   MPI_Comm pp_ = MPI_COMM_NULL;      // the grid's Pp group (not owned)
+  MPI_Comm tp_ = MPI_COMM_NULL;      // the grid's Tp group (not owned): this stage's tensor-parallel ranks
   MPI_Comm embed_ = MPI_COMM_NULL;   // first and last stage, tied embeddings (owned)
   std::unique_ptr<comm::Communicator> p2p_;
   std::unique_ptr<Schedule> schedule_;
