@@ -37,10 +37,6 @@ std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& 
   auto plan = stage_plan(cfg, grid, po.layers_per_stage);
   plan.sequence_parallel = tc.sequence_parallel && plan.tp > 1;
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
-  if (po.deferred_weights) {
-    for (auto* l : {&seams.column, &seams.row, &seams.replicated})
-      *l = std::make_shared<const pipeline::DeferredLinear>(*l, po.deferred_weights);
-  }
   if (!plan.all_experts(cfg)) {
     const MPI_Comm ep = grid.comm(comm::Group::Ep);
     std::shared_ptr<comm::Communicator> counts = comm::make_mpi_communicator(ep);
@@ -55,6 +51,13 @@ std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& 
   }
   if (plan.tp > 1) use_tensor_parallel_seams(seams, plan, grid, ec.backend, tc.overlap);
   context::use_context_parallel(seams, grid, co, opt.attention_tiles);
+  // After the tensor-parallel seams, so that their column/row linears are
+  // the ones deferred (their weight gradients need no TP collective without
+  // sequence parallelism; supported_layout.cpp refuses zb with it).
+  if (po.deferred_weights) {
+    for (auto* l : {&seams.column, &seams.row, &seams.replicated})
+      *l = std::make_shared<const pipeline::DeferredLinear>(*l, po.deferred_weights);
+  }
   return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }
 

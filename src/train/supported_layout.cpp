@@ -33,6 +33,16 @@ void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
               "gradient before the deferred weight gradients are done; use parallel.zero = 0 or 1, or "
               "pipeline.schedule = \"1f1b\"",
               cfg.locate({"pipeline.schedule", "parallel.zero"}), cfg.get_int("parallel.zero"));
+  // zb runs deferred weight gradients whenever a stage would wait, at times
+  // each rank picks alone; under sequence parallelism those products gather
+  // their rows over the TP group, a collective every TP rank must enter alike.
+  EXA_REQUIRE(cfg.get_int("parallel.pp") == 1 || cfg.get_string("pipeline.schedule") != "zb" ||
+                  cfg.get_int("parallel.tp") == 1 || !cfg.get_bool("parallel.sequence_parallel"),
+              "{} pipeline.schedule = \"zb\" with parallel.tp = {} and parallel.sequence_parallel = true is not "
+              "available: the deferred weight gradients would gather the sequence-parallel rows over the TP group "
+              "at times each rank picks alone; set parallel.sequence_parallel = false or pipeline.schedule = "
+              "\"1f1b\"",
+              cfg.locate({"pipeline.schedule", "parallel.sequence_parallel"}), cfg.get_int("parallel.tp"));
   EXA_REQUIRE(cfg.get_string("comm.compression") == "none",
               "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
               cfg.locate({"comm.compression"}), cfg.get_string("comm.compression"));
