@@ -10,11 +10,13 @@ namespace exa::parallel {
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                             const std::vector<std::int64_t>& layers_per_stage) {
   const auto& s = grid.sizes();
-  // Each dimension works alone and with dp and ep; tp, cp and pp among
-  // themselves wait for a test that shows them composing.
-  EXA_REQUIRE((s.tp > 1) + (s.cp > 1) + (s.pp > 1) <= 1,
-              "build_model: parallel.tp = {}, cp = {} and pp = {}: tensor, context and pipeline parallelism do not "
-              "combine with each other yet (each works alone and with dp and ep); keep at most one of them above 1",
+  // Each dimension works alone and with dp and ep; among tp, cp and pp the
+  // pairs pp x tp and pp x cp have tests that show them composing, the rest
+  // wait for theirs.
+  const bool pp_pair = s.pp > 1 && (s.tp > 1) != (s.cp > 1);
+  EXA_REQUIRE((s.tp > 1) + (s.cp > 1) + (s.pp > 1) <= 1 || pp_pair,
+              "build_model: parallel.tp = {}, cp = {} and pp = {}: tensor, context and pipeline parallelism combine "
+              "only as pp x tp and pp x cp yet (each works alone and with dp and ep); keep tp or cp at 1",
               s.tp, s.cp, s.pp);
   auto plan = model::StagePlan::whole(cfg);
   if (s.pp > 1) {

@@ -7,14 +7,15 @@ namespace exa::train {
 
 void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
   // This build runs data, tensor, context, expert and pipeline parallelism;
-  // tensor, context and pipeline do not combine with each other yet. Say so
-  // before any work is done.
+  // of tensor, context and pipeline only pp x tp and pp x cp combine yet.
+  // Say so before any work is done.
   {
     const auto tp = cfg.get_int("parallel.tp"), cp = cfg.get_int("parallel.cp"), pp = cfg.get_int("parallel.pp");
-    EXA_REQUIRE((tp > 1) + (cp > 1) + (pp > 1) <= 1,
+    const bool pp_pair = pp > 1 && (tp > 1) != (cp > 1);  // pp x tp, pp x cp
+    EXA_REQUIRE((tp > 1) + (cp > 1) + (pp > 1) <= 1 || pp_pair,
                 "{} parallel.tp = {}, parallel.cp = {} and parallel.pp = {}: tensor, context and pipeline parallelism "
-                "do not combine with each other in this build yet (each works alone and with dp and ep); keep at "
-                "most one of them above 1",
+                "combine in this build only as pp x tp and pp x cp (each also works alone and with dp and ep); "
+                "keep tp or cp at 1",
                 cfg.locate({"parallel.tp", "parallel.cp", "parallel.pp"}), tp, cp, pp);
   }
   // The tied embedding's two copies (first and last stage) sum their

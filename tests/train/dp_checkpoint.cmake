@@ -17,7 +17,11 @@ function(layout_args spec np_out args_out)
   if(spec MATCHES "parallel\\.tp=([0-9]+)")  # tensor-parallel ranks share micro-batches
     set(tp ${CMAKE_MATCH_1})
   endif()
-  math(EXPR accum "4 * ${tp} / ${np}")
+  set(pp 1)
+  if(spec MATCHES "parallel\\.pp=([0-9]+)")  # so do the stages of a pipeline
+    set(pp ${CMAKE_MATCH_1})
+  endif()
+  math(EXPR accum "4 * ${tp} * ${pp} / ${np}")
   set(${np_out} ${np} PARENT_SCOPE)
   set(${args_out} --set parallel.zero=${zero} --set train.grad_accum=${accum} ${spec} PARENT_SCOPE)
 endfunction()
