@@ -275,9 +275,11 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
     EXA_REQUIRE(bad == 0, "StageModel: {} input tokens lie outside the vocabulary [0, {})", bad, cfg_.vocab_size);
     embedding_->forward(c.tokens, w.embed, c.layers.empty() ? c.out : c.layers[0].x);
   } else {
-    EXA_REQUIRE(std::int64_t(in.hidden.extent(0)) == N && std::int64_t(in.hidden.extent(1)) == cfg_.d_model,
+    // The residual stream's rows: this rank's 1/tp under sequence parallelism.
+    const std::int64_t Ns = plan_.stream_rows(N);
+    EXA_REQUIRE(std::int64_t(in.hidden.extent(0)) == Ns && std::int64_t(in.hidden.extent(1)) == cfg_.d_model,
                 "StageModel: stage [{}, {}) takes the previous stage's [{}, {}] output, got [{}, {}]",
-                plan_.layer_begin, plan_.layer_end, N, cfg_.d_model, in.hidden.extent(0), in.hidden.extent(1));
+                plan_.layer_begin, plan_.layer_end, Ns, cfg_.d_model, in.hidden.extent(0), in.hidden.extent(1));
     Kokkos::deep_copy(c.layers[0].x, in.hidden);
   }
   kernels::RouterLosses sum;
@@ -343,7 +345,7 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
   check_weights(g, "backward (gradients)");
   ensure_scratch(c.shape);
   auto& s = scratch_;
-  const std::int64_t N = c.shape.N();
+  const std::int64_t Ns = plan_.stream_rows(c.shape.N());  // the boundary tensors' rows
   if (final_norm_) {
     hooks_.before_backward(head_unit());
     {
@@ -353,9 +355,9 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
     }
     hooks_.after_backward(head_unit());
   } else {
-    EXA_REQUIRE(std::int64_t(d_out.extent(0)) == N && std::int64_t(d_out.extent(1)) == cfg_.d_model,
+    EXA_REQUIRE(std::int64_t(d_out.extent(0)) == Ns && std::int64_t(d_out.extent(1)) == cfg_.d_model,
                 "StageModel::backward: stage [{}, {}) needs d(loss)/d(output) [{}, {}], got [{}, {}]",
-                plan_.layer_begin, plan_.layer_end, N, cfg_.d_model, d_out.extent(0), d_out.extent(1));
+                plan_.layer_begin, plan_.layer_end, Ns, cfg_.d_model, d_out.extent(0), d_out.extent(1));
     Kokkos::deep_copy(s.dres, d_out);
   }
   for (std::size_t i = layers_.size(); i-- > 0;) {
@@ -373,9 +375,9 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
     }
     hooks_.after_backward(0);
   } else {
-    EXA_REQUIRE(std::int64_t(d_in.extent(0)) == N && std::int64_t(d_in.extent(1)) == cfg_.d_model,
+    EXA_REQUIRE(std::int64_t(d_in.extent(0)) == Ns && std::int64_t(d_in.extent(1)) == cfg_.d_model,
                 "StageModel::backward: stage [{}, {}) returns d(loss)/d(input) [{}, {}] but d_in is [{}, {}]",
-                plan_.layer_begin, plan_.layer_end, N, cfg_.d_model, d_in.extent(0), d_in.extent(1));
+                plan_.layer_begin, plan_.layer_end, Ns, cfg_.d_model, d_in.extent(0), d_in.extent(1));
     Kokkos::deep_copy(d_in, s.dres);
   }
   c.live = false;

@@ -7,15 +7,14 @@ namespace exa::train {
 
 void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
   // This build runs data, tensor, context, expert and pipeline parallelism;
-  // tensor and context compose, pipeline does not combine with either yet.
+  // tensor, context and pipeline compose in pairs, not all three yet.
   // Say so before any work is done.
   {
     const auto tp = cfg.get_int("parallel.tp"), cp = cfg.get_int("parallel.cp"), pp = cfg.get_int("parallel.pp");
-    EXA_REQUIRE(pp == 1 || (tp == 1 && cp == 1),
-                "{} parallel.pp = {} with parallel.tp = {} and parallel.cp = {}: pipeline parallelism does not "
-                "combine with tensor or context parallelism in this build yet (it works with dp and ep, and tp "
-                "with cp); keep tp = cp = 1 when pp > 1",
-                cfg.locate({"parallel.tp", "parallel.cp", "parallel.pp"}), pp, tp, cp);
+    EXA_REQUIRE((tp > 1) + (cp > 1) + (pp > 1) <= 2,
+                "{} parallel.tp = {}, parallel.cp = {} and parallel.pp = {}: tensor, context and pipeline parallelism "
+                "combine in pairs (tp x cp, pp x tp, pp x cp) in this build, not all three; keep one of them at 1",
+                cfg.locate({"parallel.tp", "parallel.cp", "parallel.pp"}), tp, cp, pp);
   }
   // The tied embedding's two copies (first and last stage) sum their
   // gradients whole; ZeRO would shard them differently on the two stages.
@@ -33,6 +32,16 @@ void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
               "gradient before the deferred weight gradients are done; use parallel.zero = 0 or 1, or "
               "pipeline.schedule = \"1f1b\"",
               cfg.locate({"pipeline.schedule", "parallel.zero"}), cfg.get_int("parallel.zero"));
+  // zb runs deferred weight gradients whenever a stage would wait, at times
+  // each rank picks alone; under sequence parallelism those products gather
+  // their rows over the TP group, a collective every TP rank must enter alike.
+  EXA_REQUIRE(cfg.get_int("parallel.pp") == 1 || cfg.get_string("pipeline.schedule") != "zb" ||
+                  cfg.get_int("parallel.tp") == 1 || !cfg.get_bool("parallel.sequence_parallel"),
+              "{} pipeline.schedule = \"zb\" with parallel.tp = {} and parallel.sequence_parallel = true is not "
+              "available: the deferred weight gradients would gather the sequence-parallel rows over the TP group "
+              "at times each rank picks alone; set parallel.sequence_parallel = false or pipeline.schedule = "
+              "\"1f1b\"",
+              cfg.locate({"pipeline.schedule", "parallel.sequence_parallel"}), cfg.get_int("parallel.tp"));
   EXA_REQUIRE(cfg.get_string("comm.compression") == "none",
               "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
               cfg.locate({"comm.compression"}), cfg.get_string("comm.compression"));

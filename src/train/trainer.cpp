@@ -78,10 +78,10 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   model_->add_hooks(&dp_);
   balance_.attach(*model_);
   if (grid_.sizes().pp > 1) {
-    pipe_ = std::make_unique<parallel::pipeline::Pipeline>(grid_, mcfg_,
-                                                           parallel::pipeline::PipelineOptions::from_deck(cfg),
-                                                           model::MicroBatchShape{micro_batch_, mcfg_.seq_len},
-                                                           deferred_weights_);
+    // A stage's micro-batch: its zigzag rows of each sequence under cp.
+    const model::MicroBatchShape shape{micro_batch_, mcfg_.seq_len / grid_.sizes().cp};
+    pipe_ = std::make_unique<parallel::pipeline::Pipeline>(
+        grid_, mcfg_, parallel::pipeline::PipelineOptions::from_deck(cfg), shape, deferred_weights_);
     const auto& p = model_->plan();
     log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step; stage 0 holds layers [{}, {})",
               pipe_->stages(), pipe_->schedule().name(), grad_accum_, p.layer_begin, p.layer_end);

@@ -21,7 +21,11 @@ function(layout_args spec np_out args_out)
   if(spec MATCHES "parallel\\.cp=([0-9]+)")  # and so do context-parallel ones
     set(cp ${CMAKE_MATCH_1})
   endif()
-  math(EXPR accum "4 * ${tp} * ${cp} / ${np}")
+  set(pp 1)
+  if(spec MATCHES "parallel\\.pp=([0-9]+)")  # so do the stages of a pipeline
+    set(pp ${CMAKE_MATCH_1})
+  endif()
+  math(EXPR accum "4 * ${tp} * ${cp} * ${pp} / ${np}")
   set(${np_out} ${np} PARENT_SCOPE)
   set(${args_out} --set parallel.zero=${zero} --set train.grad_accum=${accum} ${spec} PARENT_SCOPE)
 endfunction()

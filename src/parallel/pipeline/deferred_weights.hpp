@@ -3,8 +3,9 @@
 // "Pipeline parallelism"; ZB-H1 of Qi et al., 2023): B, the input
 // gradient, stays on the critical path; W, the weight gradient, waits.
 //
-// DeferredLinear wraps a stage's Linear seams. While its queue is deferring
-// (the pipeline opens it around a micro-batch's backward), backward_weight
+// DeferredLinear wraps a stage's Linear seams (the column/row-parallel
+// ones under tensor parallelism). While its queue is deferring (the
+// pipeline opens it around a micro-batch's backward), backward_weight
 // records its product instead of running it: the input x and output
 // gradient dy are copied (dy lives in scratch the next layer overwrites; a
 // micro-batch's projections of one input share one copy) next to the
@@ -70,6 +71,13 @@ class DeferredLinear final : public model::Linear<float, Device> {
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
     if (queue_->deferring()) queue_->push(*inner_, x, dy, dw, accumulate);
     else inner_->backward_weight(x, dy, dw, accumulate);
+  }
+  // Undeferred, the inner seam's own backward (a tensor-parallel column
+  // linear overlaps its weight gradient with the input gradient's reduction).
+  void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
+                bool accumulate_dx = false) const override {
+    if (queue_->deferring()) Linear::backward(x, w, dy, dx, dw, accumulate_dx);
+    else inner_->backward(x, w, dy, dx, dw, accumulate_dx);
   }
 
  private:

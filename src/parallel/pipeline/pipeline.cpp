@@ -37,6 +37,7 @@ Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg,
       stage_(grid.coords().pp),
       stages_(grid.sizes().pp),
       pp_(grid.comm(comm::Group::Pp)),
+      tp_(grid.comm(comm::Group::Tp)),
       p2p_(comm::make_mpi_communicator(pp_)),
       schedule_(make_schedule(opt_.schedule, stage_, stages_)),
       deferred_(std::move(weights)) {
@@ -56,8 +57,11 @@ Pipeline::~Pipeline() {
   if (embed_ != MPI_COMM_NULL) MPI_Comm_free(&embed_);
 }
 
-void Pipeline::post_receives(int n_micro) {
-  const std::int64_t N = shape_.N(), d = cfg_.d_model;
+void Pipeline::post_receives(const Model& m, int n_micro) {
+  // Each tensor-parallel rank sends its copy of the residual stream to the
+  // same TP rank of the next stage: whole, or its 1/tp of the rows under
+  // sequence parallelism (context parallelism: of its T/cp zigzag rows).
+  const std::int64_t N = m.plan().stream_rows(shape_.N()), d = cfg_.d_model;
   auto grow = [&](std::vector<Model::V2>& v, const char* label) {
     while (std::int64_t(v.size()) < n_micro) v.emplace_back(std::string("exa::pipeline::") + label, N, d);
   };
@@ -88,7 +92,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
   check_schedule(ops, n_micro, schedule_->name());
   PipelineStats st;
   const double t0 = wall_seconds();
-  post_receives(n_micro);
+  post_receives(s.model, n_micro);
   for (int j = 0; j < n_micro; ++j)
     if (!last()) grad_recv_[std::size_t(j)] = p2p_->irecv(flat(grad_in_[std::size_t(j)]), stage_ + 1, 2 * j + 1);
   std::vector<Ctx*> alive(std::size_t(n_micro), nullptr);
@@ -144,7 +148,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
 }
 
 void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void(int j, const Ctx& c)>& done) {
-  post_receives(n_micro);
+  post_receives(s.model, n_micro);
   double waited = 0;
   for (int j = 0; j < n_micro; ++j) {
     const auto k = std::size_t(j);
@@ -176,8 +180,9 @@ double Pipeline::max(double x) const {
 void Pipeline::sum_tied_grads(const model::ParameterStore& store) const {
   if (embed_ == MPI_COMM_NULL) return;
   const std::size_t i = store.index("embed.weight");
-  EXA_REQUIRE(store.shard(i).count == store.spec(i).numel(),
-              "pipeline: the tied embedding's gradient must be whole on the first and last stages (parallel.zero = 0)");
+  EXA_REQUIRE(store.shard(i).count == store.shard(i).box.numel(),
+              "pipeline: the tied embedding's gradient must be this rank's whole part (its vocabulary rows) on the "
+              "first and last stages (parallel.zero = 0)");
   auto comm = comm::make_mpi_communicator(embed_);
   comm->iallreduce(store.grad(i)).wait();
 }
@@ -186,7 +191,13 @@ Reduction Pipeline::norm_reduction(Reduction within, const model::ParameterStore
   const bool twice = embed_ != MPI_COMM_NULL && last();  // the tied embedding's second copy
   return [this, within = std::move(within), &store, twice](double x) {
     if (within) x = within(x);
-    if (twice) x -= kernels::global_sq_norm(store.grad("embed.weight"));
+    if (twice) {
+      // `within` summed the vocabulary-parallel parts over the Tp group, so
+      // the copy to take out is the sum of theirs too.
+      double copy = kernels::global_sq_norm(store.grad("embed.weight"));
+      MPI_Allreduce(MPI_IN_PLACE, &copy, 1, MPI_DOUBLE, MPI_SUM, tp_);
+      x -= copy;
+    }
     sum(&x, 1);
     return x;
   };

@@ -8,12 +8,18 @@
 //   forward j   stage s-1 --[N,d] activation--> stage s       (tag 2j)
 //   backward j  stage s   <--[N,d] its gradient-- stage s+1   (tag 2j+1)
 //
+// between the ranks of one Pp group: the same tp, cp and dp coordinates on
+// neighbouring stages. N is the rank's rows of a micro-batch: micro_batch
+// x seq_len / cp (its zigzag chunks), divided by tp under sequence
+// parallelism (its block of the residual stream); without it every TP rank
+// sends its own copy of the replicated [N,d].
+//
 // Every send and receive is nonblocking (comm::Communicator over MPI); the
 // step posts all its receives before the first operation, into buffers of
 // its own, so a transfer lands while the stage computes and the only waits
 // are for data a stage cannot go on without. Shapes are fixed by the deck
-// ([train.micro_batch * model.seq_len, d_model]), so there is no shape
-// handshake. The time spent in those waits is the stage's measured bubble.
+// (the rows above, d_model), so there is no shape handshake. The time
+// spent in those waits is the stage's measured bubble.
 //
 // Under the zero-bubble schedule the stage's Linear seams defer their
 // weight gradients into `weights` (deferred_weights.hpp): the step opens the
@@ -108,8 +114,9 @@ class Pipeline {
   void sum(double* x, int n) const;
   double max(double x) const;
   // Tied embeddings: embed.weight's gradient in `store` summed over the
-  // first and last stages, which both hold it whole (zero 0). A no-op
-  // elsewhere and when untied.
+  // first and last stages, which both hold it whole (zero 0; under tensor
+  // parallelism the same vocabulary rows, the pair sharing a tp
+  // coordinate). A no-op elsewhere and when untied.
   void sum_tied_grads(const model::ParameterStore& store) const;
   // The gradient norm's reduction over the whole model: `within` (the
   // stage's data-parallel reduction, empty: none) then the sum over the
@@ -119,7 +126,7 @@ class Pipeline {
   MPI_Comm pp_comm() const { return pp_; }
 
  private:
-  void post_receives(int n_micro);
+  void post_receives(const Model& m, int n_micro);
   void wait(comm::Request& r, double& waited);
 
   model::ModelConfig cfg_;
@@ -127,6 +134,7 @@ class Pipeline {
   model::MicroBatchShape shape_;
   int stage_ = 0, stages_ = 1;
   MPI_Comm pp_ = MPI_COMM_NULL;      // the grid's Pp group (not owned)
+  MPI_Comm tp_ = MPI_COMM_NULL;      // the grid's Tp group (not owned): this stage's tensor-parallel ranks
   MPI_Comm embed_ = MPI_COMM_NULL;   // first and last stage, tied embeddings (owned)
   std::unique_ptr<comm::Communicator> p2p_;
   std::unique_ptr<Schedule> schedule_;
