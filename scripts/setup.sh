@@ -21,6 +21,8 @@ case "$backend" in
   serial) build=${BUILD_DIR:-$root/build} ;;
   openmp)
     build=${BUILD_DIR:-$root/build-openmp}
+    # BLAS on OpenMP's own threads: one thread pool per rank (cmake/ExaMoEBlas.cmake).
+    "$root/scripts/deps-debian.sh" libopenblas-openmp-dev
     kokkos=$("$root/scripts/build-kokkos.sh" openmp)
     args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
            -DEXAMOE_TEST_BACKENDS=OpenMP) ;;
