@@ -8,7 +8,10 @@
 #                                    # (libraries, drivers, benchmarks; EXAMOE_CUDA_TESTS=ON adds the tests)
 #
 # Environment: JOBS (default 2), EXAMOE_CACHE (default ~/.cache/examoe),
-# BUILD_DIR (override the build directory), CMAKE_ARGS (extra cmake flags).
+# BUILD_DIR (override the build directory), CMAKE_ARGS (extra cmake flags),
+# EXAMOE_ARCH (CPU target of ExaMoE's own code, -march=; default native for
+# serial and openmp, empty for cuda, whose kernels run on the GPU; set it
+# empty for a binary that must run on other CPUs).
 set -euo pipefail
 backend=${1:-serial}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,11 +21,13 @@ export JOBS
 "$root/scripts/deps-debian.sh"
 args=(-DCMAKE_BUILD_TYPE=Release)
 case "$backend" in
-  serial) build=${BUILD_DIR:-$root/build} ;;
+  serial) build=${BUILD_DIR:-$root/build}
+    args+=(-DEXAMOE_ARCH="${EXAMOE_ARCH-native}") ;;
   openmp)
     build=${BUILD_DIR:-$root/build-openmp}
     # BLAS on OpenMP's own threads: one thread pool per rank (cmake/ExaMoEBlas.cmake).
     "$root/scripts/deps-debian.sh" libopenblas-openmp-dev
+    args+=(-DEXAMOE_ARCH="${EXAMOE_ARCH-native}")
     kokkos=$("$root/scripts/build-kokkos.sh" openmp)
     args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
            -DEXAMOE_TEST_BACKENDS=OpenMP) ;;
@@ -35,7 +40,7 @@ case "$backend" in
     export CUDA_ROOT=${CUDA_ROOT:-/usr} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr}
     export PATH=/usr/bin:$PATH; unset CUDA_HOME CUDA_PATH LIBRARY_PATH
     args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
-           -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11
+           -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11 -DEXAMOE_ARCH="${EXAMOE_ARCH-}"
            -DEXAMOE_ENABLE_TESTS=${EXAMOE_CUDA_TESTS:-OFF}) ;;
   *) echo "setup.sh: unknown backend '$backend' (want serial, openmp or cuda)" >&2; exit 2 ;;
 esac

@@ -61,6 +61,12 @@ class Examoe(CMakePackage, CudaPackage):
             self.define_from_variant("EXAMOE_ENABLE_TESTS", "tests"),
             self.define_from_variant("EXAMOE_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("EXAMOE_ENABLE_NCCL", "nccl"),
+            # Spack's compiler wrappers add the spec's target flags
+            # (target=...): no -march of ExaMoE's own on top.
+            self.define("EXAMOE_ARCH", ""),
+            # The BLAS is the one Spack built Kokkos Kernels against (for
+            # +openmp pick ^openblas threads=openmp), not the host's.
+            self.define("EXAMOE_OPENMP_BLAS", "OFF"),
         ]
         if spec.satisfies("+cuda"):
             # Kokkos' nvcc wrapper compiles every translation unit (3.x needs it).
