@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 
 namespace exa::kernels {
 
@@ -38,6 +39,20 @@ void swiglu_forward(const AV& a, const BV& b, const HV& h, const exec_of<HV>& ex
               "exa::swiglu_forward: shapes a {}x{}, b {}x{}, h {}x{} differ", n, f, b.extent(0), b.extent(1),
               h.extent(0), h.extent(1));
   if (n == 0 || f == 0) return;
+  if constexpr (detail::host_exec<Exec>) {
+    if (a.span_is_contiguous() && b.span_is_contiguous() && h.span_is_contiguous()) {
+      const auto* pa = a.data();
+      const auto* pb = b.data();
+      T* ph = h.data();
+      detail::for_host_chunks("exa::swiglu::forward", exec, n * f, [=](index_t i0, index_t i1) {
+        for (index_t i = i0; i < i1; ++i) {
+          const T av = pa[i];
+          ph[i] = av / (T(1) + kx::exp(-av)) * T(pb[i]);
+        }
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::swiglu::forward", detail::swiglu_policy<Exec>(exec, n, f),
       KOKKOS_LAMBDA(const index_t r, const index_t c) {
@@ -60,6 +75,27 @@ void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, con
                     db.extent(0) == a.extent(0) && db.extent(1) == a.extent(1);
   EXA_REQUIRE(same, "exa::swiglu_backward: a, b, dh, da, db must all be {}x{}", n, f);
   if (n == 0 || f == 0) return;
+  if constexpr (detail::host_exec<Exec>) {
+    if (a.span_is_contiguous() && b.span_is_contiguous() && dh.span_is_contiguous() && da.span_is_contiguous() &&
+        db.span_is_contiguous()) {
+      const auto* pa = a.data();
+      const auto* pb = b.data();
+      const auto* pg = dh.data();
+      T* pda = da.data();
+      T* pdb = db.data();
+      detail::for_host_chunks("exa::swiglu::backward", exec, n * f, [=](index_t i0, index_t i1) {
+        for (index_t i = i0; i < i1; ++i) {
+          const T av = pa[i];
+          const T bv = pb[i];
+          const T g = pg[i];
+          const T sig = T(1) / (T(1) + kx::exp(-av));
+          pda[i] = g * bv * sig * (T(1) + av * (T(1) - sig));
+          pdb[i] = g * (av * sig);
+        }
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::swiglu::backward", detail::swiglu_policy<Exec>(exec, n, f),
       KOKKOS_LAMBDA(const index_t r, const index_t c) {
