@@ -16,27 +16,8 @@
 # so all of it is exposed), per-rank memory of the experts, and the last
 # logged MoE load record when the run reports one. Prints one JSON line.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-deck=$root/input/bench.toml
-steps=6 warmup=2
-sets=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --set) sets+=(--set "$2"); shift 2 ;;
-    -*) echo "bench_ep.sh: unknown option $1" >&2; exit 2 ;;
-    *) deck=$1; shift ;;
-  esac
-done
-NP=${NP:-2}
-EXAMOE=${EXAMOE:-$root/build/bin/examoe}
-MPIEXEC=${MPIEXEC:-mpiexec}
-[ -x "$EXAMOE" ] || { echo "bench_ep.sh: $EXAMOE not built (scripts/setup.sh)" >&2; exit 1; }
-work=${WORK:-$(mktemp -d)}
-mkdir -p "$work"
-[ -n "${WORK:-}" ] || trap 'rm -rf "$work"' EXIT
-total=$((steps + warmup))
+bench_name=bench_ep.sh
+source "$(dirname "$0")/lib/bench_args.sh"
 for cfg in dp ep; do
   extra=(--set parallel.ep=1)
   [ "$cfg" = ep ] && extra=(--set parallel.ep="$NP")

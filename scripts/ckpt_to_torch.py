@@ -48,20 +48,26 @@ def _fmix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-def checksum(arr, chunk=1 << 22):
-    """sum_i fmix(fmix(bits_i ^ fmix(i + G)) ^ (i*K + G)) mod 2^64 over the
-    flat row-major index i of a float32 array (in chunks, to bound memory)."""
+def chunk_checksums(arr, chunk):
+    """The checksum of each run of `chunk` elements of the flat row-major
+    float32 array: sum_i fmix(fmix(bits_i ^ fmix(i + G)) ^ (i*K + G)) mod
+    2^64 over the global index i of the run's elements."""
     G = np.uint64(0x9E3779B97F4A7C15)
     K = np.uint64(0xD6E8FEB86659FD93)
     flat = np.ascontiguousarray(arr, dtype="<f4").reshape(-1)
-    total = np.uint64(0)
+    sums = []
     with np.errstate(over="ignore"):
         for begin in range(0, flat.size, chunk):
             bits = flat[begin:begin + chunk].view("<u4").astype(np.uint64)
             i = np.arange(begin, begin + bits.size, dtype=np.uint64)
             h = _fmix64(bits ^ _fmix64(i + G))
-            total += np.sum(_fmix64(h ^ (i * K + G)), dtype=np.uint64)
-    return int(total)
+            sums.append(int(np.sum(_fmix64(h ^ (i * K + G)), dtype=np.uint64)))
+    return sums
+
+
+def checksum(arr, chunk=1 << 22):
+    """The dataset checksum: the chunk checksums' sum mod 2^64 (any chunk size)."""
+    return sum(chunk_checksums(arr, chunk)) & ((1 << 64) - 1)
 
 
 # XXH64 (seed 0) in pure Python: it hashes only short byte strings here.
@@ -182,19 +188,35 @@ def verify(f, file):
         raise ValueError(f"{file}: format_version {at.get('format_version')}, this script reads {FORMAT_VERSION}")
     if int(at["meta_checksum"]) != meta_checksum(at):
         raise ValueError(f"{file}: the attributes on / do not match meta_checksum: the file is corrupt")
-    entries = []
+    chunk = int(at["chunk_elements"]) if "chunk_elements" in at else 0  # 0: written before chunk checksums
+    entries, chunk_entries = [], []
     for group in (MODEL, EXP_AVG, EXP_AVG_SQ, STATE):
         if group not in f:
             continue
         for name, ds in f[group].items():
-            c = checksum(ds[()])
+            path = f"/{group}/{name}"
+            sums = chunk_checksums(ds[()], chunk if chunk > 0 else 1 << 22)
+            c = sum(sums) & ((1 << 64) - 1)
             if c != int(ds.attrs["checksum"]):
-                raise ValueError(f"{file}: /{group}/{name} reads back with checksum {c:016x} but was written "
+                raise ValueError(f"{file}: {path} reads back with checksum {c:016x} but was written "
                                  f"with {int(ds.attrs['checksum']):016x}: the file is corrupt")
-            entries.append((f"/{group}/{name}", c))
+            entries.append((path, c))
+            if chunk > 0:
+                stored = [int(x) for x in np.atleast_1d(ds.attrs.get("chunk_checksums", np.zeros(0, np.uint64)))]
+                for k, (got, want) in enumerate(zip(sums, stored)):
+                    if got != want:
+                        raise ValueError(f"{file}: {path} chunk {k} reads back with checksum {got:016x} but was "
+                                         f"written with {want:016x}: the file is corrupt")
+                if len(stored) != len(sums):
+                    raise ValueError(f"{file}: {path} has {len(stored)} chunk checksums, not {len(sums)}")
+                chunk_entries.append((path, sums))
     if merkle_root(sorted(entries)) != int(at["merkle_root"]):
         raise ValueError(f"{file}: the Merkle root over the dataset checksums does not match: a dataset was "
                          "added, removed or altered")
+    if chunk > 0:
+        leaves = [(f"{p}#{k}", c) for p, sums in sorted(chunk_entries) for k, c in enumerate(sums)]
+        if merkle_root(leaves) != int(at["chunk_merkle_root"]):
+            raise ValueError(f"{file}: the Merkle root over the chunk checksums does not match")
 
 
 def read_arrays(path, optim=False, check=True):

@@ -6,8 +6,10 @@ namespace exa {
 
 MpiEnvironment::MpiEnvironment(int& argc, char**& argv) {
   int provided = 0;
-  // FUNNELED: only the main thread calls MPI; OpenMP threads never do.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // MULTIPLE where the library has it: an async checkpoint's writer thread
+  // calls MPI (on its own communicator) while the main thread trains
+  // (train/async_checkpoint.hpp checks `provided`). OpenMP threads never call MPI.
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   log::set_rank(rank_);

@@ -173,6 +173,7 @@ GridSizes grid_sizes_from_deck(const deck::Config& cfg) {
   s.dp = static_cast<int>(cfg.get_int("parallel.dp"));
   s.pp = static_cast<int>(cfg.get_int("parallel.pp"));
   s.ep = static_cast<int>(cfg.get_int("parallel.ep"));
+  s.etp = static_cast<int>(cfg.get_int("parallel.etp"));
   s.ranks_per_node = static_cast<int>(cfg.get_int("parallel.ranks_per_node"));
   return s;
 }

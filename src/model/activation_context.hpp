@@ -43,6 +43,12 @@ struct ExpertExchange {
   Kokkos::View<int*, Layout, D> expert_row;  // [R] expert-major row i came from source-major row expert_row[i]
   Kokkos::View<int*, Layout, D> source_row;  // [R] source-major row j is expert-major row source_row[j]
   index_t received = 0;                    // R
+  // Set by the MoE block before dispatching: its layer index, which the
+  // dispatcher needs to find the layer's expert placement.
+  std::int64_t layer = -1;
+  // [E] the physical slot of each expert when the placement is not the
+  // identity (re-placement), empty otherwise: plan.counts is then by slot.
+  std::vector<int> slot_of;
 };
 
 template <class T, class D = Device>
@@ -72,6 +78,11 @@ struct LayerContext {
   I2 topk;                  // [N,k]
   V2 gates;                 // [N,k]
   I1 counts;                // [E] routed (before dropping)
+  // moe.aux_scope = "sequence" (RoutingScope): the counts summed over the
+  // ranks sharing the sequences, and the factor on d(aux) that makes this
+  // rank's share of the aux gradient the single-rank one.
+  I1 scope_counts;          // [E]
+  double aux_grad_scale = 1;
   kernels::PermutePlan<D> plan;
   V2 xp, ea, eb, eh, yp;    // permuted rows (first plan.rows of N*k): [.,d], [.,F] x3, [.,d]
   // Expert parallelism: the rows other ranks sent to this rank's experts and

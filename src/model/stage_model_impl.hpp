@@ -72,27 +72,32 @@ StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seam
     EXA_REQUIRE(cfg_.top_k >= 1 && cfg_.top_k <= cfg_.n_experts,
                 "StageModel: top_k {} must be in [1, n_experts = {}]", cfg_.top_k, cfg_.n_experts);
   EXA_REQUIRE(seams_.column && seams_.row && seams_.replicated && seams_.attention &&
-                  (!any_moe || seams_.dispatcher) && (!plan_.has_head() || seams_.loss_head),
+                  (!any_moe || seams_.dispatcher) && (!plan_.has_head() || seams_.loss_head) &&
+                  (!plan_.has_embedding() || seams_.embedding),
               "StageModel: a seam implementation is missing (build the model through parallel::build_model)");
 
   const bool fence = opt_.fence_phases;
-  if (plan_.has_embedding()) embedding_.emplace(plan_.vocab_begin, plan_.vocab_end, cfg_.vocab_size);
+  if (plan_.has_embedding()) embedding_.emplace(plan_.vocab_begin, plan_.vocab_end, cfg_.vocab_size, seams_.embedding);
+  // Tensor parallelism splits the norms' weight gradients over the rows
+  // (sequence parallelism: each rank's norms see only their own rows).
+  const RowShare norm_rows = plan_.sequence_parallel ? RowShare{} : RowShare{plan_.tp_rank, plan_.tp};
   const AttentionShape ashape{plan_.heads, plan_.kv_heads, cfg_.head_dim()};
   const MoeShape mshape{cfg_.n_experts, cfg_.top_k, cfg_.n_shared_experts, plan_.d_expert, cfg_.capacity_factor,
                         kernels::RouterOptions{cfg_.norm_topk, cfg_.aux_coef, cfg_.z_coef}};
   for (std::int64_t l = plan_.layer_begin; l < plan_.layer_end; ++l) {
     auto attn = std::make_unique<AttentionBlock<T, D>>(l, ashape, cfg_.norm_eps, seams_.column, seams_.row,
-                                                       seams_.attention, fence);
+                                                       seams_.attention, fence, norm_rows);
     std::unique_ptr<DenseMlp<T, D>> mlp;
     std::unique_ptr<MoeBlock<T, D>> moe;
     if (cfg_.is_moe_layer(l))
       moe = std::make_unique<MoeBlock<T, D>>(l, mshape, cfg_.norm_eps, seams_.column, seams_.row, seams_.replicated,
-                                             seams_.dispatcher, fence);
+                                             seams_.dispatcher, fence, norm_rows, seams_.routing);
     else
-      mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence);
+      mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence,
+                                             norm_rows);
     layers_.emplace_back(l, std::move(attn), std::move(mlp), std::move(moe));
   }
-  if (plan_.has_head()) final_norm_.emplace("norm.weight", cfg_.norm_eps);
+  if (plan_.has_head()) final_norm_.emplace("norm.weight", cfg_.norm_eps, norm_rows);
 }
 
 template <class T, class D>
@@ -129,7 +134,7 @@ template <class T, class D>
 void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
   const std::int64_t N = shape.N(), B = shape.B, Tn = shape.T, d = cfg_.d_model, H = plan_.heads,
                      Hkv = plan_.kv_heads, hd = cfg_.head_dim(), E = cfg_.n_experts, K = cfg_.top_k,
-                     F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff,
+                     F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff, Fs = plan_.d_shared,
                      V = plan_.vocab_end - plan_.vocab_begin;
   using L = LayerContext<T, D>;
   auto v1 = [](const char* l, std::int64_t a) { return V1(std::string("exa::model::") + l, a); };
@@ -137,22 +142,23 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
   auto v3 = [](const char* l, std::int64_t a, std::int64_t b, std::int64_t e) {
     return typename L::V3(std::string("exa::model::") + l, a, b, e);
   };
+  const std::int64_t Ns = plan_.stream_rows(N);  // residual stream, norms (sequence parallelism: this rank's rows)
   c = Context{};
   c.shape = shape;
   c.layers.resize(layers_.size());
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     auto& lc = c.layers[i];
-    lc.x = v2("x", N, d);
-    lc.attn_rstd = v1("attn_rstd", N);
-    lc.attn_xn = v2("attn_xn", N, d);
+    lc.x = v2("x", Ns, d);
+    lc.attn_rstd = v1("attn_rstd", Ns);
+    lc.attn_xn = v2("attn_xn", Ns, d);
     lc.q = v2("q", N, H * hd);
     lc.k = v2("k", N, Hkv * hd);
     lc.v = v2("v", N, Hkv * hd);
     lc.attn_o = v2("attn_o", N, H * hd);
     lc.attn_lse = v3("attn_lse", B, H, Tn);
-    lc.x_mid = v2("x_mid", N, d);
-    lc.ffn_rstd = v1("ffn_rstd", N);
-    lc.ffn_xn = v2("ffn_xn", N, d);
+    lc.x_mid = v2("x_mid", Ns, d);
+    lc.ffn_rstd = v1("ffn_rstd", Ns);
+    lc.ffn_xn = v2("ffn_xn", Ns, d);
     if (layers_[i].is_moe()) {
       lc.router_logits = v2("router_logits", N, E);
       lc.probs = v2("router_probs", N, E);
@@ -166,9 +172,9 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
       lc.eh = v2("eh", N * K, F);
       lc.yp = v2("yp", N * K, d);
       if (S > 0) {
-        lc.sa = v3("sa", S, N, F);
-        lc.sb = v3("sb", S, N, F);
-        lc.sh = v3("sh", S, N, F);
+        lc.sa = v3("sa", S, N, Fs);
+        lc.sb = v3("sb", S, N, Fs);
+        lc.sh = v3("sh", S, N, Fs);
       }
     } else {
       lc.a = v2("a", N, Fd);
@@ -176,30 +182,34 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
       lc.h = v2("h", N, Fd);
     }
   }
-  c.out = v2("h_final", N, d);
+  c.out = v2("h_final", Ns, d);
   if (plan_.has_embedding()) c.tokens = typename Context::Ids("exa::model::tokens", N);
   if (plan_.has_head()) {
     c.targets = typename Context::Ids("exa::model::targets", N);
-    c.hf = v2("hf", N, d);
+    c.hf = v2("hf", Ns, d);
     c.logits = v2("logits", N, V);
-    c.rstd_f = v1("rstd_final", N);
+    c.rstd_f = v1("rstd_final", Ns);
     c.ce_lse = v1("ce_lse", N);
   }
 }
 
 template <class T, class D>
 void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
-  if (rope_.max_pos() < shape.T) rope_ = kernels::make_rope_table<T, D>(shape.T, cfg_.head_dim(), cfg_.rope_theta);
+  index_t positions = shape.T;  // context parallelism: the rows sit further into the sequence
+  for (const auto& ch : seams_.attention->token_chunks(shape.T)) positions = std::max(positions, ch.pos + ch.len);
+  if (rope_.max_pos() < positions)
+    rope_ = kernels::make_rope_table<T, D>(positions, cfg_.head_dim(), cfg_.rope_theta);
   if (shape == scratch_shape_) return;
   scratch_shape_ = shape;
   const std::int64_t N = shape.N(), d = cfg_.d_model, H = plan_.heads, Hkv = plan_.kv_heads, hd = cfg_.head_dim(),
-                     E = cfg_.n_experts, K = cfg_.top_k, F = plan_.d_expert, S = cfg_.n_shared_experts,
-                     Fd = plan_.d_ff;
+                     E = cfg_.n_experts, K = cfg_.top_k, S = cfg_.n_shared_experts, Fd = plan_.d_ff,
+                     Fs = plan_.d_shared;
   auto v2 = [](const char* l, std::int64_t a, std::int64_t b) { return V2(std::string("exa::model::") + l, a, b); };
+  const std::int64_t Ns = plan_.stream_rows(N);
   auto& s = scratch_;
   s = LayerScratch<T, D>{};
-  s.dres = v2("dres", N, d);
-  s.dxn = v2("dxn", N, d);
+  s.dres = v2("dres", Ns, d);
+  s.dxn = v2("dxn", Ns, d);
   s.dq = v2("dq", N, H * hd);
   s.dk = v2("dk", N, Hkv * hd);
   s.dv = v2("dv", N, Hkv * hd);
@@ -214,11 +224,11 @@ void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
   if (any_moe) {
     s.dgates = v2("dgates", N, K);
     s.drouter = v2("drouter", N, E);
-    s.moe_y = v2("moe_y", N, d);
+    s.moe_y = v2("moe_y", Ns, d);
     if (S > 0) {
-      s.dsa = v2("dsa", N, F);
-      s.dsb = v2("dsb", N, F);
-      s.dsh = v2("dsh", N, F);
+      s.dsa = v2("dsa", N, Fs);
+      s.dsb = v2("dsb", N, Fs);
+      s.dsh = v2("dsh", N, Fs);
     }
   }
 }
@@ -226,6 +236,9 @@ void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
 template <class T, class D>
 typename StageModel<T, D>::Context& StageModel<T, D>::acquire(MicroBatchShape shape) {
   EXA_REQUIRE(shape.B > 0 && shape.T > 0, "StageModel: empty micro-batch [{}, {}]", shape.B, shape.T);
+  EXA_REQUIRE(!plan_.sequence_parallel || shape.N() % plan_.tp == 0,
+              "StageModel: sequence parallelism splits the {} tokens of a micro-batch over tp = {} ranks: choose "
+              "model.seq_len divisible by tp", shape.N(), plan_.tp);
   for (auto& p : pool_)
     if (!p->live && p->shape == shape) return *p;
   for (auto& p : pool_)
@@ -407,6 +420,7 @@ void StageModel<T, D>::next_logits(const W& w, const Tokens& inputs, const V2& o
               "StageModel::next_logits needs the whole model (this stage holds layers [{}, {}))", plan_.layer_begin,
               plan_.layer_end);
   check_weights(w, "next_logits");
+  EXA_REQUIRE(!plan_.sequence_parallel, "StageModel::next_logits: generation runs without sequence parallelism");
   const std::int64_t B = inputs.extent(0), Tn = inputs.extent(1);
   if (pos < 0) pos = Tn - 1;
   EXA_REQUIRE(pos < Tn, "StageModel::next_logits: position {} is beyond the {} tokens given", pos, Tn);

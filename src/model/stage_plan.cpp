@@ -1,6 +1,9 @@
 #include "model/stage_plan.hpp"
 
+#include <utility>
+
 #include "core/error.hpp"
+#include "model/unit_hooks.hpp"
 
 namespace exa::model {
 
@@ -20,6 +23,7 @@ StagePlan StagePlan::layers(const ModelConfig& cfg, std::int64_t l0, std::int64_
   p.expert_end = cfg.n_experts;
   p.vocab_begin = 0;
   p.vocab_end = cfg.vocab_size;
+  p.d_shared = cfg.d_expert;
   return p;
 }
 
@@ -33,6 +37,36 @@ StagePlan StagePlan::with_experts(std::int64_t begin, std::int64_t end) const {
   return p;
 }
 
+StagePlan StagePlan::with_tensor_split(const ModelConfig& cfg, std::int64_t rank, std::int64_t tp,
+                                       std::int64_t etp) const {
+  EXA_REQUIRE(tp >= 1 && 0 <= rank && rank < tp && (etp == 1 || etp == tp),
+              "StagePlan: tensor-parallel part {} of {} with etp = {} (etp must be 1 or tp)", rank, tp, etp);
+  const std::pair<const char*, std::int64_t> split[] = {{"model.n_heads", cfg.n_heads},
+                                                        {"model.n_kv_heads", cfg.n_kv_heads},
+                                                        {"model.d_ff", cfg.moe_every == 1 ? 0 : cfg.d_ff},
+                                                        {"model.vocab_size", cfg.vocab_size},
+                                                        {"moe.d_expert (shared experts)",
+                                                         cfg.n_shared_experts > 0 ? cfg.d_expert : 0}};
+  for (const auto& [what, n] : split)
+    EXA_REQUIRE(n % tp == 0, "StagePlan: {} = {} is not divisible by parallel.tp = {}; choose tp dividing it", what,
+                n, tp);
+  EXA_REQUIRE(cfg.moe_every == 0 || cfg.d_expert % etp == 0,
+              "StagePlan: moe.d_expert = {} is not divisible by parallel.etp = {}", cfg.d_expert, etp);
+  StagePlan p = *this;
+  p.tp_rank = rank;
+  p.tp = tp;
+  p.etp = etp;
+  p.etp_rank = etp == 1 ? 0 : rank;
+  p.heads = cfg.n_heads / tp;
+  p.kv_heads = cfg.n_kv_heads / tp;
+  p.d_ff = cfg.d_ff / tp;
+  p.d_shared = cfg.d_expert / tp;
+  p.d_expert = cfg.d_expert / etp;
+  p.vocab_begin = rank * (cfg.vocab_size / tp);
+  p.vocab_end = p.vocab_begin + cfg.vocab_size / tp;
+  return p;
+}
+
 Box local_box(const ParamSpec& spec, const StagePlan& plan) {
   Box b = whole_box(spec.shape);
   if (spec.ep_dim >= 0) {
@@ -40,6 +74,26 @@ Box local_box(const ParamSpec& spec, const StagePlan& plan) {
     b.offset[d] = plan.expert_begin;
     b.extent[d] = plan.expert_end - plan.expert_begin;
   }
+  const bool expert = spec.reduce == ReduceGroup::ExpertData;
+  const std::int64_t parts = expert ? plan.etp : plan.tp, part = expert ? plan.etp_rank : plan.tp_rank;
+  if (spec.tp_dim >= 0 && parts > 1) {
+    const auto d = static_cast<std::size_t>(spec.tp_dim);
+    b.extent[d] = spec.shape[d] / parts;
+    b.offset[d] = part * b.extent[d];
+  }
+  return b;
+}
+
+bool holds(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg) {
+  const int u = unit_of(spec.name, plan.n_layers);
+  if (u == 0) return plan.has_embedding() || (cfg.tie_embeddings && plan.has_head());
+  if (u == n_units(plan.n_layers) - 1) return plan.has_head();
+  return plan.layer_begin <= u - 1 && u - 1 < plan.layer_end;
+}
+
+Box local_box(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg) {
+  Box b = local_box(spec, plan);
+  if (!holds(spec, plan, cfg)) b.extent[0] = 0;
   return b;
 }
 

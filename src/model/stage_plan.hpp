@@ -21,6 +21,14 @@ struct StagePlan {
   std::int64_t d_expert = 0;                     // expert FFN columns on this rank
   std::int64_t expert_begin = 0, expert_end = 0; // experts held here
   std::int64_t vocab_begin = 0, vocab_end = 0;   // vocabulary rows of the embedding and head held here
+  std::int64_t d_shared = 0;                     // shared-expert FFN columns on this rank
+  // Tensor parallelism: this rank's part of the tp-way split of heads, dense
+  // and shared FFN columns and vocabulary, and of the etp-way split of every
+  // routed expert's F (etp = 1 keeps experts whole).
+  std::int64_t tp_rank = 0, tp = 1, etp_rank = 0, etp = 1;
+  // Sequence parallelism (tp > 1): the residual stream, norms and their
+  // outputs hold this rank's 1/tp of a micro-batch's rows.
+  bool sequence_parallel = false;
 
   // The whole model on one rank: the stage [0, L) with every head, column,
   // expert and vocabulary row.
@@ -30,17 +38,34 @@ struct StagePlan {
   // Expert parallelism: this plan holding only experts [begin, end).
   // exa::Error when the range is empty or outside [0, n_experts).
   StagePlan with_experts(std::int64_t begin, std::int64_t end) const;
+  // Tensor parallelism: this plan holding part `rank` of `tp` of every
+  // tensor-parallel dimension (ParamSpec::tp_dim), routed experts' F split
+  // etp ways (etp is 1 or tp). exa::Error naming the extent that tp does not
+  // divide.
+  StagePlan with_tensor_split(const ModelConfig& cfg, std::int64_t rank, std::int64_t tp,
+                              std::int64_t etp) const;
 
   bool has_embedding() const { return layer_begin == 0; }
   bool has_head() const { return layer_end == n_layers; }
   std::int64_t local_layers() const { return layer_end - layer_begin; }
   std::int64_t local_experts() const { return expert_end - expert_begin; }
+  // Rows of the residual stream for a micro-batch of n tokens.
+  std::int64_t stream_rows(std::int64_t n) const { return sequence_parallel ? n / tp : n; }
   bool all_experts(const ModelConfig& cfg) const { return expert_begin == 0 && expert_end == cfg.n_experts; }
 };
 
+// Whether the plan's stage reads tensor `spec` at all: its layers' tensors,
+// the embedding on the first stage, the final norm and LM head on the last
+// (and, tied, the embedding there too: the head's copy). The whole model
+// holds every tensor.
+bool holds(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg);
+
 // The box of tensor `spec` this plan holds: its expert range on the expert
-// dimension (ParamSpec::ep_dim), the whole extent elsewhere. What the
+// dimension (ParamSpec::ep_dim), its tensor-parallel part on ParamSpec::tp_dim
+// (etp parts for the routed experts), the whole extent elsewhere; an empty
+// box (extent 0) for a tensor of another pipeline stage (!holds). What the
 // ParameterStore shards and the model's weights bind.
 Box local_box(const ParamSpec& spec, const StagePlan& plan);
+Box local_box(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg);
 
 }  // namespace exa::model

@@ -12,10 +12,10 @@ Weights<float, Device> bind_store(const ModelConfig& cfg, const StagePlan& plan,
   return bind_weights<float, Device>(cfg, plan, [&](const ParamSpec& s) {
     const std::size_t i = store.index(s.name);
     const Shard& sh = store.shard(i);
-    EXA_REQUIRE(sh.box == local_box(s, plan) && sh.offset == 0 && sh.count == sh.box.numel(),
+    EXA_REQUIRE(sh.box == local_box(s, plan, cfg) && sh.offset == 0 && sh.count == sh.box.numel(),
                 "the model needs the box {} of '{}', but this rank holds elements {}..{} of the {} of the box {} "
                 "(gather the shards first)",
-                box_str(local_box(s, plan)), s.name,
+                box_str(local_box(s, plan, cfg)), s.name,
                 sh.offset, sh.offset + sh.count, sh.box.numel(), box_str(sh.box));
     EXA_REQUIRE(store.spec(i).shape == s.shape, "the store's '{}' is not shaped as this model's", s.name);
     return get(i).data();

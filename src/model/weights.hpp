@@ -13,6 +13,9 @@
 // With tie_embeddings there is no lm_head.weight: `lm_head` aliases `embed`
 // (same pointer), so the LM head's weight gradient lands in the embedding's
 // gradient.
+//
+// A pipeline stage's plan binds only the tensors its stage holds
+// (model::holds); the others stay empty Views the stage never reads.
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -62,24 +65,37 @@ template <class T, class D = Device, class PtrOf>
 Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&& ptr_of) {
   using L = LayerWeights<T, D>;
   std::unordered_map<std::string, std::pair<T*, std::int64_t>> p;
-  for (const auto& s : parameter_specs(cfg)) p[s.name] = {ptr_of(s), local_box(s, plan).numel()};
+  std::unordered_map<std::string, bool> elsewhere;  // another pipeline stage's tensor: left unbound (empty)
+  for (const auto& s : parameter_specs(cfg)) {
+    if (!holds(s, plan, cfg)) {
+      elsewhere[s.name] = true;
+      continue;
+    }
+    p[s.name] = {ptr_of(s), local_box(s, plan).numel()};
+  }
   auto get = [&](const std::string& name, std::int64_t numel) -> T* {
     auto it = p.find(name);
+    if (it == p.end() && elsewhere.count(name)) return nullptr;
     EXA_REQUIRE(it != p.end(), "bind_weights: the model has no tensor '{}'", name);
     EXA_REQUIRE(it->second.second == numel, "bind_weights: '{}' has {} elements, the model needs {}", name,
                 it->second.second, numel);
     EXA_REQUIRE(it->second.first != nullptr || numel == 0, "bind_weights: '{}' has no data", name);
     return it->second.first;
   };
-  const std::int64_t V = cfg.vocab_size, d = cfg.d_model, hd = cfg.head_dim(), H = cfg.n_heads,
-                     Hkv = cfg.n_kv_heads, E = plan.local_experts(), F = cfg.d_expert, S = cfg.n_shared_experts,
-                     Fd = cfg.d_ff;
-  auto v1 = [&](const std::string& n, std::int64_t a) { return typename L::W1(get(n, a), a); };
+  // This plan's extents: tensor parallelism splits heads, FFN columns and
+  // the vocabulary, expert parallelism the experts; another pipeline stage's
+  // tensors stay unbound.
+  const std::int64_t V = plan.vocab_end - plan.vocab_begin, d = cfg.d_model, hd = cfg.head_dim(), H = plan.heads,
+                     Hkv = plan.kv_heads, E = plan.local_experts(), F = plan.d_expert, S = cfg.n_shared_experts,
+                     Fd = plan.d_ff, Fs = plan.d_shared;
+  auto v1 = [&](const std::string& n, std::int64_t a) {
+    return elsewhere.count(n) ? typename L::W1() : typename L::W1(get(n, a), a);
+  };
   auto v2 = [&](const std::string& n, std::int64_t a, std::int64_t b) {
-    return typename L::W2(get(n, a * b), a, b);
+    return elsewhere.count(n) ? typename L::W2() : typename L::W2(get(n, a * b), a, b);
   };
   auto v3 = [&](const std::string& n, std::int64_t a, std::int64_t b, std::int64_t c) {
-    return typename L::W3(get(n, a * b * c), a, b, c);
+    return elsewhere.count(n) ? typename L::W3() : typename L::W3(get(n, a * b * c), a, b, c);
   };
   Weights<T, D> w;
   w.embed = v2("embed.weight", V, d);
@@ -99,9 +115,9 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
       l.w3 = v3(pre + "moe.experts.w3", E, F, d);
       l.w2 = v3(pre + "moe.experts.w2", E, d, F);
       if (S > 0) {
-        l.shared_w1 = v3(pre + "moe.shared.w1", S, F, d);
-        l.shared_w3 = v3(pre + "moe.shared.w3", S, F, d);
-        l.shared_w2 = v3(pre + "moe.shared.w2", S, d, F);
+        l.shared_w1 = v3(pre + "moe.shared.w1", S, Fs, d);
+        l.shared_w3 = v3(pre + "moe.shared.w3", S, Fs, d);
+        l.shared_w2 = v3(pre + "moe.shared.w2", S, d, Fs);
       }
     } else {
       l.mlp_w1 = v2(pre + "mlp.w1", Fd, d);

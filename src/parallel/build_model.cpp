@@ -2,28 +2,45 @@
 
 #include "core/error.hpp"
 #include "parallel/expert/all_to_all_dispatcher.hpp"
+#include "parallel/pipeline/stage_split.hpp"
+#include "parallel/tensor/tensor_seams.hpp"
 
 namespace exa::parallel {
 
-model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid) {
+model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
+                            const std::vector<std::int64_t>& layers_per_stage) {
   const auto& s = grid.sizes();
-  const std::pair<const char*, int> dims[] = {{"tp", s.tp}, {"pp", s.pp}, {"cp", s.cp}};
-  for (const auto& [name, size] : dims)
-    EXA_REQUIRE(size == 1, "build_model: parallel.{} = {} has no implementation in this build yet (data and expert "
-                "parallelism have); set parallel.{} = 1", name, size, name);
-  const auto whole = model::StagePlan::whole(cfg);
-  if (s.ep == 1) return whole;
+  // Each dimension works alone and with dp and ep; tp, cp and pp among
+  // themselves wait for a test that shows them composing.
+  EXA_REQUIRE((s.tp > 1) + (s.cp > 1) + (s.pp > 1) <= 1,
+              "build_model: parallel.tp = {}, cp = {} and pp = {}: tensor, context and pipeline parallelism do not "
+              "combine with each other yet (each works alone and with dp and ep); keep at most one of them above 1",
+              s.tp, s.cp, s.pp);
+  auto plan = model::StagePlan::whole(cfg);
+  if (s.pp > 1) {
+    const auto b = pipeline::stage_boundaries(cfg, s.pp, layers_per_stage);
+    const auto k = std::size_t(grid.coords().pp);
+    plan = model::StagePlan::layers(cfg, b[k], b[k + 1]);
+  }
+  if (s.tp > 1) plan = plan.with_tensor_split(cfg, grid.coords().tp, s.tp, s.etp == 0 ? s.tp : s.etp);
+  if (s.ep == 1) return plan;
   EXA_REQUIRE(cfg.n_experts % s.ep == 0,
               "build_model: moe.n_experts = {} is not divisible by parallel.ep = {}; choose ep dividing the experts",
               cfg.n_experts, s.ep);
   const std::int64_t per = cfg.n_experts / s.ep, j = grid.coords().ep;
-  return whole.with_experts(j * per, (j + 1) * per);
+  return plan.with_experts(j * per, (j + 1) * per);
 }
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                                                      model::ModelOptions opt, ExpertComm ec) {
-  const auto plan = stage_plan(cfg, grid);
+                                                      model::ModelOptions opt, ExpertComm ec, TensorComm tc,
+                                                      const context::ContextOptions& co, PipelineOptions po) {
+  auto plan = stage_plan(cfg, grid, po.layers_per_stage);
+  plan.sequence_parallel = tc.sequence_parallel && plan.tp > 1;
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
+  if (po.deferred_weights) {
+    for (auto* l : {&seams.column, &seams.row, &seams.replicated})
+      *l = std::make_shared<const pipeline::DeferredLinear>(*l, po.deferred_weights);
+  }
   if (!plan.all_experts(cfg)) {
     const MPI_Comm ep = grid.comm(comm::Group::Ep);
     std::shared_ptr<comm::Communicator> counts = comm::make_mpi_communicator(ep);
@@ -34,8 +51,10 @@ std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& 
     if (ec.hierarchical)
       hier = std::make_shared<comm::HierarchicalComms>(comm::make_hierarchical(grid, comm::Group::Ep, ec.backend));
     seams.dispatcher = std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows),
-                                                                   int(cfg.n_experts), std::move(hier));
+                                                                   int(cfg.n_experts), std::move(hier), ec.placement);
   }
+  if (plan.tp > 1) use_tensor_parallel_seams(seams, plan, grid, ec.backend, tc.overlap);
+  context::use_context_parallel(seams, grid, co, opt.attention_tiles);
   return std::make_unique<model::StageModel<float>>(cfg, plan, std::move(seams), opt);
 }
 

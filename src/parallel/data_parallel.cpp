@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "parallel/build_model.hpp"
+#include "parallel/pipeline/pipeline.hpp"
 
 namespace exa::parallel {
 
@@ -36,6 +37,7 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.overlap = cfg.get_bool("comm.overlap");
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
   o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
+  o.layers_per_stage = pipeline::PipelineOptions::from_deck(cfg).layers_per_stage;
   return o;
 }
 
@@ -56,7 +58,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
     const bool hier = k == 0 && opt.hierarchical;
     DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over);
     std::vector<model::Box> boxes;
-    for (const auto& s : by_group[k]) boxes.push_back(model::local_box(s, plan));
+    for (const auto& s : by_group[k]) boxes.push_back(model::local_box(s, plan, mcfg));
     ShardLayout layout(by_group[k], boxes, mcfg.n_layers, opt.zero > 0 ? group.size() : 1,
                        opt.zero > 0 ? group.block_index() : 0);
     for (const auto& sh : layout.shards()) out.shards.push_back(sh);
@@ -71,7 +73,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
 DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, DataParallelOptions opt)
     : opt_(opt),
       mcfg_(mcfg),
-      plan_(stage_plan(mcfg, grid)),
+      plan_(stage_plan(mcfg, grid, opt.layers_per_stage)),
       data_size_(grid.size(comm::Group::Data)),
       data_rank_(grid.rank(comm::Group::Data)),
       split_(split(grid, mcfg, plan_, opt)),
@@ -86,6 +88,9 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   }
   split_ = Split{};
   if (expert_parallel() && opt_.zero == 0) ep_sum_ = comm::make_mpi_communicator(grid.comm(comm::Group::Ep));
+  if (grid.size(comm::Group::Tp) > 1)
+    tp_grads_ = std::make_unique<ReplicatedGradients>(comm::make_mpi_communicator(grid.comm(comm::Group::Tp)), store_,
+                                                      plan_);
   if (opt_.zero == 0) {
     w_ = model::bind_values(mcfg_, plan_, store_);
     g_ = model::bind_grads(mcfg_, plan_, store_);
@@ -134,9 +139,26 @@ void DataParallel::set_sync(bool sync) {
 
 void DataParallel::finish_gradients() {
   for (auto& e : engines_) e->finish_gradients();
+  if (tp_grads_) tp_grads_->reduce(store_);
 }
 
 Reduction DataParallel::norm_reduction() {
+  Reduction data = data_norm_reduction();
+  if (!tp_grads_) return data;
+  // Tensor parallelism: the split tensors' elements are spread over the Tp
+  // group, the replicated ones are the same on every Tp rank: sum the first
+  // over Tp and count the second once.
+  return [this, data](double x) {
+    const double all = data ? data(x) : x;
+    double rep = tp_grads_->sq_norm(store_);
+    if (opt_.zero > 0) rep = engines_[0]->group().sum(rep);
+    double split = all - rep;
+    tp_grads_->comm().allreduce(&split, &split, 1);
+    return split + rep;
+  };
+}
+
+Reduction DataParallel::data_norm_reduction() {
   // zero >= 1: every element is one rank's part, once over the Data group
   // (the expert parts: once per ExpertData group, and the Ep ranks hold
   // different experts).

@@ -26,6 +26,10 @@
 // tensors first and the expert tensors after them, each engine's run
 // contiguous. Both engines divide by the data-parallel size: an expert's
 // gradient already sums the tokens of the ep ranks that routed to it.
+// That size is the Data group's dp·cp: under context parallelism each rank's
+// loss is the mean over its rows of the micro-batch (the same number on
+// every rank), so the mean over the cp ranks is the micro-batch's loss and
+// 1/(dp·cp) of the sum is the single-rank gradient.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -39,6 +43,7 @@
 #include "model/stage_plan.hpp"
 #include "model/unit_hooks.hpp"
 #include "model/weights.hpp"
+#include "parallel/tensor/replicated_grads.hpp"
 #include "parallel/zero_engine.hpp"
 
 namespace exa::deck {
@@ -53,7 +58,11 @@ struct DataParallelOptions {
   bool overlap = true;
   double bucket_bytes = 25.0 * 1024 * 1024;
   comm::Backend backend = comm::Backend::Mpi;
-  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend.
+  // Pipeline parallelism: the layers of each stage (empty: balanced), which
+  // decide the tensors this rank holds.
+  std::vector<std::int64_t> layers_per_stage;
+  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
+  // pipeline.layers_per_stage.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
 
@@ -99,7 +108,8 @@ class DataParallel final : public model::UnitHooks {
   void begin_step();
   void set_sync(bool sync);
   // Every reduction of the step done: store().grads() holds the mean over
-  // the data-parallel ranks of this rank's part of the gradient.
+  // the data-parallel ranks of this rank's part of the gradient (with tensor
+  // parallelism, the replicated tensors' parts then summed over Tp).
   void finish_gradients();
   // Sum over the ranks whose parts make up the model once (GradClipper).
   Reduction norm_reduction();
@@ -116,6 +126,7 @@ class DataParallel final : public model::UnitHooks {
 
  private:
   ZeroEngine& engine_of(const std::string& name) const;
+  Reduction data_norm_reduction();  // over the data-parallel layout only
 
   // What the engines are built from: the store's tensors in its order and
   // this rank's piece of each, and per engine its group, layout and first
@@ -143,6 +154,7 @@ class DataParallel final : public model::UnitHooks {
   std::int64_t expert_base_ = 0;                     // the expert tensors' first element in the store
   std::vector<std::unique_ptr<ZeroEngine>> engines_;  // Data group [, ExpertData group]
   std::unique_ptr<comm::Communicator> ep_sum_;        // zero 0 with experts: their norm sums over Ep
+  std::unique_ptr<ReplicatedGradients> tp_grads_;     // tp > 1: the replicated tensors' reduction over Tp
   model::Weights<float, Device> w_, g_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include "core/deck/deck_checks.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -11,6 +12,16 @@ AuxFreeBalancing::AuxFreeBalancing(const deck::Config& cfg, const model::ModelCo
   if (cfg.get_string("moe.router_bias") != "aux_free") return;
   rate_ = cfg.get_float("moe.bias_rate");  // > 0: the deck's checks refuse aux_free without a rate
   bias_.emplace(mcfg);
+  const auto init = deck::number_list(cfg.get_string("moe.bias_init"));  // checked by the deck
+  auto v = bias_->values();
+  const auto E = static_cast<std::size_t>(bias_->n_experts());
+  for (std::size_t l = 0; l < bias_->layers().size(); ++l)
+    for (std::size_t e = 0; e < init.size() && e < E; ++e) v[l * E + e] = static_cast<float>(init[e]);
+  bias_->set_values(std::move(v));
+}
+
+void AuxFreeBalancing::attach(model::StageModel<float>& m) const {
+  if (bias_) bias_->apply(m);
 }
 
 void AuxFreeBalancing::after_step(const MoeLoad& load, bool step_applied, model::StageModel<float>& m) {

@@ -30,6 +30,8 @@ class AuxFreeBalancing {
   // The biases (null when off).
   const model::RouterBias* bias() const { return bias_ ? &*bias_ : nullptr; }
 
+  // Hands the starting biases (zero, or moe.bias_init's) to `m`.
+  void attach(model::StageModel<float>& m) const;
   // Updates the biases from the step's loads and hands them to `m`.
   void after_step(const MoeLoad& load, bool step_applied, model::StageModel<float>& m);
   // Adds /state/router_bias to `meta` (nothing when off).

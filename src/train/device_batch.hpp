@@ -1,10 +1,14 @@
 #pragma once
 // A micro-batch's tokens on the device: inputs and targets [B,T], filled
 // from a host io::Batch. One pair of buffers is reused for every micro-batch.
+// Under context parallelism (cp > 1) the device batch holds this CP rank's
+// zigzag rows of each sequence, [B, T/cp] (parallel/context/zigzag.hpp),
+// taken from the whole sequences every rank of the Cp group samples.
 #include <cstdint>
 
 #include "core/types.hpp"
 #include "io/sampler.hpp"
+#include "parallel/context/zigzag.hpp"
 
 namespace exa::train {
 
@@ -12,9 +16,13 @@ struct DeviceBatch {
   Kokkos::View<std::int32_t**, Layout, Device> inputs, targets;
 
   DeviceBatch() = default;
-  DeviceBatch(std::int64_t batch, std::int64_t seq_len);
+  // seq_len: the whole sequences' length.
+  DeviceBatch(std::int64_t batch, std::int64_t seq_len, parallel::context::Zigzag zz = {});
   // b.size must equal the batch size and b.seq_len the sequence length.
   void upload(const io::Batch& b);
+
+ private:
+  parallel::context::Zigzag zz_;
 };
 
 }  // namespace exa::train

@@ -6,7 +6,50 @@
 
 namespace exa::train {
 
+namespace {
+
+void add(MicroBatchTotals& t, const model::ForwardResult& r) {
+  t.loss += r.loss.loss;
+  t.ce += r.loss.ce;
+  t.aux += r.loss.aux;
+  t.z += r.loss.z;
+  t.imbalance = std::max(t.imbalance, r.max_imbalance());
+  t.moe.add(r.routing);
+}
+
+MicroBatchTotals run_pipeline(const MicroBatchStep& s, std::int64_t n_micro) {
+  MicroBatchTotals t;
+  auto& p = *s.pipeline;
+  parallel::pipeline::Pipeline::Step step{s.model, s.weights, s.grads, s.backward_seed,
+                                          [&](int j) {
+                                            ScopedRegion io(s.regions.io, s.regions.fence);
+                                            s.batch.upload(s.sample(j));
+                                            model::StageModel<float>::Input in;
+                                            in.tokens = s.batch.inputs;
+                                            in.targets = s.batch.targets;
+                                            return in;
+                                          },
+                                          [&](int, const model::StageContext<float>& c) { add(t, c.result); },
+                                          s.before_backward ? [&](int j, bool last) { s.before_backward(j, last); }
+                                                            : std::function<void(int, bool)>()};
+  t.pipeline = p.run(step, static_cast<int>(n_micro));
+  // The stages' parts of the losses (ce on the last, aux and z where the
+  // MoE layers are) and loads: one fixed-size message each, on every stage.
+  double parts[4] = {t.loss, t.ce, t.aux, t.z};
+  p.sum(parts, 4);
+  t.loss = parts[0];
+  t.ce = parts[1];
+  t.aux = parts[2];
+  t.z = parts[3];
+  t.imbalance = p.max(t.imbalance);
+  t.moe.gather_stages(p.pp_comm(), s.model.config());
+  return t;
+}
+
+}  // namespace
+
 MicroBatchTotals run_micro_batches(const MicroBatchStep& s, std::int64_t n_micro) {
+  if (s.pipeline) return run_pipeline(s, n_micro);
   MicroBatchTotals t;
   parallel::run_schedule(
       s.schedule, static_cast<int>(n_micro),
@@ -20,13 +63,7 @@ MicroBatchTotals run_micro_batches(const MicroBatchStep& s, std::int64_t n_micro
         in.tokens = s.batch.inputs;
         in.targets = s.batch.targets;
         auto& c = s.model.forward(s.weights, in);
-        const auto& r = c.result;
-        t.loss += r.loss.loss;
-        t.ce += r.loss.ce;
-        t.aux += r.loss.aux;
-        t.z += r.loss.z;
-        t.imbalance = std::max(t.imbalance, r.max_imbalance());
-        t.moe.add(r.routing);
+        add(t, c.result);
         return c;
       },
       [&](int j, model::StageContext<float>& c, bool last) {

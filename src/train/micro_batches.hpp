@@ -12,6 +12,7 @@
 #include "io/sampler.hpp"
 #include "model/stage_model.hpp"
 #include "model/weights.hpp"
+#include "parallel/pipeline/pipeline.hpp"
 #include "parallel/schedule.hpp"
 #include "train/device_batch.hpp"
 #include "train/moe_load.hpp"
@@ -23,6 +24,7 @@ struct MicroBatchTotals {
   double loss = 0, ce = 0, aux = 0, z = 0;
   double imbalance = 1;  // worst MoE layer, max over micro-batches
   MoeLoad moe;           // expert loads summed over the micro-batches
+  parallel::pipeline::PipelineStats pipeline;  // with a pipeline: this stage's step
 };
 
 // Phase regions around the parts (fenced when `fence`, so that device work
@@ -47,6 +49,10 @@ struct MicroBatchStep {
   // the step (data parallelism reduces then). May be empty.
   std::function<void(std::int64_t j, bool last)> before_backward;
   MicroBatchRegions regions{};
+  // Pipeline parallelism: the stage that runs the step (its own schedule,
+  // `schedule` unused). The totals are then over every stage: the losses
+  // summed, the imbalance the worst, every MoE layer's load.
+  parallel::pipeline::Pipeline* pipeline = nullptr;
 };
 
 MicroBatchTotals run_micro_batches(const MicroBatchStep& step, std::int64_t n_micro);

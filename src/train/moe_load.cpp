@@ -21,7 +21,8 @@ double mean_of(const std::vector<std::int64_t>& v) {
 
 }  // namespace
 
-std::vector<std::int64_t> LayerLoad::rank_tokens(int ep) const {
+std::vector<std::int64_t> LayerLoad::rank_tokens(int ep, const parallel::ExpertPlacement* placement) const {
+  if (placement) return placement->rank_tokens(layer, kept);
   const auto E = static_cast<std::int64_t>(kept.size());
   EXA_REQUIRE(ep >= 1 && E % ep == 0, "MoeLoad: {} experts cannot be split over {} expert-parallel ranks", E, ep);
   std::vector<std::int64_t> r(static_cast<std::size_t>(ep), 0);
@@ -77,6 +78,25 @@ void MoeLoad::sum_over(MPI_Comm comm) {
   }
 }
 
+void MoeLoad::gather_stages(MPI_Comm stages, const model::ModelConfig& cfg) {
+  std::vector<LayerLoad> all;
+  for (std::int64_t l = 0; l < cfg.n_layers; ++l) {
+    if (!cfg.is_moe_layer(l)) continue;
+    const auto it = std::find_if(layers_.begin(), layers_.end(), [&](const LayerLoad& x) { return x.layer == l; });
+    if (it != layers_.end()) {
+      all.push_back(*it);
+    } else {
+      LayerLoad z;  // another stage's layer: zeros, which the sum fills in
+      z.layer = l;
+      z.routed.assign(std::size_t(cfg.n_experts), 0);
+      z.kept.assign(std::size_t(cfg.n_experts), 0);
+      all.push_back(std::move(z));
+    }
+  }
+  layers_ = std::move(all);
+  sum_over(stages);
+}
+
 const LayerLoad& MoeLoad::worst() const {
   EXA_REQUIRE(!layers_.empty(), "MoeLoad::worst: no MoE layers");
   return *std::max_element(layers_.begin(), layers_.end(), [](const LayerLoad& a, const LayerLoad& b) {
@@ -84,18 +104,19 @@ const LayerLoad& MoeLoad::worst() const {
   });
 }
 
-std::string moe_summary(const MoeLoad& load, int ep) {
+std::string moe_summary(const MoeLoad& load, int ep, const parallel::ExpertPlacement* placement) {
   if (load.empty()) return {};
   const auto& w = load.worst();
   return fmt::format("moe L{} exp {:.2f} rank {:.2f} drop {}", w.layer, max_over_mean(w.routed),
-                     max_over_mean(w.rank_tokens(ep)), w.dropped);
+                     max_over_mean(w.rank_tokens(ep, placement)), w.dropped);
 }
 
-nlohmann::json moe_json(const MoeLoad& load, int ep, const model::RouterBias* bias) {
+nlohmann::json moe_json(const MoeLoad& load, int ep, const model::RouterBias* bias,
+                        const parallel::ExpertPlacement* placement) {
   if (load.empty()) return nullptr;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : load.layers()) {
-    const auto ranks = l.rank_tokens(ep);
+    const auto ranks = l.rank_tokens(ep, placement);
     nlohmann::json j;
     j["layer"] = l.layer;
     j["routed"] = l.routed;

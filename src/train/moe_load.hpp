@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "model/forward_result.hpp"
+#include "model/model_config.hpp"
 #include "model/router_bias.hpp"
+#include "parallel/expert/expert_placement.hpp"
 
 namespace exa::train {
 
@@ -33,8 +35,9 @@ struct LayerLoad {
   std::vector<std::int64_t> kept;    // [E] assignments after dropping
   std::int64_t dropped = 0;
 
-  // Tokens EP rank j receives: sum of kept over its E/ep experts. [ep]
-  std::vector<std::int64_t> rank_tokens(int ep) const;
+  // Tokens EP rank j receives: sum of kept over its E/ep experts (those of
+  // its slots under `placement`, expert re-placement). [ep]
+  std::vector<std::int64_t> rank_tokens(int ep, const parallel::ExpertPlacement* placement = nullptr) const;
 };
 
 // max/mean of counts (1 when they sum to 0: nothing is imbalanced).
@@ -48,6 +51,11 @@ class MoeLoad {
   // Sums the counts over `comm` (collective; every rank must have added the
   // same layers). A no-op without MoE layers.
   void sum_over(MPI_Comm comm);
+  // Pipeline parallelism: each stage added its own MoE layers; afterwards
+  // every stage holds every MoE layer of `cfg` (in layer order) with the
+  // counts of the stage that ran it. Collective over `stages`, the same
+  // message on every stage, also one without an MoE layer.
+  void gather_stages(MPI_Comm stages, const model::ModelConfig& cfg);
 
   bool empty() const { return layers_.empty(); }
   const std::vector<LayerLoad>& layers() const { return layers_; }
@@ -62,12 +70,13 @@ class MoeLoad {
 // "moe L1 exp 3.98 rank 1.99 drop 0": the worst layer, its expert (routed)
 // and EP-rank (received) max/mean and its dropped tokens. Empty when there
 // are no MoE layers.
-std::string moe_summary(const MoeLoad& load, int ep);
+std::string moe_summary(const MoeLoad& load, int ep, const parallel::ExpertPlacement* placement = nullptr);
 // {"ep", "worst_layer", "layers": [{"layer", "routed", "kept", "dropped",
 //   "rank_tokens", "expert_max", "expert_mean", "expert_imbalance",
 //   "rank_max", "rank_mean", "rank_imbalance"[, "router_bias"]}]};
 // "router_bias" (each layer's biases) when `bias` is given (aux_free). Null
 // when there are no MoE layers.
-nlohmann::json moe_json(const MoeLoad& load, int ep, const model::RouterBias* bias = nullptr);
+nlohmann::json moe_json(const MoeLoad& load, int ep, const model::RouterBias* bias = nullptr,
+                        const parallel::ExpertPlacement* placement = nullptr);
 
 }  // namespace exa::train

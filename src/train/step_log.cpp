@@ -19,9 +19,10 @@ std::string format_line(const StepLog& s) {
   const std::string moe = s.moe_summary.empty() ? std::string() : " | " + s.moe_summary;
   return fmt::format(
       "step {:>6}/{} | loss {:.4f} | val {} | lr {:.3e} | gnorm {:.3f}{} | {} tok/s | {:.3f} TFLOP/s | MFU {:.1f}% | "
-      "imb {:.2f}{} | compute {:.3f}s comm {:.3f}s io {:.3f}s | mem {}{} + act {} (rss {}){}",
+      "imb {:.2f}{}{} | compute {:.3f}s comm {:.3f}s io {:.3f}s | mem {}{} + act {} (rss {}){}",
       s.step, s.steps, s.loss, val, s.lr, s.grad_norm, s.skipped ? " SKIPPED" : "", si(s.tokens_per_s), s.tflops,
-      100.0 * s.mfu, s.imbalance, moe, s.t_compute, s.t_comm, s.t_io, mib(s.mem_params + s.mem_grads + s.mem_optim),
+      100.0 * s.mfu, s.imbalance, moe,
+      s.nonfinite_steps > 0 ? fmt::format(" | non-finite steps {}", s.nonfinite_steps) : std::string(), s.t_compute, s.t_comm, s.t_io, mib(s.mem_params + s.mem_grads + s.mem_optim),
       s.mem_buffers > 0 ? " + buf " + mib(s.mem_buffers) : std::string(), mib(s.mem_activations), mib(s.mem_peak_rss),
       s.joules_per_token ? fmt::format(" | {:.3g} J/tok {:.3g} kWh", *s.joules_per_token, *s.kwh) : std::string());
 }
@@ -41,11 +42,13 @@ nlohmann::json to_json(const StepLog& s) {
   j["tflops"] = s.tflops;
   j["mfu"] = s.mfu;
   j["expert_imbalance"] = s.imbalance;
-  j["time"] = {{"compute", s.t_compute}, {"comm_exposed", s.t_comm}, {"all_to_all", s.t_a2a}, {"io", s.t_io}, {"eval", s.t_eval}};
+  j["time"] = {{"compute", s.t_compute}, {"comm_exposed", s.t_comm}, {"all_to_all", s.t_a2a}, {"tp", s.t_tp}, {"io", s.t_io}, {"eval", s.t_eval}};
+  j["context_comm_exposed"] = s.t_context;  // part of time.comm_exposed
   j["memory"] = {{"params", s.mem_params}, {"grads", s.mem_grads}, {"optim", s.mem_optim},
                  {"buffers", s.mem_buffers}, {"experts", s.mem_experts}, {"activations", s.mem_activations},
                  {"peak_rss", s.mem_peak_rss}};
   j["skipped"] = s.skipped;
+  j["nonfinite_steps"] = s.nonfinite_steps;
   if (s.joules_per_token) j["energy"] = {{"joules_per_token", *s.joules_per_token}, {"kwh", *s.kwh}};
   if (!s.moe.is_null()) j["moe"] = s.moe;
   return j;

@@ -18,12 +18,15 @@ struct StepLog {
   double imbalance = 1;               // expert load max/mean (worst MoE layer)
   double t_compute = 0, t_comm = 0, t_io = 0, t_eval = 0;  // seconds per step, averaged over the interval
   double t_a2a = 0;  // of t_comm: the expert all-to-all (counts and rows; blocking, so all exposed)
+  double t_tp = 0;   // of t_comm: the tensor-parallel collectives (comm/tp_*) left exposed
+  double t_context = 0;  // of t_comm: context parallelism's exposed ring / all-to-all attention waits
   double mem_params = 0, mem_grads = 0, mem_optim = 0;     // bytes on this rank (own accounting)
   double mem_buffers = 0;             // ZeRO-2/3 unit buffers (gathered parameters, unit gradients)
   double mem_experts = 0;             // the routed experts' share of params + grads + optim
   double mem_activations = 0;         // bytes kept by the forward for the backward
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied
+  std::int64_t nonfinite_steps = 0;   // steps dropped so far by resilience.nan_policy (train/nan_policy.hpp)
   std::optional<double> joules_per_token, kwh;  // energy estimate (train/energy.hpp): interval, run so far
   std::string moe_summary;            // train/moe_load.hpp: the worst layer's loads (empty: no MoE layers)
   nlohmann::json moe;                 // train/moe_load.hpp: every layer's loads (null: no MoE layers)

@@ -6,13 +6,33 @@
 namespace exa::train {
 
 void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
-  // This build runs data and expert parallelism; the other dimensions come
-  // with their own work. Say so before any work is done.
-  for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp"}) {
-    EXA_REQUIRE(cfg.get_int(k) == 1,
-                "{} {} = {} is not available in this build yet (data and expert parallelism are); set {} = 1",
-                cfg.locate({k}), k, cfg.get_int(k), k);
+  // This build runs data, tensor, context, expert and pipeline parallelism;
+  // tensor, context and pipeline do not combine with each other yet. Say so
+  // before any work is done.
+  {
+    const auto tp = cfg.get_int("parallel.tp"), cp = cfg.get_int("parallel.cp"), pp = cfg.get_int("parallel.pp");
+    EXA_REQUIRE((tp > 1) + (cp > 1) + (pp > 1) <= 1,
+                "{} parallel.tp = {}, parallel.cp = {} and parallel.pp = {}: tensor, context and pipeline parallelism "
+                "do not combine with each other in this build yet (each works alone and with dp and ep); keep at "
+                "most one of them above 1",
+                cfg.locate({"parallel.tp", "parallel.cp", "parallel.pp"}), tp, cp, pp);
   }
+  // The tied embedding's two copies (first and last stage) sum their
+  // gradients whole; ZeRO would shard them differently on the two stages.
+  EXA_REQUIRE(cfg.get_int("parallel.pp") == 1 || !cfg.get_bool("model.tie_embeddings") ||
+                  cfg.get_int("parallel.zero") == 0,
+              "{} model.tie_embeddings = true with parallel.pp = {} needs parallel.zero = 0 (got {}); untie the "
+              "embeddings or set parallel.zero = 0",
+              cfg.locate({"model.tie_embeddings", "parallel.pp", "parallel.zero"}), cfg.get_int("parallel.pp"),
+              cfg.get_int("parallel.zero"));
+  // zb defers weight gradients past a micro-batch's backward; ZeRO 2/3
+  // reduce each unit's gradient right after it.
+  EXA_REQUIRE(cfg.get_int("parallel.pp") == 1 || cfg.get_string("pipeline.schedule") != "zb" ||
+                  cfg.get_int("parallel.zero") <= 1,
+              "{} pipeline.schedule = \"zb\" needs parallel.zero <= 1 (got {}): ZeRO 2/3 reduce each layer's "
+              "gradient before the deferred weight gradients are done; use parallel.zero = 0 or 1, or "
+              "pipeline.schedule = \"1f1b\"",
+              cfg.locate({"pipeline.schedule", "parallel.zero"}), cfg.get_int("parallel.zero"));
   EXA_REQUIRE(cfg.get_string("comm.compression") == "none",
               "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
               cfg.locate({"comm.compression"}), cfg.get_string("comm.compression"));

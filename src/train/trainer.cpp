@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "io/dataset.hpp"
 #include "model/weights.hpp"
 #include "parallel/build_model.hpp"
+#include "parallel/pipeline/schedules.hpp"
 #include "train/deck_dataset.hpp"
 #include "train/deck_paths.hpp"
 #include "train/micro_batches.hpp"
@@ -59,23 +61,45 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       mcfg_(model::ModelConfig::from_deck(cfg)),
       dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
       model_(parallel::build_model(mcfg_, grid_, {},
-                                   {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a")})),
+                                   {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a"),
+                                    replace_.placement()},
+                                   {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")},
+                                   parallel::context::ContextOptions::from_deck(cfg),
+                                   {dp_.options().layers_per_stage, deferred_weights_})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
-  global_batch_ = micro_batch_ * grad_accum_ * dp_.size();
+  // The cp ranks of a Cp group share their sequences (each holds its zigzag
+  // rows of them): the global batch counts the dp replicas only.
+  global_batch_ = micro_batch_ * grad_accum_ * grid_.sizes().dp;
   dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
   model_->add_hooks(&dp_);
-  opt_.clipper().set_reduction(dp_.norm_reduction());
-  batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len);
+  balance_.attach(*model_);
+  if (grid_.sizes().pp > 1) {
+    pipe_ = std::make_unique<parallel::pipeline::Pipeline>(grid_, mcfg_,
+                                                           parallel::pipeline::PipelineOptions::from_deck(cfg),
+                                                           model::MicroBatchShape{micro_batch_, mcfg_.seq_len},
+                                                           deferred_weights_);
+    const auto& p = model_->plan();
+    log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step; stage 0 holds layers [{}, {})",
+              pipe_->stages(), pipe_->schedule().name(), grad_accum_, p.layer_begin, p.layer_end);
+  }
+  opt_.clipper().set_reduction(pipe_ ? pipe_->norm_reduction(dp_.norm_reduction(), dp_.store())
+                                     : dp_.norm_reduction());
+  batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len, {grid_.sizes().cp, grid_.coords().cp});
   flops_ = count_flops(mcfg_);
 
-  metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(), dp_.rank() == 0);
-  metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", dp_.size()},
-                                 {"layout", {{"dp", grid_.sizes().dp}, {"ep", grid_.sizes().ep},
+  // One writer: the tensor-parallel ranks of data rank 0 log the same step,
+  // and every stage's reports the same (summed) losses.
+  metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
+                                                 dp_.rank() == 0 && grid_.coords().tp == 0 && grid_.coords().pp == 0);
+  metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", comm_size(world)},
+                                 {"layout", {{"dp", grid_.sizes().dp}, {"cp", grid_.sizes().cp},
+                                             {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
+                                             {"pp", grid_.sizes().pp},
                                              {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
@@ -95,6 +119,12 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     for (const auto& w : thread_warnings(threads)) log::warn("examoe: {}", w);
   peak_cores_ = compute_cores(threads);
   peak_gflops_ = measure_sgemm_gflops() * peak_scale(threads);
+  if (cfg.get_bool("checkpoint.async")) {
+    async_ = std::make_unique<AsyncCheckpointer>(world_, cfg.get_string("checkpoint.async_policy") == "skip"
+                                                             ? AsyncCheckpointer::Policy::skip
+                                                             : AsyncCheckpointer::Policy::wait);
+    async_->prepare(io::checkpoint_tensors(dp_.store()), optimizer_moments());
+  }
 }
 
 std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); }
@@ -102,28 +132,41 @@ std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); 
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
   const auto& acc = opt_.accumulation();
-  const auto slice = io::dp_slice(global_batch_, dp_.rank(), dp_.size());
+  const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
   dp_.begin_step();
   MicroBatchStep ms{*model_, *schedule_, dp_.weights(), dp_.grads(), acc.backward_seed(), batch_,
                     [&](std::int64_t j) { return sampler_.train(step, io::micro_slice(slice, j, micro_batch_)); },
                     [&](std::int64_t, bool last) { dp_.set_sync(last); }};
+  ms.pipeline = pipe_.get();
   const auto t = run_micro_batches(ms, grad_accum_);
+  pipe_stats_ = t.pipeline;
   r.imbalance = t.imbalance;
   dp_.finish_gradients();
+  if (pipe_) pipe_->sum_tied_grads(dp_.store());
   const double n = double(grad_accum_) * dp_.size();
-  r.loss = dp_.sum(t.loss) / n;
+  r.loss = dp_.sum(nan_.inject(step + 1, comm_rank(world_), t.loss)) / n;
   r.ce = dp_.sum(t.ce) / n;
   r.aux = dp_.sum(t.aux) / n;
   r.z = dp_.sum(t.z) / n;
   r.moe = t.moe;
   r.moe.sum_over(grid_.comm(comm::Group::Data));
-  {
+  if (std::isfinite(r.loss) || !nan_.enabled()) {
     ScopedRegion region("compute/optimizer", true);
     r.report = opt_.step(dp_.store(), step);
+  } else {
+    // A non-finite loss (the same on every rank) never reaches the optimizer.
+    r.report.step = step;
+    r.report.lr = opt_.schedule()(step);
+    r.report.clip.norm = std::numeric_limits<double>::quiet_NaN();
+    r.report.clip.finite = false;
   }
   if (r.report.applied) dp_.params_updated();
   balance_.after_step(r.moe, r.report.applied, *model_);
-  if (!r.report.finite() && cfg_.get_bool("resilience.nan_check")) optim::require_finite(r.report.clip, step + 1);
+  if (r.report.applied)
+    r.replaced = replace_.after_step(r.moe, step + 1, [&](const parallel::ExpertMove& m) { move_experts(m); });
+  if (!r.report.finite() && nan_.enabled() && nan_.policy() == NanGuard::Policy::abort && std::isfinite(r.loss))
+    optim::require_finite(r.report.clip, step + 1);
+  r.nan_action = nan_.after_step(step + 1, r.loss, r.report.clip.norm);
   tokens_seen_ += global_batch_ * mcfg_.seq_len;
   return r;
 }
@@ -140,23 +183,59 @@ double Trainer::evaluate() {
   ScopedRegion region("eval", true);
   const std::int64_t n = cfg_.get_int("train.eval_batches");
   if (sampler_.n_val_windows() == 0 || n == 0) return std::numeric_limits<double>::quiet_NaN();
-  Kokkos::View<float*, Layout, Device> ce("exa::eval_ce", static_cast<std::size_t>(micro_batch_ * mcfg_.seq_len));
+  Kokkos::View<float*, Layout, Device> ce("exa::eval_ce", batch_.inputs.span());
   double sum = 0;
   std::int64_t count = 0;
   // Validation batch i is the same global batch of samples in every layout
   // (global_batch sequences), each rank evaluating its slice in micro-batches,
-  // so the validation loss, like the training loss, does not depend on dp.
+  // so the validation loss, like the training loss, does not depend on dp
+  // (nor on cp: the Cp group's ranks evaluate their rows of the same
+  // sequences, and the sums run over the whole data group).
   for (std::int64_t i = 0; i < n; ++i) {
+    auto upload = [&](std::int64_t j) {
+      const int dp = grid_.sizes().dp;
+      batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
+    };
+    if (pipe_) {
+      // Through the stages: the last one's forward gives each micro-batch's
+      // mean cross-entropy over its valid targets.
+      parallel::pipeline::Pipeline::Step step{*model_, dp_.weights(), dp_.grads(), 1.0, [&](int j) {
+                                                upload(j);
+                                                model::StageModel<float>::Input in;
+                                                in.tokens = batch_.inputs;
+                                                in.targets = batch_.targets;
+                                                return in;
+                                              }};
+      pipe_->forward_only(step, static_cast<int>(grad_accum_), [&](int, const model::StageContext<float>& c) {
+        sum += c.result.loss.ce * double(c.n_valid);
+        count += c.n_valid;
+      });
+      continue;
+    }
     for (std::int64_t j = 0; j < grad_accum_; ++j) {
-      batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp_.size(), dp_.rank(), dp_.size()));
+      upload(j);
       const auto s = model_->eval(dp_.weights(), batch_.inputs, batch_.targets, ce);
       sum += s.loss_sum;
       count += s.n_valid;
     }
   }
+  if (pipe_) {  // only the last stage has counted
+    double both[2] = {sum, double(count)};
+    pipe_->sum(both, 2);
+    sum = both[0];
+    count = static_cast<std::int64_t>(both[1]);
+  }
   sum = dp_.sum(sum);
   count = dp_.sum(count);
   return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
+}
+
+io::OptimizerState Trainer::optimizer_moments() {
+  io::OptimizerState state;
+  const auto& store = dp_.store();
+  for (std::size_t i = 0; i < store.size(); ++i)
+    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+  return state;
 }
 
 std::string Trainer::save(std::int64_t steps_done) {
@@ -175,28 +254,42 @@ std::string Trainer::save(std::int64_t steps_done) {
   meta.deck = cfg_.deck_text();
   meta.config_json = cfg_.to_json();
   meta.layout.world_size = comm_size(world_);
-  meta.layout.dp = dp_.size();
+  meta.layout.dp = grid_.sizes().dp;
+  meta.layout.cp = grid_.sizes().cp;
   meta.layout.zero = dp_.options().zero;
   meta.layout.ep = grid_.sizes().ep;
+  meta.layout.pp = grid_.sizes().pp;
   balance_.save(meta);
-  io::OptimizerState state;
+  const io::OptimizerState state = optimizer_moments();
   const auto& store = dp_.store();
-  for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   io::SaveOptions so;
   so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
-  const std::string dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so);
-  log::info("checkpoint: wrote {}", dir);
+  std::string dir;
+  // Experts in global order, whatever the placement (an async snapshot is
+  // taken inside, before the experts move back).
+  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); }, [&] {
+    if (async_) {
+      // The run's last checkpoint (the end, or a stop signal) is never skipped.
+      const bool last = steps_done >= steps_ || stop_.signal() != 0;
+      if (async_->start(checkpoint_dir(), io::checkpoint_tensors(store), state, meta, so, last))
+        log::info("checkpoint: step {} snapshot taken, writing it in the background", steps_done);
+      dir = (fs::path(checkpoint_dir()) / io::checkpoint_dir_name(meta.step)).string();
+      return;
+    }
+    const double t0 = wall_seconds();
+    dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so);
+    log::info("checkpoint: wrote {} in {:.3f} s", dir, wall_seconds() - t0);
+  });
   return dir;
 }
 
 void Trainer::load(const std::string& path) {
+  if (async_) async_->wait();  // only one thread may call HDF5
   ScopedRegion region("io/checkpoint", true);
-  io::OptimizerState state;
+  const io::OptimizerState state = optimizer_moments();
   auto& store = dp_.store();
-  for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
   const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_);
+  replace_.forget_placement();  // the checkpoint holds the experts in global order
   dp_.params_updated();
   balance_.restore(meta, *model_);
   step_ = static_cast<std::int64_t>(meta.step);
@@ -220,19 +313,22 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.lr = r.report.lr;
   s.grad_norm = r.report.clip.norm;
   s.skipped = !r.report.applied;
+  s.nonfinite_steps = nan_.nonfinite_steps();
   const double tokens = double(global_batch_ * mcfg_.seq_len * steps_in_interval);
   s.tokens_per_s = tokens / interval_s;
-  const double flops_per_rank = flops_.per_token_train * tokens / dp_.size() / interval_s;
-  s.tflops = flops_per_rank * dp_.size() * 1e-12;
+  const double flops_per_rank = flops_.per_token_train * tokens / comm_size(world_) / interval_s;
+  s.tflops = flops_per_rank * comm_size(world_) * 1e-12;
   s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
   s.imbalance = r.imbalance;
-  s.moe_summary = moe_summary(r.moe, grid_.sizes().ep);
-  s.moe = moe_json(r.moe, grid_.sizes().ep, balance_.bias());
+  s.moe_summary = moe_summary(r.moe, grid_.sizes().ep, replace_.placement().get());
+  s.moe = moe_json(r.moe, grid_.sizes().ep, balance_.bias(), replace_.placement().get());
   const double k = 1.0 / double(steps_in_interval);
   // Communication is what the rank spent launching, polling and waiting
   // (what overlap did not hide); compute is the rest of the step.
   s.t_comm = (phase_total("comm/") - eval_comm_s_) * k;
   s.t_a2a = phase_total("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
+  s.t_tp = phase_total("comm/tp_") * k;           // tensor parallelism's (activations and replicated gradients)
+  s.t_context = phase_total("comm/context/") * k;  // ring / all-to-all attention waits
   s.t_io = phase_total("io/") * k;
   s.t_eval = phase_total("eval") * k;
   s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);
@@ -248,8 +344,39 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   phase_timers().reset();
   eval_comm_s_ = 0;
   energy_.report(s, interval_s, tokens);
-  log::info("{}", format_line(s));
-  metrics_->write(to_json(s));
+  auto record = to_json(s);
+  std::string line = format_line(s);
+  if (pipe_) {
+    // Every stage's measurements of the interval's last step.
+    const int P = pipe_->stages();
+    const double mine[4] = {pipe_stats_.bubble(), pipe_stats_.step_s - pipe_stats_.wait_s,
+                            double(pipe_stats_.peak_live), double(pipe_stats_.peak_activation_bytes)};
+    std::vector<double> all(std::size_t(4 * P));
+    MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, pipe_->pp_comm());
+    std::vector<double> bubble, compute, live, bytes;
+    for (int k = 0; k < P; ++k) {
+      bubble.push_back(all[std::size_t(4 * k)]);
+      compute.push_back(all[std::size_t(4 * k + 1)]);
+      live.push_back(all[std::size_t(4 * k + 2)]);
+      bytes.push_back(all[std::size_t(4 * k + 3)]);
+    }
+    const double theory = parallel::pipeline::theoretical_bubble(pipe_->schedule().name(), P, int(grad_accum_));
+    const double worst = *std::max_element(bubble.begin(), bubble.end());
+    record["pipeline"] = {{"schedule", pipe_->schedule().name()}, {"stages", P}, {"micro_batches", grad_accum_},
+                          {"bubble_theory", theory}, {"bubble", bubble}, {"compute_s", compute},
+                          {"peak_contexts", live}, {"activation_bytes", bytes}};
+    line += fmt::format(" | pp bubble {:.3f} (theory {:.3f})", worst, theory);
+  }
+  log::info("{}", line);
+  metrics_->write(record);
+}
+
+void Trainer::move_experts(const parallel::ExpertMove& move) {
+  ScopedRegion region("comm/expert_move", true);
+  const auto& c = grid_.coords();
+  parallel::move_experts(dp_.store(), {dp_.store().values(), opt_.adamw().exp_avg(), opt_.adamw().exp_avg_sq()},
+                         {grid_.comm(comm::Group::Data), c.ep, c.expert_data}, move);
+  dp_.params_updated();
 }
 
 void Trainer::inject_fault(std::int64_t steps_done) const {
@@ -264,6 +391,25 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
   log::warn("EXAMOE_FAULT_EXIT_AFTER_STEP={}: rank {} exiting abruptly after step {} (fault injection)", when,
             comm_rank(world_), steps_done);
   std::_Exit(86);
+}
+
+void Trainer::rollback(std::int64_t bad_step) {
+  std::string dir;
+  std::uint64_t to = 0;
+  for (const auto& [s, d] : io::list_checkpoints(checkpoint_dir())) {
+    if (static_cast<std::int64_t>(s) < bad_step) {
+      to = s;
+      dir = d;
+    }
+  }
+  EXA_REQUIRE(!dir.empty(),
+              "step {} is not finite and resilience.nan_policy = \"rollback\", but {} holds no checkpoint before it "
+              "to go back to: set checkpoint.every (so that one exists) or nan_policy = \"skip\"",
+              bad_step, checkpoint_dir());
+  load(dir);
+  nan_.rolled_back(bad_step, step_);
+  metrics_->write(nlohmann::json{{"event", "rollback"}, {"from_step", bad_step}, {"to_step", to},
+                                 {"nonfinite_steps", nan_.nonfinite_steps()}});
 }
 
 double Trainer::run() {
@@ -285,8 +431,21 @@ double Trainer::run() {
   double last_val = std::numeric_limits<double>::quiet_NaN();
   while (step_ < steps_) {
     const StepResult r = train_step(step_);
+    if (r.nan_action == NanGuard::Action::rollback) {
+      rollback(step_ + 1);
+      interval = StepResult{};
+      val.reset();
+      since = 0;
+      t0 = wall_seconds();
+      continue;
+    }
     ++step_;
     comm::Watchdog::set_progress(step_);
+    for (auto rec : r.replaced) {
+      rec["event"] = "expert_replacement";
+      rec["step"] = step_;
+      metrics_->write(rec);
+    }
     ++since;
     interval.loss += r.loss;
     interval.ce += r.ce;
@@ -317,6 +476,7 @@ double Trainer::run() {
     inject_fault(step_);
     if (stop) break;
   }
+  if (async_) async_->wait();  // the last checkpoint is complete before run() returns
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
       !e.empty())

@@ -25,12 +25,16 @@
 #include "model/stage_model.hpp"
 #include "optim/optimizer.hpp"
 #include "parallel/data_parallel.hpp"
+#include "parallel/pipeline/pipeline.hpp"
 #include "parallel/schedule.hpp"
+#include "train/async_checkpoint.hpp"
 #include "train/aux_free.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
+#include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
+#include "train/nan_policy.hpp"
 #include "train/step_log.hpp"
 #include "train/stop_signal.hpp"
 
@@ -41,6 +45,8 @@ struct StepResult {
   double imbalance = 1;                     // worst MoE layer, max over micro-batches
   MoeLoad moe;                              // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
+  std::vector<nlohmann::json> replaced;     // expert re-placements after the step (ExpertReplacement)
+  NanGuard::Action nan_action = NanGuard::Action::none;  // resilience.nan_policy's verdict on the step
 };
 
 class Trainer {
@@ -75,6 +81,12 @@ class Trainer {
  private:
   void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
   void inject_fault(std::int64_t steps_done) const;
+  void move_experts(const parallel::ExpertMove& move);  // ExpertReplacement's mover
+  // resilience.nan_policy = "rollback": reload the newest checkpoint before
+  // the bad step `bad_step` (1-based).
+  void rollback(std::int64_t bad_step);
+  // The AdamW moments by tensor name (Views aliasing the optimizer's).
+  io::OptimizerState optimizer_moments();
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
@@ -86,9 +98,19 @@ class Trainer {
   comm::WatchdogScope watchdog_;
   model::ModelConfig mcfg_;
   AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
+  ExpertReplacement replace_{cfg_, mcfg_, int(grid_.sizes().ep)};  // moe.replace_every (before model_: it reads it)
   parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
+  // pipeline.schedule = "zb": the weight gradients the model's Linear seams defer.
+  std::shared_ptr<parallel::pipeline::WeightGradQueue> deferred_weights_ =
+      cfg_.get_int("parallel.pp") > 1 && cfg_.get_string("pipeline.schedule") == "zb"
+          ? std::make_shared<parallel::pipeline::WeightGradQueue>()
+          : nullptr;
   std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for grid_
   std::unique_ptr<parallel::Schedule> schedule_ = std::make_unique<parallel::SequentialSchedule>();
+  // parallel.pp > 1: this rank's pipeline stage, which runs the step's
+  // micro-batches in its own schedule; and its last step's measurements.
+  std::unique_ptr<parallel::pipeline::Pipeline> pipe_;
+  parallel::pipeline::PipelineStats pipe_stats_;
   optim::Optimizer opt_;
   io::Sampler sampler_;
   std::unique_ptr<io::MetricsWriter> metrics_;
@@ -100,6 +122,8 @@ class Trainer {
   DeviceBatch batch_;
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
   StopSignal stop_;
+  NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
+  std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async = true
 };
 
 }  // namespace exa::train

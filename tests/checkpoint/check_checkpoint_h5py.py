@@ -36,7 +36,7 @@ except ImportError as e:  # pragma: no cover
 # The documented checksums (docs/checkpoint-format.md), as the user-facing
 # converter computes them: numpy for the datasets, XXH64 in pure Python.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from ckpt_to_torch import checksum, merkle_root, meta_checksum  # noqa: E402
+from ckpt_to_torch import checksum, chunk_checksums, merkle_root, meta_checksum, verify  # noqa: E402
 
 
 def expected_shapes(cfg):
@@ -182,6 +182,16 @@ def main():
         entries = sorted((f"/{g}/{n}", int(f[g][n].attrs["checksum"]))
                          for g in ("model", "optim/exp_avg", "optim/exp_avg_sq", "state") if g in f for n in f[g])
         assert int(at["merkle_root"]) == merkle_root(entries), "Merkle root does not match the dataset checksums"
+        # Per-chunk checksums: chunk_elements on /, one checksum per chunk of
+        # every dataset, adding up to its checksum, under chunk_merkle_root.
+        chunk = int(at["chunk_elements"])
+        assert chunk > 0, chunk
+        for g in ("model", "optim/exp_avg", "optim/exp_avg_sq"):
+            for name in want:
+                ds = f[g][name]
+                sums = chunk_checksums(ds[()], chunk)
+                assert [int(x) for x in np.atleast_1d(ds.attrs["chunk_checksums"])] == sums, f"/{g}/{name} chunks"
+        verify(f, path)  # ckpt_to_torch's check, chunk Merkle root included
         assert np.all(f["model/norm.weight"][()] == 1.0)
         assert np.all(f["optim/exp_avg/embed.weight"][()] == 0.5)
         print(f"h5py {h5py.__version__}: {3 * len(want)} datasets with contract names, shapes and checksums")

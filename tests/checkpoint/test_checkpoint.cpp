@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/runtime.hpp"
 #include "io/checkpoint/checkpoint.hpp"
+#include "io/checkpoint/checkpoint_report.hpp"
 #include "io/checkpoint/flat_range.hpp"
 #include "kernels/checksum.hpp"
 #include "model/parameter_store.hpp"
@@ -738,6 +739,112 @@ TEST(Checkpoint, UnwritableDirectoryFailsCleanly) {
   on_rank0([&] { std::ofstream(fs::path(dir) / "ckpt") << "a file where the directory should be"; });
   const std::string e = error_of([&] { io::save_checkpoint(ckpt_of(dir), p, nullptr, make_meta(1), MPI_COMM_WORLD); });
   EXPECT_TRUE(contains(e, "saving checkpoint step 1")) << e;
+}
+
+// ---- chunk checksums and the offline check --------------------------------------------
+
+// 7-element chunks: they cross rows, shard boundaries and ranks.
+io::SaveOptions small_chunks() {
+  io::SaveOptions o;
+  o.chunk_elements = 7;
+  return o;
+}
+
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (auto x : shape) n *= x;
+  return n;
+}
+
+TEST(Checkpoint, ChunkChecksumsAddUpAndVerifyOffline) {
+  const std::string dir = scratch_dir();
+  auto p = world_store(tiny_config());
+  auto m = make_moments(p);
+  EXPECT_EQ(error_of([&] {
+              io::save_checkpoint(ckpt_of(dir), p, &m.state, make_meta(3), MPI_COMM_WORLD, small_chunks());
+            }),
+            "");
+  on_rank0([&] {
+    const auto info = io::inspect_checkpoint(dir);
+    EXPECT_EQ(info.meta.chunk_elements, 7);
+    std::int64_t chunks = 0;
+    for (const auto& d : info.datasets) {
+      const std::int64_t n = numel_of(d.shape);
+      EXPECT_EQ(static_cast<std::int64_t>(d.chunk_checksums.size()), (n + 6) / 7) << d.path;
+      std::uint64_t sum = 0;
+      for (auto c : d.chunk_checksums) sum += c;
+      EXPECT_EQ(sum, d.checksum) << d.path;
+      chunks += (n + 6) / 7;
+    }
+    const auto r = io::verify_checkpoint(dir);
+    EXPECT_TRUE(r.ok()) << io::format_verify_result(r);
+    EXPECT_EQ(r.chunks_checked, chunks);
+    EXPECT_TRUE(contains(io::format_verify_result(r), "OK: ")) << io::format_verify_result(r);
+    const std::string table = io::format_checkpoint_info(info, true);
+    EXPECT_TRUE(contains(table, "/optim/exp_avg_sq/layers.0.attn.wq.weight")) << table;
+    EXPECT_TRUE(contains(table, "chunk_elements     7")) << table;
+    EXPECT_TRUE(contains(table, "d_model = 8")) << table;
+  });
+  auto q = world_store(tiny_config());
+  auto mq = make_moments(q, false);
+  EXPECT_EQ(error_of([&] { io::load_checkpoint(dir, q, &mq.state, MPI_COMM_WORLD); }), "");
+  expect_same_values(p, q);
+  expect_same_moments(p, m, q, mq);
+}
+
+TEST(Checkpoint, FlippedByteNamesTheChunkOnLoadAndOffline) {
+  const std::string dir = scratch_dir();
+  auto p = world_store(tiny_config());
+  EXPECT_EQ(error_of([&] {
+              io::save_checkpoint(ckpt_of(dir), p, nullptr, make_meta(3), MPI_COMM_WORLD, small_chunks());
+            }),
+            "");
+  const std::string victim = "/model/layers.0.attn.wq.weight";
+  // Byte 2 of element 23: chunk 3, elements [21, 28).
+  flip_dataset_byte((fs::path(ckpt_of(dir)) / "step_00000003" / "state.h5").string(), victim, 4 * 23 + 2);
+  auto q = world_store(tiny_config());
+  const std::string e = error_of([&] { io::load_checkpoint(dir, q, nullptr, MPI_COMM_WORLD); });
+  EXPECT_TRUE(contains(e, victim + " chunk 3 (elements [21, 28)) reads back with checksum")) << e;
+  EXPECT_TRUE(contains(e, "nothing was loaded")) << e;
+  on_rank0([&] {
+    const auto r = io::verify_checkpoint(dir);
+    ASSERT_EQ(r.mismatches.size(), 1u) << io::format_verify_result(r);
+    EXPECT_EQ(r.mismatches[0].path, victim);
+    EXPECT_EQ(r.mismatches[0].chunk, 3);
+    EXPECT_EQ(r.mismatches[0].elements, (FlatRange{21, 28}));
+    const std::string out = io::format_verify_result(r);
+    EXPECT_TRUE(contains(out, "CORRUPT: ") && contains(out, victim) && contains(out, "state.h5")) << out;
+  });
+}
+
+TEST(Checkpoint, FilesWithoutChunkChecksumsStillLoadAndVerify) {
+  const std::string dir = scratch_dir();
+  auto p = world_store(tiny_config());
+  EXPECT_EQ(error_of([&] { io::save_checkpoint(ckpt_of(dir), p, nullptr, make_meta(2), MPI_COMM_WORLD); }), "");
+  const std::string file = (fs::path(ckpt_of(dir)) / "step_00000002" / "state.h5").string();
+  // What a checkpoint written before chunk checksums holds: none of their attributes.
+  on_rank0([&] {
+    const auto info = io::inspect_checkpoint(dir);
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    EXPECT_GE(H5Adelete_by_name(f, "/", "chunk_elements", H5P_DEFAULT), 0);
+    EXPECT_GE(H5Adelete_by_name(f, "/", "chunk_merkle_root", H5P_DEFAULT), 0);
+    for (const auto& d : info.datasets) EXPECT_GE(H5Adelete_by_name(f, d.path.c_str(), "chunk_checksums", H5P_DEFAULT), 0);
+    H5Fclose(f);
+  });
+  auto q = world_store(tiny_config());
+  EXPECT_EQ(error_of([&] { io::load_checkpoint(dir, q, nullptr, MPI_COMM_WORLD); }), "");
+  on_rank0([&] {
+    const auto r = io::verify_checkpoint(dir);
+    EXPECT_EQ(r.info.meta.chunk_elements, 0);
+    EXPECT_TRUE(r.ok()) << io::format_verify_result(r);
+    EXPECT_EQ(r.chunks_checked, static_cast<std::int64_t>(r.info.datasets.size()));
+  });
+  const std::string victim = "/model/norm.weight";
+  flip_dataset_byte(file, victim, 5);
+  const std::string e = error_of([&] { io::load_checkpoint(dir, q, nullptr, MPI_COMM_WORLD); });
+  EXPECT_TRUE(contains(e, "dataset " + victim + " reads back with checksum")) << e;
+  EXPECT_FALSE(contains(e, " chunk ")) << e;
 }
 
 }  // namespace

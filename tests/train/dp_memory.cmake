@@ -3,7 +3,12 @@
 # are at most LIMIT of the single-rank run's (ideal 1/NP). The unit buffers
 # that hold a gathered layer and its gradient are reported separately
 # ("buffers") and printed here.
-#   -DREF=<single-rank run dir> -DNP=4 -DLIMIT=0.30
+#   -DREF=<single-rank run dir> -DNP=4 -DLIMIT=0.30 [-DLAYOUT=<label>]
+# (ARGS may set parallel.tp: tensor parallelism splits the boxes ZeRO then
+# shards over what is left of the ranks.)
+if(NOT DEFINED LAYOUT)
+  set(LAYOUT "dp=${NP} zero=3")
+endif()
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
@@ -32,10 +37,10 @@ endfunction()
 state_bytes(${REF}/metrics.jsonl one one_buf)
 state_bytes(${WORK}/metrics.jsonl many many_buf)
 execute_process(COMMAND awk "BEGIN{printf \"%.4f\", ${many}/${one}}" OUTPUT_VARIABLE ratio)
-message(STATUS "params+grads+optim per rank: dp=1 ${one} B, dp=${NP} zero=3 ${many} B, ratio ${ratio} "
+message(STATUS "params+grads+optim per rank: one rank ${one} B, ${LAYOUT} ${many} B, ratio ${ratio} "
                "(limit ${LIMIT}, ideal 1/${NP}); zero-3 unit buffers ${many_buf} B")
 execute_process(COMMAND awk "BEGIN{exit !(${ratio} <= ${LIMIT})}" RESULT_VARIABLE ok)
 if(NOT ok EQUAL 0)
-  message(FATAL_ERROR "zero=3 at dp=${NP} keeps ${ratio} of the single-rank parameter, gradient and optimizer "
+  message(FATAL_ERROR "${LAYOUT} keeps ${ratio} of the single-rank parameter, gradient and optimizer "
                       "bytes per rank; the limit is ${LIMIT}")
 endif()

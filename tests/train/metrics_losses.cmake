@@ -27,3 +27,12 @@ function(run_checked)
     message(FATAL_ERROR "command failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
 endfunction()
+
+# require_in(<text> <pattern> <what>): a FATAL_ERROR naming `what` unless the
+# text holds the pattern (a plain substring).
+function(require_in text pattern what)
+  string(FIND "${text}" "${pattern}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${what}: no \"${pattern}\" in the output:\n${text}")
+  endif()
+endfunction()

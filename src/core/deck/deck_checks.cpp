@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace exa::deck {
@@ -64,6 +66,31 @@ void check_moe(const Config& c) {
          "moe.router_bias = \"aux_free\" moves each expert's routing bias by moe.bias_rate after every step, but "
          "bias_rate = 0.0 would never move it: set bias_rate > 0 (e.g. 1e-3) or router_bias = \"none\"");
   }
+  {
+    std::vector<double> n;
+    try {
+      n = number_list(c.get_string("moe.bias_init"));
+    } catch (const Error& e) {
+      fail(c, {"moe.bias_init"}, std::string("moe.bias_init: ") + e.what());
+    }
+    const bool any = std::any_of(n.begin(), n.end(), [](double b) { return b != 0.0; });
+    if (any && c.get_string("moe.router_bias") != "aux_free") {
+      fail(c, {"moe.bias_init", "moe.router_bias"},
+           "moe.bias_init sets starting aux_free routing biases, but moe.router_bias = \"none\" routes without "
+           "biases: set router_bias = \"aux_free\" (and bias_rate > 0) or remove bias_init");
+    }
+    if (std::int64_t(n.size()) > c.get_int("moe.n_experts")) {
+      fail(c, {"moe.bias_init", "moe.n_experts"},
+           fmt::format("moe.bias_init gives {} biases but the model has moe.n_experts = {}; give at most {}",
+                       n.size(), c.get_int("moe.n_experts"), c.get_int("moe.n_experts")));
+    }
+  }
+  if (c.get_int("moe.replace_every") > 0 && c.get_int("parallel.ep") <= 1) {
+    fail(c, {"moe.replace_every", "parallel.ep"},
+         fmt::format("moe.replace_every = {} re-places experts over the expert-parallel ranks, but parallel.ep = {} "
+                     "keeps every expert on every rank: set parallel.ep > 1 or replace_every = 0",
+                     c.get_int("moe.replace_every"), c.get_int("parallel.ep")));
+  }
   const auto every = c.get_int("moe.moe_every");
   if (every == 0) return;  // dense model: the [moe] sizes are unused
   const auto e = c.get_int("moe.n_experts"), k = c.get_int("moe.top_k"), layers = c.get_int("model.n_layers");
@@ -104,12 +131,53 @@ void check_parallel(const Config& c) {
                        key, n, tp, what, divisors(n)));
     }
   }
+  // Tensor parallelism also splits the vocabulary (embedding and LM head)
+  // and, etp ways, every routed expert's FFN.
+  if (const auto v = c.get_int("model.vocab_size"); v % tp != 0) {
+    fail(c, {"parallel.tp", "model.vocab_size"},
+         fmt::format("model.vocab_size = {} is not divisible by parallel.tp = {}; the embedding and LM head are "
+                     "split on the vocabulary over tp ranks: choose tp from {}",
+                     v, tp, divisors(v)));
+  }
+  if (const auto seq = c.get_int("model.seq_len"); c.get_bool("parallel.sequence_parallel") && seq % tp != 0) {
+    fail(c, {"parallel.sequence_parallel", "model.seq_len", "parallel.tp"},
+         fmt::format("model.seq_len = {} is not divisible by parallel.tp = {}; sequence parallelism splits each "
+                     "micro-batch's tokens over the tp ranks: choose tp from {}",
+                     seq, tp, divisors(seq)));
+  }
+  if (const auto etp = c.get_int("parallel.etp"); etp != 0 && etp != 1 && etp != tp) {
+    fail(c, {"parallel.etp", "parallel.tp"},
+         fmt::format("parallel.etp = {} with parallel.tp = {}: experts are split over all the tp ranks or none; "
+                     "set etp = 0 (= tp), 1 or {}",
+                     etp, tp, tp));
+  }
+  if (const auto etp = c.get_int("parallel.etp") == 0 ? tp : c.get_int("parallel.etp"),
+      f = c.get_int("moe.d_expert");
+      c.get_int("moe.moe_every") != 0 && f % tp != 0 && (etp > 1 || c.get_int("moe.n_shared_experts") > 0)) {
+    fail(c, {"parallel.tp", "moe.d_expert"},
+         fmt::format("moe.d_expert = {} is not divisible by parallel.tp = {}; tensor parallelism splits the "
+                     "experts' FFN width evenly: choose tp from {}",
+                     f, tp, divisors(f)));
+  }
   const auto seq = c.get_int("model.seq_len");
   if (seq % cp != 0) {
     fail(c, {"parallel.cp", "model.seq_len"},
          fmt::format("model.seq_len = {} is not divisible by parallel.cp = {}; context parallelism splits each "
                      "sequence into cp equal chunks: choose cp from {}",
                      seq, cp, divisors(seq)));
+  }
+  if (cp > 1 && seq % (2 * cp) != 0) {
+    fail(c, {"parallel.cp", "model.seq_len"},
+         fmt::format("model.seq_len = {} is not divisible by 2*parallel.cp = {}; context parallelism cuts each "
+                     "sequence into 2*cp chunks (rank r holds chunks r and 2cp-1-r, for causal load balance): "
+                     "choose cp from {}",
+                     seq, 2 * cp, divisors(seq, [&](std::int64_t v) { return seq % (2 * v) == 0; })));
+  }
+  if (const auto kv = c.get_int("model.n_kv_heads"); cp > 1 && c.get_string("parallel.cp_mode") == "a2a" && kv % cp != 0) {
+    fail(c, {"parallel.cp_mode", "parallel.cp", "model.n_kv_heads"},
+         fmt::format("parallel.cp_mode = \"a2a\" gives each of the cp = {} ranks n_kv_heads/cp key/value heads, but "
+                     "n_kv_heads = {} is not divisible by {}: choose cp from {} or parallel.cp_mode = \"ring\"",
+                     cp, kv, cp, divisors(kv)));
   }
   if ((dp * cp) % ep != 0) {
     fail(c, {"parallel.ep", "parallel.dp", "parallel.cp"},
@@ -156,6 +224,28 @@ void check_training(const Config& c) {
 }
 
 }  // namespace
+
+std::vector<double> number_list(const std::string& text) {
+  std::vector<double> out;
+  std::size_t at = 0;
+  while (at <= text.size() && !text.empty()) {
+    const auto comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos)
+      throw Error(fmt::format("entry {} \"{}\" is not a number; write numbers separated by commas, e.g. \"4,4\"",
+                              out.size() + 1, item));
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
 
 void check_world(const Config& c) {
   const auto pp = c.get_int("parallel.pp"), dp = c.get_int("parallel.dp");

@@ -2,6 +2,9 @@
 // Consistency checks across keys: the parallel layout against the number of
 // ranks, divisibility the model and the parallel strategies need, and
 // combinations that cannot work. Run after every key passed its own checks.
+#include <string>
+#include <vector>
+
 #include "core/deck/config.hpp"
 
 namespace exa::deck {
@@ -13,5 +16,10 @@ void check_world(const Config& config);
 // Everything else; runs on resolved values (resolve.hpp), so dp, n_kv_heads
 // and microbatches are never 0 here.
 void check_consistency(const Config& config);
+
+// "4, 4.5,0" -> {4, 4.5, 0} (a comma-separated list of numbers, such as
+// moe.bias_init; empty text is an empty list). exa::Error naming the entry
+// that is not a number.
+std::vector<double> number_list(const std::string& text);
 
 }  // namespace exa::deck

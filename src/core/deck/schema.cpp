@@ -53,16 +53,26 @@ std::vector<KeySpec> build() {
       F("moe", "z_coef", 0.001, 0, 100, O::none, "weight of the router z-loss mean(logsumexp(logits)^2)"),
       S("moe", "router_bias", "none", {"none", "aux_free"}, "aux_free: per-expert bias on the top-k selection only, += bias_rate*sign(mean load - load) each step"),
       F("moe", "bias_rate", 0.0, 0, 1, O::none, "step of the aux_free bias update (> 0 with router_bias = \"aux_free\")"),
+      S("moe", "bias_init", "0", {}, "aux_free starting biases of experts 0, 1, ... in every MoE layer, comma-separated (the rest 0); e.g. \"4,4\" forces an imbalance"),
+      I("moe", "replace_every", 0, 0, kCount, "expert re-placement: every this many steps re-balance the experts over the EP ranks (0 = off; needs parallel.ep > 1)"),
+      F("moe", "replace_threshold", 1.2, 1, 1000, O::none, "re-place a layer when its EP-rank load max/mean over the window exceeds this"),
+      S("moe", "aux_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens the aux loss's f_e and P_e are taken over: this rank's micro-batch, or (sequence) summed over the cp ranks sharing its sequences, as one rank computes it"),
 
       I("parallel", "dp", 0, 0, kDim, "data-parallel size; 0 = infer world/(pp*cp*tp)"),
       I("parallel", "tp", 1, 1, 4096, "tensor-parallel size (splits heads and FFN columns)"),
       I("parallel", "pp", 1, 1, 4096, "pipeline-parallel stages (split the layers)"),
       I("parallel", "cp", 1, 1, 4096, "context-parallel size (splits each sequence)"),
       I("parallel", "ep", 1, 1, kDim, "expert-parallel size, carved out of dp*cp; each EP rank holds n_experts/ep experts"),
+      I("parallel", "etp", 0, 0, 4096, "expert tensor parallelism: routed experts' FFN split over etp of the tp ranks; 0 = tp, 1 = whole experts"),
+      B("parallel", "sequence_parallel", false, "with tp > 1: norms and residuals on seq_len/tp of each sequence per rank (allgather before, reduce-scatter after the split matrices)"),
       I("parallel", "zero", 0, 0, 3, "ZeRO stage over dp: 1 shards optimizer state, 2 also gradients, 3 also parameters"),
       I("parallel", "ranks_per_node", 0, 0, 4096, "ranks sharing a node; 0 = detect (MPI_Comm_split_type)"),
       B("parallel", "hierarchical", false, "node-local then inter-node collectives"),
       I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches in flight; 0 = train.grad_accum; must divide it"),
+      S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads)"),
+
+      S("pipeline", "schedule", "1f1b", {"gpipe", "1f1b", "zb"}, "pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), 1f1b (at most pp - stage micro-batches alive) or zb (1f1b with weight gradients deferred into the bubbles, ZB-H1; parallel.zero <= 1)"),
+      S("pipeline", "layers_per_stage", "auto", {}, "layers of each pipeline stage, e.g. \"3,1\" (pp counts summing to n_layers); \"auto\" = balance counted FLOPs and parameter bytes"),
 
       I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
       I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank"),
@@ -90,6 +100,8 @@ std::vector<KeySpec> build() {
       I("checkpoint", "every", 1000, 0, kCount, "steps between checkpoints; 0 = never"),
       I("checkpoint", "keep", 3, 0, kDim, "newest complete checkpoints kept, older ones deleted; 0 = keep all"),
       B("checkpoint", "resume", false, "continue from the newest complete checkpoint in dir when there is one"),
+      B("checkpoint", "async", false, "snapshot parameters and optimizer state, write them on a background thread while training goes on"),
+      S("checkpoint", "async_policy", "wait", {"wait", "skip"}, "a checkpoint due while the previous async write is in flight: wait for it, or skip this one"),
 
       S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
@@ -105,6 +117,8 @@ std::vector<KeySpec> build() {
 
       F("resilience", "timeout_s", 600.0, 0, 1e7, O::none, "seconds a collective may block before the run aborts; 0 = no limit"),
       B("resilience", "nan_check", true, "stop with a message when the loss or gradient norm is not finite"),
+      S("resilience", "nan_policy", "abort", {"abort", "skip", "rollback"}, "a step whose loss or gradient norm is not finite (under nan_check): abort; skip it (no update, counted in the metrics); rollback: skip, and after nan_rollback_after such steps in a row reload the newest checkpoint"),
+      I("resilience", "nan_rollback_after", 1, 1, kCount, "consecutive non-finite steps that trigger a rollback (nan_policy = \"rollback\")"),
 
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
@@ -122,7 +136,7 @@ const std::vector<KeySpec>& schema() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "train",
+  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "pipeline", "train",
                                                  "optim",     "data",   "checkpoint", "precision",
                                                  "memory",    "comm",   "resilience", "output"};
   return names;

@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint/checkpoint_fs.hpp"
+#include "io/checkpoint/chunk_sums.hpp"
 #include "io/checkpoint/flat_range.hpp"
 #include "io/checkpoint/h5.hpp"
 #include "io/checkpoint/piece_cover.hpp"
@@ -27,7 +28,6 @@
 namespace exa::io {
 
 namespace fs = std::filesystem;
-using HostFlat = Kokkos::View<float*, Kokkos::LayoutRight, Kokkos::HostSpace>;
 
 // ---- small pieces -------------------------------------------------------------
 
@@ -214,12 +214,18 @@ Item state_item(const std::string& name, const std::vector<std::int64_t>& shape)
   return Item{kStateGroup, name, shape, s, {}};
 }
 
-std::vector<Item> state_items(const CheckpointMeta& m) {
+// `background`: the values are aliased, not copied (no Kokkos call; host
+// backends only, which save_checkpoint checks).
+std::vector<Item> state_items(const CheckpointMeta& m, bool background) {
   std::vector<Item> items;
   for (const auto& [name, a] : m.state) {
     Item it = state_item(name, a.shape);
-    it.view = View1<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::state"), a.values.size());
-    Kokkos::deep_copy(it.view, HostFlat(const_cast<float*>(a.values.data()), a.values.size()));
+    if (background) {
+      it.view = View1<float>(const_cast<float*>(a.values.data()), a.values.size());
+    } else {
+      it.view = View1<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::state"), a.values.size());
+      Kokkos::deep_copy(it.view, HostFlat(const_cast<float*>(a.values.data()), a.values.size()));
+    }
     items.push_back(std::move(it));
   }
   return items;
@@ -307,18 +313,31 @@ std::vector<FlatRange> shifted(const std::vector<FlatRange>& r, std::int64_t by)
   return out;
 }
 
-// Partial checksum of the given ranges of a box's flattening, taken from
-// `buf`, whose first element is the box's element `base`; each element
-// counts at its global index.
-std::uint64_t partial_checksum(const HostFlat& buf, std::int64_t base, const kernels::BoxIndex& box,
-                               const std::vector<FlatRange>& ranges) {
-  std::uint64_t sum = 0;
-  for (const auto& r : ranges) {
-    const auto lo = static_cast<std::size_t>(r.begin - base), hi = static_cast<std::size_t>(r.end - base);
-    sum = kernels::checksum_combine(
-        sum, kernels::checksum_box(Kokkos::subview(buf, Kokkos::make_pair(lo, hi)), box, r.begin));
+// Where each item's chunk partials sit in one flat vector (so that one
+// allreduce adds them all): offsets[i] .. offsets[i + 1].
+std::vector<std::size_t> chunk_offsets(const std::vector<Item>& items, const std::vector<std::int64_t>& chunk_elems) {
+  std::vector<std::size_t> off{0};
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    off.push_back(off.back() +
+                  static_cast<std::size_t>(chunk_count(model::whole_box(items[i].shape).numel(), chunk_elems[i])));
   }
-  return sum;
+  return off;
+}
+
+// Sums the chunk partials of all ranks.
+std::vector<std::uint64_t> allreduce_sum(const std::vector<std::uint64_t>& partial, MPI_Comm comm) {
+  std::vector<std::uint64_t> total(partial.size(), 0);
+  for (std::size_t at = 0; at < partial.size(); at += (1u << 28)) {
+    const int n = static_cast<int>(std::min<std::size_t>(1u << 28, partial.size() - at));
+    MPI_Allreduce(partial.data() + at, total.data() + at, n, MPI_UINT64_T, MPI_SUM, comm);
+  }
+  return total;
+}
+
+std::uint64_t sum_of(const std::uint64_t* b, const std::uint64_t* e) {
+  std::uint64_t s = 0;
+  for (; b != e; ++b) s = kernels::checksum_combine(s, *b);
+  return s;
 }
 
 h5::Id file_access(MPI_Comm comm) {
@@ -349,6 +368,19 @@ std::vector<std::pair<std::string, std::uint64_t>> sorted_entries(
 // ---- meta -----------------------------------------------------------------------
 
 constexpr const char* kLrPrefix = "lr_schedule.";
+constexpr const char* kChunkAttr = "chunk_checksums";
+
+// The Merkle tree over every chunk: leaves "<path>#<k>" with the
+// chunk's checksum, datasets by path, chunks by index.
+std::uint64_t chunk_merkle_root(const std::vector<DatasetInfo>& ds) {
+  std::vector<std::pair<std::string, std::uint64_t>> e;
+  for (const auto& d : ds) {
+    for (std::size_t k = 0; k < d.chunk_checksums.size(); ++k) {
+      e.emplace_back(fmt::format("{}#{}", d.path, k), d.chunk_checksums[k]);
+    }
+  }
+  return kernels::checksum_merkle_root(e);
+}
 
 std::string meta_to_json(const CheckpointMeta& m) {
   nlohmann::json j;
@@ -467,6 +499,15 @@ CheckpointMeta read_meta(hid_t root, const std::string& file) {
               file, kernels::checksum_hex(now), kernels::checksum_hex(stored),
               fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string()));
   m.layout = CheckpointLayout::from_json(layout);
+  if (h5::has_attr(root, "created_by")) m.created_by = h5::read_string(root, "created_by");
+  // Chunk checksums came later within version 1: files without them verify
+  // per dataset.
+  if (h5::has_attr(root, "chunk_elements")) {
+    m.chunk_elements = h5::read_i64(root, "chunk_elements");
+    EXA_REQUIRE(m.chunk_elements > 0, "checkpoint file {} is corrupt: its chunk_elements attribute is {}", file,
+                m.chunk_elements);
+    m.chunk_merkle_root = h5::read_u64(root, "chunk_merkle_root");
+  }
   return m;
 }
 
@@ -487,6 +528,7 @@ std::vector<DatasetInfo> list_datasets(hid_t file) {
       DatasetInfo info{path, h5::dataset_shape(d), 0};
       EXA_REQUIRE(h5::has_attr(d, "checksum"), "dataset {} has no 'checksum' attribute", path);
       info.checksum = h5::read_u64(d, "checksum");
+      if (h5::has_attr(d, kChunkAttr)) info.chunk_checksums = h5::read_u64s(d, kChunkAttr);
       out.push_back(std::move(info));
     }
   }
@@ -494,7 +536,8 @@ std::vector<DatasetInfo> list_datasets(hid_t file) {
   return out;
 }
 
-void verify_merkle(const std::vector<DatasetInfo>& ds, std::uint64_t stored, const std::string& file) {
+void verify_merkle(const std::vector<DatasetInfo>& ds, const CheckpointMeta& meta, const std::string& file) {
+  const std::uint64_t stored = meta.merkle_root;
   std::vector<std::pair<std::string, std::uint64_t>> e;
   for (const auto& d : ds) e.emplace_back(d.path, d.checksum);
   const std::uint64_t root = kernels::checksum_merkle_root(e);
@@ -502,6 +545,26 @@ void verify_merkle(const std::vector<DatasetInfo>& ds, std::uint64_t stored, con
               "checkpoint file {} is corrupt: the Merkle root over its datasets' checksums is {} but the file "
               "records {} (a dataset or its checksum attribute was altered, added or removed); {}",
               file, kernels::checksum_hex(root), kernels::checksum_hex(stored),
+              fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string()));
+  if (meta.chunk_elements == 0) return;
+  // The chunk checksums: one per chunk, adding up to the dataset's, under
+  // their own Merkle root.
+  for (const auto& d : ds) {
+    const std::int64_t n = chunk_count(model::whole_box(d.shape).numel(), meta.chunk_elements);
+    const auto* c = d.chunk_checksums.data();
+    EXA_REQUIRE(static_cast<std::int64_t>(d.chunk_checksums.size()) == n &&
+                    sum_of(c, c + d.chunk_checksums.size()) == d.checksum,
+                "checkpoint file {} is corrupt: dataset {} has {} chunk checksums adding up to {} where {} chunks "
+                "adding up to its checksum {} belong; {}",
+                file, d.path, d.chunk_checksums.size(), kernels::checksum_hex(sum_of(c, c + d.chunk_checksums.size())),
+                n, kernels::checksum_hex(d.checksum),
+                fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string()));
+  }
+  const std::uint64_t croot = chunk_merkle_root(ds);
+  EXA_REQUIRE(croot == meta.chunk_merkle_root,
+              "checkpoint file {} is corrupt: the Merkle root over its chunk checksums is {} but the file records {}; "
+              "{}",
+              file, kernels::checksum_hex(croot), kernels::checksum_hex(meta.chunk_merkle_root),
               fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string()));
 }
 
@@ -535,7 +598,7 @@ void damaged_if_h5_fails(const std::string& file, F&& f) {
 // ---- write ------------------------------------------------------------------------
 
 void write_file(const std::string& file, const std::vector<Item>& items, const std::vector<PieceCover>& covers,
-                const CheckpointMeta& meta, MPI_Comm comm) {
+                const CheckpointMeta& meta, std::int64_t chunk_elements, bool background, MPI_Comm comm) {
   const int me = comm_rank(comm);
   h5::Id fapl = file_access(comm);
   h5::Id f = h5::file(H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), "creating " + file);
@@ -562,7 +625,8 @@ void write_file(const std::string& file, const std::vector<Item>& items, const s
   h5::check(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
 
   std::vector<h5::Id> dsets;
-  std::vector<std::uint64_t> partial(items.size(), 0), total(items.size(), 0);
+  const auto at = chunk_offsets(items, std::vector<std::int64_t>(items.size(), chunk_elements));
+  std::vector<std::uint64_t> partial(at.back(), 0);
   float dummy = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const Item& it = items[i];
@@ -578,23 +642,33 @@ void write_file(const std::string& file, const std::vector<Item>& items, const s
     h5::Id mspace = memory_space(it.shard.count, shifted(owned, it.shard.offset));
     h5::check(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? host.data() : &dummy),
               "writing dataset " + it.path());
-    partial[i] = partial_checksum(host, it.shard.offset, model::box_index(it.shard, it.shape), owned);
+    std::vector<std::uint64_t> mine(at[i + 1] - at[i], 0);
+    add_chunk_partials(host, it.shard.offset, model::box_index(it.shard, it.shape), owned, chunk_elements, mine,
+                       background);
+    std::copy(mine.begin(), mine.end(), partial.begin() + static_cast<std::ptrdiff_t>(at[i]));
     dsets.push_back(std::move(d));
   }
   // Each element was written (and its checksum term counted) by exactly one
-  // rank, so the sum over ranks is the whole tensor's checksum.
-  if (!items.empty()) {
-    MPI_Allreduce(partial.data(), total.data(), static_cast<int>(items.size()), MPI_UINT64_T, MPI_SUM, comm);
-  }
+  // rank, so the sums over ranks are the whole chunks' checksums.
+  const std::vector<std::uint64_t> total = allreduce_sum(partial, comm);
   std::vector<std::pair<std::string, std::uint64_t>> entries;
+  std::vector<DatasetInfo> chunks;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    h5::write_u64(dsets[i], "checksum", total[i]);
-    entries.emplace_back(items[i].path(), total[i]);
+    const auto* c = total.data();
+    DatasetInfo d{items[i].path(), items[i].shape, sum_of(c + at[i], c + at[i + 1]),
+                  std::vector<std::uint64_t>(c + at[i], c + at[i + 1])};
+    h5::write_u64(dsets[i], "checksum", d.checksum);
+    h5::write_u64s(dsets[i], kChunkAttr, d.chunk_checksums);
+    entries.emplace_back(d.path, d.checksum);
+    chunks.push_back(std::move(d));
   }
   dsets.clear();
+  std::sort(chunks.begin(), chunks.end(), [](const DatasetInfo& a, const DatasetInfo& b) { return a.path < b.path; });
   h5::Id root = h5::group(H5Gopen2(f, "/", H5P_DEFAULT), "opening /");
   write_meta(root, meta);
   h5::write_u64(root, "merkle_root", kernels::checksum_merkle_root(sorted_entries(entries)));
+  h5::write_i64(root, "chunk_elements", chunk_elements);
+  h5::write_u64(root, "chunk_merkle_root", chunk_merkle_root(chunks));
   root.reset();
   groups.clear();
   h5::check(f.close(), "closing (flushing) " + file);
@@ -610,13 +684,19 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
   phase(comm, [&] {
     validate(tensors, optim);
     validate_state(meta_in);
+    EXA_REQUIRE(options.chunk_elements > 0, "checkpoint: SaveOptions::chunk_elements must be >= 1, not {}",
+                options.chunk_elements);
+    constexpr bool host_views = Kokkos::SpaceAccessibility<Kokkos::HostSpace, View1<float>::memory_space>::accessible;
+    EXA_REQUIRE(!options.background || host_views,
+                "checkpoint: a background (async) save needs host-accessible tensors; this build keeps them in "
+                "device memory: set checkpoint.async = false");
   });
   // The metadata of rank 0 is the one written (its state arrays too).
   std::string meta_text = meta_to_json(meta_in);
   bcast_string(meta_text, 0, comm);
   const CheckpointMeta meta = meta_from_json(meta_text);
   std::vector<Item> items = items_of(tensors, optim);
-  for (auto& it : state_items(meta)) items.push_back(std::move(it));
+  for (auto& it : state_items(meta, options.background)) items.push_back(std::move(it));
   phase(comm, [&] { check_same_everywhere(items, comm); });
   std::vector<PieceCover> covers;
   phase(comm, [&] { covers = gather_pieces(items, comm); });
@@ -642,7 +722,8 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
     });
     bcast_string(tmp, 0, comm);
     const std::string file = (fs::path(tmp) / kCheckpointFile).string();
-    phase(comm, [&] { write_file(file, items, covers, meta, comm); });
+    phase(comm, [&] { write_file(file, items, covers, meta, options.chunk_elements, options.background, comm); });
+    if (options.before_publish) options.before_publish();
     // Every rank has closed the file (the phase ends in an allreduce).
     phase(comm, [&] {
       if (me == 0) final_dir = fs_detail::publish(ckpt_dir, tmp, meta.step);
@@ -749,10 +830,11 @@ void check_structure(hid_t f, const std::string& file, const std::vector<Item>& 
 }
 
 // Collective: reads the given ranges of a box of a dataset (this rank's
-// share of the elements no rank loads; empty on all but one rank) and
-// returns their partial checksum.
-std::uint64_t gap_checksum(hid_t d, hid_t fspace, const std::vector<std::int64_t>& shape, const model::Box& box,
-                           const std::vector<FlatRange>& ranges, hid_t dxpl) {
+// share of the elements no rank loads; empty on all but one rank) and adds
+// their checksum terms to the chunk partials.
+void add_gap_partials(hid_t d, hid_t fspace, const std::vector<std::int64_t>& shape, const model::Box& box,
+                      const std::vector<FlatRange>& ranges, hid_t dxpl, std::int64_t chunk_elements,
+                      std::vector<std::uint64_t>& partial) {
   std::vector<FlatRange> local;  // the same ranges, packed in a buffer
   std::int64_t n = 0;
   for (const auto& r : ranges) {
@@ -765,13 +847,28 @@ std::uint64_t gap_checksum(hid_t d, hid_t fspace, const std::vector<std::int64_t
   h5::Id ms = memory_space(n, local);
   h5::check(H5Dread(d, H5T_NATIVE_FLOAT, ms, fspace, dxpl, n > 0 ? buf.data() : &dummy), "reading a dataset");
   const auto map = kernels::box_index(shape, box.offset, box.extent);
-  std::uint64_t sum = 0;
   for (std::size_t k = 0; k < ranges.size(); ++k) {
     const auto part = Kokkos::subview(
         buf, Kokkos::make_pair(static_cast<std::size_t>(local[k].begin), static_cast<std::size_t>(local[k].end)));
-    sum = kernels::checksum_combine(sum, kernels::checksum_box(part, map, ranges[k].begin));
+    add_chunk_partials(part, ranges[k].begin, map, {ranges[k]}, chunk_elements, partial);
   }
-  return sum;
+}
+
+// The chunk size a file's datasets are verified in: its own, or the whole
+// dataset as one chunk (files written before chunk checksums).
+std::int64_t verify_chunk(const CheckpointMeta& meta, const std::vector<std::int64_t>& shape) {
+  if (meta.chunk_elements > 0) return meta.chunk_elements;
+  return std::max<std::int64_t>(1, model::whole_box(shape).numel());
+}
+
+// What chunk k of dataset d was written with.
+std::uint64_t stored_chunk(const DatasetInfo& d, std::int64_t k) {
+  return d.chunk_checksums.empty() ? d.checksum : d.chunk_checksums[static_cast<std::size_t>(k)];
+}
+
+std::string chunk_str(const CheckpointMeta& meta, std::int64_t k, const FlatRange& r) {
+  if (meta.chunk_elements == 0) return "";
+  return fmt::format(" chunk {} (elements [{}, {}))", k, r.begin, r.end);
 }
 
 }  // namespace
@@ -798,7 +895,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
       h5::Id root = h5::group(H5Gopen2(f, "/", H5P_DEFAULT), "opening /");
       meta = read_meta(root, file);
       present = list_datasets(f);
-      verify_merkle(present, meta.merkle_root, file);
+      verify_merkle(present, meta, file);
       meta.has_optimizer = h5::link_exists(f, kExpAvgGroup);
       check_structure(f, file, items, optim != nullptr, meta.has_optimizer, present);
     });
@@ -826,11 +923,21 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
   }
 
   // Read every shard into host buffers and checksum what this rank owns,
-  // plus (rank 0) the elements no rank asked for, so that the partials of
-  // all ranks add up to each dataset's whole checksum. Nothing reaches the
-  // caller's Views before every checksum has been verified.
+  // plus (rank 0) the elements no rank asked for, chunk by chunk, so that
+  // the partials of all ranks add up to each chunk's whole checksum. Nothing
+  // reaches the caller's Views before every checksum has been verified.
+  std::vector<const DatasetInfo*> info(items.size());
+  std::vector<std::int64_t> chunk_elems(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    auto it =
+        std::find_if(present.begin(), present.end(), [&](const DatasetInfo& d) { return d.path == items[i].path(); });
+    EXA_ASSERT(it != present.end());
+    info[i] = &*it;
+    chunk_elems[i] = verify_chunk(meta, items[i].shape);
+  }
+  const auto at = chunk_offsets(items, chunk_elems);
   std::vector<HostFlat> bufs(items.size());
-  std::vector<std::uint64_t> partial(items.size(), 0), total(items.size(), 0);
+  std::vector<std::uint64_t> partial(at.back(), 0);
   phase(comm, [&] {
     damaged_if_h5_fails(file, [&] {
       h5::Id dxpl = collective_transfer();
@@ -848,36 +955,39 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<Checkp
         h5::Id mspace = memory_space(it.shard.count, shifted(sel, it.shard.offset));
         h5::check(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? bufs[i].data() : &dummy),
                   fmt::format("reading dataset {} of {}", it.path(), file));
-        partial[i] =
-            partial_checksum(bufs[i], it.shard.offset, model::box_index(it.shard, it.shape), covers[i].owned(me));
+        std::vector<std::uint64_t> sums(at[i + 1] - at[i], 0);
+        add_chunk_partials(bufs[i], it.shard.offset, model::box_index(it.shard, it.shape), covers[i].owned(me),
+                           chunk_elems[i], sums);
         // Elements nobody loads still count: rank 0 reads them for the
         // checksum, one collective read per gap (the same list on every rank).
         for (const auto& gap : covers[i].gaps()) {
-          const std::uint64_t g =
-              gap_checksum(d, fspace, it.shape, gap.box, me == 0 ? gap.ranges : std::vector<FlatRange>{}, dxpl);
-          partial[i] = kernels::checksum_combine(partial[i], g);
+          add_gap_partials(d, fspace, it.shape, gap.box, me == 0 ? gap.ranges : std::vector<FlatRange>{}, dxpl,
+                           chunk_elems[i], sums);
         }
+        std::copy(sums.begin(), sums.end(), partial.begin() + static_cast<std::ptrdiff_t>(at[i]));
       }
     });
   });
-  if (!items.empty()) {
-    MPI_Allreduce(partial.data(), total.data(), static_cast<int>(items.size()), MPI_UINT64_T, MPI_SUM, comm);
-  }
+  const std::vector<std::uint64_t> total = allreduce_sum(partial, comm);
   phase(comm, [&] {
     std::vector<std::string> bad;
     for (std::size_t i = 0; i < items.size(); ++i) {
-      auto it =
-          std::find_if(present.begin(), present.end(), [&](const DatasetInfo& d) { return d.path == items[i].path(); });
-      EXA_ASSERT(it != present.end());
-      if (it->checksum != total[i]) {
-        bad.push_back(fmt::format("{} reads back with checksum {} but was written with {}", items[i].path(),
-                                  kernels::checksum_hex(total[i]), kernels::checksum_hex(it->checksum)));
+      const std::int64_t numel = model::whole_box(items[i].shape).numel();
+      for (std::int64_t k = 0; k < static_cast<std::int64_t>(at[i + 1] - at[i]); ++k) {
+        const std::uint64_t got = total[at[i] + static_cast<std::size_t>(k)], want = stored_chunk(*info[i], k);
+        if (got == want) continue;
+        bad.push_back(fmt::format("{}{} reads back with checksum {} but was written with {}", items[i].path(),
+                                  chunk_str(meta, k, chunk_range(k, numel, chunk_elems[i])),
+                                  kernels::checksum_hex(got), kernels::checksum_hex(want)));
       }
     }
     if (!bad.empty()) {
-      throw Error(fmt::format("checkpoint file {} is corrupt: {}{}; {}", file,
-                              bad.size() == 1 ? "dataset " : fmt::format("{} datasets changed: ", bad.size()),
-                              fmt::join(bad, ", "),
+      constexpr std::size_t kShown = 8;
+      const std::size_t n = bad.size();
+      if (n > kShown) bad.resize(kShown);
+      throw Error(fmt::format("checkpoint file {} is corrupt: {}{}{}; nothing was loaded. {}", file,
+                              n == 1 ? "dataset " : fmt::format("{} chunks changed: ", n), fmt::join(bad, ", "),
+                              n > kShown ? ", ..." : "",
                               fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string())));
     }
   });
@@ -909,11 +1019,48 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
     h5::Id root = h5::group(H5Gopen2(f, "/", H5P_DEFAULT), "opening /");
     info.meta = read_meta(root, file);
     info.datasets = list_datasets(f);
-    verify_merkle(info.datasets, info.meta.merkle_root, file);
+    verify_merkle(info.datasets, info.meta, file);
     info.meta.has_optimizer = h5::link_exists(f, kExpAvgGroup);
   });
   info.meta.directory = fs::path(file).parent_path().string();
   return info;
+}
+
+VerifyResult verify_checkpoint(const std::string& path) {
+  VerifyResult out;
+  out.info = inspect_checkpoint(path);
+  out.file = (fs::path(out.info.meta.directory) / kCheckpointFile).string();
+  h5::QuietErrors quiet;
+  h5::Id fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  h5::check(H5Pset_fapl_sec2(fapl), "H5Pset_fapl_sec2");
+  h5::Id f = open_file(out.file, fapl);
+  damaged_if_h5_fails(out.file, [&] {
+    for (const auto& d : out.info.datasets) {
+      h5::Id ds = h5::dataset(H5Dopen2(f, d.path.c_str(), H5P_DEFAULT), "opening " + d.path);
+      EXA_REQUIRE(h5::is_f32(ds), "dataset {} in {} holds {} values; ExaMoE checkpoints hold float32", d.path,
+                  out.file, h5::describe_type(ds));
+      h5::Id fspace = h5::space(H5Dget_space(ds), "H5Dget_space");
+      const model::Box whole = model::whole_box(d.shape);
+      const std::int64_t numel = whole.numel(), C = verify_chunk(out.info.meta, d.shape);
+      const auto map = kernels::box_index(d.shape, whole.offset, whole.extent);
+      std::vector<std::uint64_t> sum(static_cast<std::size_t>(chunk_count(numel, C)), 0);
+      for (std::int64_t k = 0; k < chunk_count(numel, C); ++k) {
+        const FlatRange r = chunk_range(k, numel, C);
+        HostFlat buf(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::verify"),
+                     static_cast<std::size_t>(r.size()));
+        select_ranges(fspace, whole, {r});
+        h5::Id ms = memory_space(r.size(), {FlatRange{0, r.size()}});
+        h5::check(H5Dread(ds, H5T_NATIVE_FLOAT, ms, fspace, H5P_DEFAULT, buf.data()),
+                  fmt::format("reading dataset {} of {}", d.path, out.file));
+        add_chunk_partials(buf, r.begin, map, {r}, C, sum);
+        ++out.chunks_checked;
+        if (sum[static_cast<std::size_t>(k)] != stored_chunk(d, k)) {
+          out.mismatches.push_back(ChunkMismatch{d.path, k, r, stored_chunk(d, k), sum[static_cast<std::size_t>(k)]});
+        }
+      }
+    }
+  });
+  return out;
 }
 
 void require_matching_model(const CheckpointInfo& info, const std::vector<model::ParamSpec>& specs,

@@ -28,17 +28,21 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/types.hpp"
+#include "io/checkpoint/flat_range.hpp"
 #include "model/parameter_specs.hpp"
 #include "model/parameter_store.hpp"
 
 namespace exa::io {
 
 inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+// Elements per checksum chunk of the files this ExaMoE writes (256 KiB of fp32).
+inline constexpr std::int64_t kDefaultChunkElements = std::int64_t(1) << 16;
 inline constexpr const char* kCheckpointFile = "state.h5";
 inline constexpr const char* kLatestLink = "latest";
 
@@ -80,6 +84,11 @@ struct CheckpointMeta {
   // Filled by load/inspect, ignored by save.
   std::int64_t format_version = kCheckpointFormatVersion;
   std::uint64_t merkle_root = 0;  // over every dataset's checksum, sorted by path
+  // Per-chunk checksums (docs/checkpoint-format.md): elements per chunk and
+  // the Merkle root over every chunk; 0 in files written before them.
+  std::int64_t chunk_elements = 0;
+  std::uint64_t chunk_merkle_root = 0;
+  std::string created_by;               // "ExaMoE <version> (<git hash>)"
   bool has_optimizer = false;     // the file holds /optim
   std::string directory;          // the step directory that was read
 };
@@ -115,6 +124,15 @@ struct SaveOptions {
   // Also delete leftover ".step_*.tmp-*" directories (saves cut short by a
   // crash) after a successful save.
   bool remove_stale_temps = true;
+  // Elements per checksum chunk (the unit a load verifies and names).
+  std::int64_t chunk_elements = kDefaultChunkElements;
+  // The save runs on a background thread (train/async_checkpoint.hpp): no
+  // Kokkos kernels (checksums in plain loops), so every View must be
+  // host-accessible.
+  bool background = false;
+  // Called on every rank after the file is written and closed, before it is
+  // renamed into place and `latest` moves (fault injection in tests).
+  std::function<void()> before_publish;
 };
 
 // Writes <ckpt_dir>/step_<meta.step>/ (replacing an existing one for the same
@@ -155,6 +173,7 @@ struct DatasetInfo {
   std::string path;  // "/model/embed.weight"
   std::vector<std::int64_t> shape;
   std::uint64_t checksum = 0;  // the stored attribute
+  std::vector<std::uint64_t> chunk_checksums;  // the stored per-chunk attribute (empty in files written before chunks)
 };
 struct CheckpointInfo {
   CheckpointMeta meta;
@@ -164,6 +183,26 @@ struct CheckpointInfo {
 // rank-local (opens the file with the serial driver). Checks the format
 // version and the Merkle root against the stored dataset checksums.
 CheckpointInfo inspect_checkpoint(const std::string& path);
+
+// The offline check of `examoe-ckpt verify`: inspect_checkpoint's checks,
+// then every dataset read back chunk by chunk and checksummed. Rank-local
+// (serial driver). exa::Error when the metadata or the Merkle roots do not
+// hold (nothing else can be trusted then); data that does not match its
+// checksums is listed in the result.
+struct ChunkMismatch {
+  std::string path;        // "/model/embed.weight"
+  std::int64_t chunk = 0;  // chunk index (0 for the whole dataset of a file without chunks)
+  FlatRange elements;      // the chunk's elements in the global row-major order
+  std::uint64_t stored = 0, computed = 0;
+};
+struct VerifyResult {
+  CheckpointInfo info;
+  std::string file;
+  std::int64_t chunks_checked = 0;
+  std::vector<ChunkMismatch> mismatches;
+  bool ok() const { return mismatches.empty(); }
+};
+VerifyResult verify_checkpoint(const std::string& path);
 
 // Checks, without reading tensor data, what load_checkpoint checks first: the
 // checkpoint `info` describes holds exactly the tensors `specs` names, with

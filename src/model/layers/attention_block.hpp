@@ -29,10 +29,10 @@ class AttentionBlock {
   using LinearP = std::shared_ptr<const Linear<T, D>>;
 
   AttentionBlock(std::int64_t layer, AttentionShape shape, double norm_eps, LinearP column, LinearP row,
-                 std::shared_ptr<const CoreAttention<T, D>> core, bool fence)
+                 std::shared_ptr<const CoreAttention<T, D>> core, bool fence, RowShare norm_grad_rows = {})
       : prefix_("layers." + std::to_string(layer) + "."),
         shape_(shape),
-        norm_(prefix_ + "attn_norm.weight", norm_eps),
+        norm_(prefix_ + "attn_norm.weight", norm_eps, norm_grad_rows),
         column_(std::move(column)),
         row_(std::move(row)),
         core_(std::move(core)),
@@ -53,9 +53,10 @@ class AttentionBlock {
     column_->forward(c.attn_xn, lw.wv, c.v);
     const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
     const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
-    kernels::rope_forward(q4, rope, pos_offset_);
-    kernels::rope_forward(k4, rope, pos_offset_);
-    core_->forward(q4, k4, v4, o4, c.attn_lse, positions());
+    const auto chunks = core_->token_chunks(mb.T);
+    for_chunks(chunks, q4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos); });
+    for_chunks(chunks, k4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos); });
+    core_->forward(q4, k4, v4, o4, c.attn_lse, positions(chunks));
     Kokkos::deep_copy(c.x_mid, c.x);
     row_->forward(c.attn_o, lw.wo, c.x_mid, /*accumulate=*/true);
   }
@@ -69,9 +70,10 @@ class AttentionBlock {
     const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
     const auto do4 = heads(s.dout, mb, shape_.heads), dq4 = heads(s.dq, mb, shape_.heads);
     const auto dk4 = heads(s.dk, mb, shape_.kv_heads), dv4 = heads(s.dv, mb, shape_.kv_heads);
-    core_->backward(do4, q4, k4, v4, o4, c.attn_lse, dq4, dk4, dv4, positions());
-    kernels::rope_backward(dq4, rope, pos_offset_);
-    kernels::rope_backward(dk4, rope, pos_offset_);
+    const auto chunks = core_->token_chunks(mb.T);
+    core_->backward(do4, q4, k4, v4, o4, c.attn_lse, dq4, dk4, dv4, positions(chunks));
+    for_chunks(chunks, dq4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
+    for_chunks(chunks, dk4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
     column_->backward(c.attn_xn, lw.wq, s.dq, s.dxn, lg.wq, /*accumulate_dx=*/false);
     column_->backward(c.attn_xn, lw.wk, s.dk, s.dxn, lg.wk, true);
     column_->backward(c.attn_xn, lw.wv, s.dv, s.dxn, lg.wv, true);
@@ -83,7 +85,24 @@ class AttentionBlock {
   A4 heads(const Kokkos::View<T**, Layout, D>& x, MicroBatchShape mb, std::int64_t h) const {
     return kernels::view_as_bthd(x, mb.B, mb.T, h, shape_.head_dim);
   }
-  AttentionPositions positions() const { return {pos_offset_, pos_offset_}; }
+  // Queries and keys of one chunk start at its position; the seam places
+  // the rows of several chunks itself.
+  static AttentionPositions positions(const std::vector<TokenChunk>& chunks) {
+    const index_t p = chunks.size() == 1 ? chunks[0].pos : 0;
+    return {p, p};
+  }
+  // f(rows of x in the chunk, the chunk's first position) for each chunk; x
+  // itself when one chunk covers every row.
+  template <class F>
+  static void for_chunks(const std::vector<TokenChunk>& chunks, const A4& x, F&& f) {
+    if (chunks.size() == 1 && chunks[0].row == 0 && chunks[0].len == index_t(x.extent(1))) {
+      f(x, chunks[0].pos);
+      return;
+    }
+    for (const auto& ch : chunks)
+      f(Kokkos::subview(x, Kokkos::ALL, Kokkos::make_pair(ch.row, ch.row + ch.len), Kokkos::ALL, Kokkos::ALL),
+        ch.pos);
+  }
 
   std::string prefix_;
   AttentionShape shape_;
@@ -91,9 +110,6 @@ class AttentionBlock {
   LinearP column_, row_;
   std::shared_ptr<const CoreAttention<T, D>> core_;
   bool fence_;
-  // Position of this rank's first token in the sequence (context
-  // parallelism shifts it; 0 when the rank holds whole sequences).
-  index_t pos_offset_ = 0;
 };
 
 }  // namespace exa::model

@@ -21,10 +21,11 @@ class DenseMlp {
   using V2 = Kokkos::View<T**, Layout, D>;
   using LinearP = std::shared_ptr<const Linear<T, D>>;
 
-  DenseMlp(std::int64_t layer, std::int64_t d_ff, double norm_eps, LinearP column, LinearP row, bool fence)
+  DenseMlp(std::int64_t layer, std::int64_t d_ff, double norm_eps, LinearP column, LinearP row, bool fence,
+           RowShare norm_grad_rows = {})
       : prefix_("layers." + std::to_string(layer) + "."),
         d_ff_(d_ff),
-        norm_(prefix_ + "ffn_norm.weight", norm_eps),
+        norm_(prefix_ + "ffn_norm.weight", norm_eps, norm_grad_rows),
         column_(std::move(column)),
         row_(std::move(row)),
         fence_(fence) {}

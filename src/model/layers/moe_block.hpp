@@ -17,6 +17,7 @@
 #include "model/layers/scratch.hpp"
 #include "model/model_config.hpp"
 #include "model/seams/linear.hpp"
+#include "model/seams/routing_scope.hpp"
 #include "model/seams/token_dispatcher.hpp"
 #include "model/weights.hpp"
 
@@ -33,6 +34,19 @@ void add_inplace(const YV& y, const XV& x) {
       "exa::model::add_inplace", Kokkos::RangePolicy<Exec>(0, n * d), KOKKOS_LAMBDA(const index_t i) {
         const index_t r = i / d, c = i % d;
         y(r, c) += x(r, c);
+      });
+}
+
+// ps[e] = sum_n probs(n, e) (double).
+template <class PV, class SV>
+void column_sums(const PV& probs, const SV& ps) {
+  using Exec = exec_of<PV>;
+  const index_t n = probs.extent(0), E = probs.extent(1);
+  Kokkos::parallel_for(
+      "exa::model::router_prob_sums", Kokkos::RangePolicy<Exec>(0, E), KOKKOS_LAMBDA(const index_t e) {
+        double acc = 0;
+        for (index_t i = 0; i < n; ++i) acc += double(probs(i, e));
+        ps(e) = acc;
       });
 }
 
@@ -58,16 +72,18 @@ class MoeBlock {
   using LinearP = std::shared_ptr<const Linear<T, D>>;
 
   MoeBlock(std::int64_t layer, MoeShape shape, double norm_eps, LinearP column, LinearP row, LinearP replicated,
-           std::shared_ptr<TokenDispatcher<T, D>> dispatcher, bool fence)
+           std::shared_ptr<TokenDispatcher<T, D>> dispatcher, bool fence, RowShare norm_grad_rows = {},
+           RoutingScope scope = {})
       : layer_(layer),
         prefix_("layers." + std::to_string(layer) + "."),
         shape_(shape),
-        norm_(prefix_ + "ffn_norm.weight", norm_eps),
+        norm_(prefix_ + "ffn_norm.weight", norm_eps, norm_grad_rows),
         column_(std::move(column)),
         row_(std::move(row)),
         router_(std::move(replicated)),
         dispatcher_(std::move(dispatcher)),
-        fence_(fence) {}
+        fence_(fence),
+        scope_(std::move(scope)) {}
 
   const MoeShape& shape() const { return shape_; }
 
@@ -101,17 +117,19 @@ class MoeBlock {
                std::vector<LayerRouting>* routing) const {
     namespace K = kernels;
     ScopedRegion region("forward/moe", fence_);
-    const std::int64_t N = c.x_mid.extent(0);
+    const std::int64_t N = c.router_logits.extent(0);  // every token (sequence parallelism: x_mid holds some)
     norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);
     {
       ScopedRegion r("forward/moe/router", fence_);
       router_->forward(c.ffn_xn, lw.router, c.router_logits);
       c.router_losses = K::router_forward(c.router_logits, bias_, shape_.router, c.probs, c.router_lse, c.topk,
                                           c.gates, c.counts);
+      if (scope_.spans_ranks()) c.router_losses.aux = aux_over_scope(c, N);
     }
     {
       ScopedRegion r("forward/moe/experts", fence_);
       const auto cap = ModelConfig::capacity_for(shape_.capacity_factor, N, shape_.top_k, shape_.n_experts);
+      c.exchange.layer = layer_;
       dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y);
       Kokkos::deep_copy(out, c.x_mid);
       moe_detail::add_inplace(out, moe_y);
@@ -151,24 +169,58 @@ class MoeBlock {
     }
     {
       ScopedRegion r("backward/moe/router", fence_);
-      K::router_backward(s.dgates, c.probs, c.router_lse, c.topk, c.gates, c.counts, shape_.router, loss_scale,
-                         loss_scale, s.drouter);
+      const bool wide = scope_.spans_ranks();
+      K::router_backward(s.dgates, c.probs, c.router_lse, c.topk, c.gates, wide ? c.scope_counts : c.counts,
+                         shape_.router, loss_scale * (wide ? c.aux_grad_scale : 1.0), loss_scale, s.drouter);
       router_->backward(c.ffn_xn, lw.router, s.drouter, s.dxn, lg.router, /*accumulate_dx=*/true);
     }
     norm_.backward(c.x_mid, lw.ffn_norm, c.ffn_rstd, s.dxn, s.dres, lg.ffn_norm, /*accumulate_dx=*/true);
   }
 
  private:
+  // The aux loss with f_e from the counts summed over the scope's ranks
+  // (C_e, over Ng tokens) and P_e from this rank's probability sums S_e:
+  // R · aux_coef · E · Σ_e C_e S_e / (Ng² k). Its mean over the R ranks is
+  // the aux loss of the whole micro-batch, and so is the mean of their
+  // gradients (data parallelism averages over them). router_backward with
+  // counts C_e and d(aux) scaled by R N² / Ng² gives exactly this gradient.
+  double aux_over_scope(LayerContext<T, D>& c, std::int64_t N) const {
+    const std::int64_t E = shape_.n_experts;
+    Kokkos::View<double*, Layout, D> ps("exa::model::router_prob_sums", E);
+    moe_detail::column_sums(c.probs, ps);
+    const auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), ps);
+    const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.counts);
+    std::vector<double> v(static_cast<std::size_t>(E + 1));
+    for (std::int64_t e = 0; e < E; ++e) v[e] = double(hc(e));
+    v[E] = double(N);
+    scope_.sum(v);
+    const double ng = v[E], R = scope_.ranks;
+    if (c.scope_counts.extent(0) != std::size_t(E))
+      c.scope_counts = typename LayerContext<T, D>::I1("exa::model::scope_counts", E);
+    const auto hs = Kokkos::create_mirror_view(c.scope_counts);
+    double fp = 0;
+    for (std::int64_t e = 0; e < E; ++e) {
+      hs(e) = static_cast<int>(v[e]);
+      fp += v[e] * hp(e);
+    }
+    Kokkos::deep_copy(c.scope_counts, hs);
+    c.aux_grad_scale = ng > 0 ? R * double(N) * double(N) / (ng * ng) : 0.0;
+    return ng > 0 ? R * shape_.router.aux_coef * double(E) * fp / (ng * ng * double(shape_.top_k)) : 0.0;
+  }
+
   LayerRouting statistics(const LayerContext<T, D>& c, std::int64_t N) const {
     LayerRouting lr;
     lr.layer = layer_;
     const auto routed = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.counts);
     const auto kept = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.plan.counts);
     std::int64_t total_kept = 0;
+    // Under expert re-placement the plan counts by physical slot.
+    const auto& slot = c.exchange.slot_of;
     for (std::int64_t e = 0; e < shape_.n_experts; ++e) {
+      const std::int64_t k = kept(slot.empty() ? e : slot[std::size_t(e)]);
       lr.routed.push_back(routed(e));
-      lr.kept.push_back(kept(e));
-      total_kept += kept(e);
+      lr.kept.push_back(k);
+      total_kept += k;
     }
     lr.dropped = N * shape_.top_k - total_kept;
     return lr;
@@ -181,6 +233,7 @@ class MoeBlock {
   LinearP column_, row_, router_;
   std::shared_ptr<TokenDispatcher<T, D>> dispatcher_;
   bool fence_;
+  RoutingScope scope_;
   V1 bias_;  // empty: no routing bias
 };
 

@@ -14,6 +14,8 @@
 // attention passes the values merged over all key blocks, and then the dq of
 // the blocks sum to the full dq and each block's dk, dv are its keys' full
 // gradients.
+#include <vector>
+
 #include "core/types.hpp"
 
 namespace exa::model {
@@ -23,6 +25,12 @@ struct AttentionPositions {
   index_t k_offset = 0;
 };
 
+// A run of this rank's rows of each sequence at consecutive positions: rows
+// [row, row + len) sit at positions [pos, pos + len).
+struct TokenChunk {
+  index_t row = 0, len = 0, pos = 0;
+};
+
 template <class T, class D = Device>
 class CoreAttention {
  public:
@@ -30,6 +38,10 @@ class CoreAttention {
   using Lse = Kokkos::View<T***, Layout, D>;
 
   virtual ~CoreAttention() = default;
+  // Where this rank's `rows` rows of each sequence sit in the sequence (RoPE
+  // rotates each chunk by its own positions): one chunk at 0 when the rank
+  // holds whole sequences; context parallelism's zigzag split has two.
+  virtual std::vector<TokenChunk> token_chunks(index_t rows) const { return {TokenChunk{0, rows, 0}}; }
   // out and lse (log-sum-exp of each query row's scores) are overwritten.
   virtual void forward(const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
                        AttentionPositions pos) const = 0;

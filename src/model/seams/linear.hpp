@@ -28,9 +28,10 @@ class Linear {
   virtual void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const = 0;
 
   // Both halves of the backward, input gradient first (skipped when dx has
-  // no data).
-  void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
-                bool accumulate_dx = false) const {
+  // no data). Virtual so that tensor parallelism can run the weight gradient
+  // while the input gradient's reduction is in flight.
+  virtual void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
+                        bool accumulate_dx = false) const {
     if (dx.data() != nullptr) backward_input(dy, w, dx, accumulate_dx);
     backward_weight(x, dy, dw, true);
   }

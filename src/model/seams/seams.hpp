@@ -7,12 +7,15 @@
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
 #include "model/seams/core_attention.hpp"
+#include "model/seams/embedding_lookup.hpp"
 #include "model/seams/linear.hpp"
 #include "model/seams/local_core_attention.hpp"
+#include "model/seams/local_embedding_lookup.hpp"
 #include "model/seams/local_linear.hpp"
 #include "model/seams/local_loss_head.hpp"
 #include "model/seams/local_token_dispatcher.hpp"
 #include "model/seams/loss_head.hpp"
+#include "model/seams/routing_scope.hpp"
 #include "model/seams/token_dispatcher.hpp"
 #include "model/stage_plan.hpp"
 
@@ -29,6 +32,8 @@ struct Seams {
   std::shared_ptr<const CoreAttention<T, D>> attention;
   std::shared_ptr<TokenDispatcher<T, D>> dispatcher;  // shared by the stage's MoE layers
   std::shared_ptr<const LossHead<T, D>> loss_head;
+  std::shared_ptr<const EmbeddingLookup<T, D>> embedding;
+  RoutingScope routing;  // the MoE layers' aux-loss statistics: this rank's tokens unless set
 
   const std::shared_ptr<const Linear<T, D>>& linear(LinearKind k) const {
     return k == LinearKind::Column ? column : k == LinearKind::Row ? row : replicated;
@@ -43,6 +48,7 @@ struct Seams {
                 "needs all of them", plan.expert_begin, plan.expert_end);
     s.dispatcher = std::make_shared<LocalTokenDispatcher<T, D>>(static_cast<int>(plan.expert_end));
     s.loss_head = std::make_shared<const LocalLossHead<T, D>>(lin);
+    s.embedding = std::make_shared<const LocalEmbeddingLookup<T, D>>(plan.vocab_end - plan.vocab_begin);
     return s;
   }
 };

@@ -18,6 +18,7 @@
 // Every rank takes part in every exchange, whatever it sends or receives:
 // zero-row messages and experts with no rows are ordinary paths, so skewed
 // routing cannot leave a rank out of a collective.
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "kernels/swiglu.hpp"
 #include "model/seams/token_dispatcher.hpp"
 #include "parallel/expert/expert_exchange.hpp"
+#include "parallel/expert/expert_placement.hpp"
 
 namespace exa::parallel {
 
@@ -46,10 +48,17 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // counts->rank() of the group and holds experts
   // [rank * n_experts / size, (rank + 1) * n_experts / size). `hierarchical`
   // (comm.hierarchical_a2a), when given, moves the rows in two stages over
-  // the group's node-local and inter-node communicators instead.
+  // the group's node-local and inter-node communicators instead. With a
+  // `placement` (expert re-placement) those are physical slots, and each
+  // layer's experts go to the slots its placement gives them.
   AllToAllDispatcher(std::shared_ptr<comm::Communicator> counts, std::shared_ptr<comm::Communicator> rows,
-                     int n_experts, std::shared_ptr<comm::HierarchicalComms> hierarchical = {})
-      : counts_(std::move(counts)), rows_(std::move(rows)), hier_(std::move(hierarchical)), n_experts_(n_experts) {
+                     int n_experts, std::shared_ptr<comm::HierarchicalComms> hierarchical = {},
+                     std::shared_ptr<const ExpertPlacement> placement = {})
+      : counts_(std::move(counts)),
+        rows_(std::move(rows)),
+        hier_(std::move(hierarchical)),
+        placement_(std::move(placement)),
+        n_experts_(n_experts) {
     const int P = counts_->size();
     EXA_REQUIRE(P >= 1 && n_experts % P == 0 && rows_->size() == P && rows_->rank() == counts_->rank(),
                 "AllToAllDispatcher: {} experts over {} expert-parallel ranks (the rows' group has {})", n_experts,
@@ -65,7 +74,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     EXA_REQUIRE(index_t(w.w1.extent(0)) == local_experts_,
                 "AllToAllDispatcher: the weights hold {} experts, this rank's share is {}", w.w1.extent(0),
                 local_experts_);
-    K::permute_plan(c.plan, c.topk, n_experts_, capacity);
+    // The plan orders rows by slot; capacity drops stay per expert in token
+    // order, so a placement changes no decision.
+    K::permute_plan(c.plan, slot_topk(c), n_experts_, capacity);
     const index_t d = xn.extent(1);
     const auto xp = rows(c.xp, c.plan.rows);
     K::permute_forward(xn, c.plan.token_of, xp);
@@ -129,6 +140,34 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     std::size_t n = 0;
     for (const V2* v : {&source_, &expert_, &dyp_, &dxp_, &dea_, &deb_, &deh_}) n += v->span();
     return n * sizeof(T);
+  }
+
+  // Public only because nvcc's extended lambdas cannot live in private
+  // member functions.
+  using I1 = Kokkos::View<int*, Layout, D>;
+  using I2 = Kokkos::View<int**, Layout, D>;
+
+  // The router's choices, or them mapped to physical slots when the layer's
+  // placement is not the identity (c.exchange.slot_of says which).
+  I2 slot_topk(Context& c) {
+    c.exchange.slot_of.clear();
+    if (!placement_ || placement_->is_identity(c.exchange.layer)) return c.topk;
+    c.exchange.slot_of = placement_->slot_of(c.exchange.layer);
+    auto& table = slot_tables_[c.exchange.layer];
+    if (table.version != placement_->version() || table.slot.extent(0) == 0) {
+      to_device(table.slot, c.exchange.slot_of, "exa::ep::slot_of");
+      table.version = placement_->version();
+    }
+    if (slot_topk_.extent(0) != c.topk.extent(0) || slot_topk_.extent(1) != c.topk.extent(1))
+      slot_topk_ = I2(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("exa::ep::slot_topk")),
+                      c.topk.extent(0), c.topk.extent(1));
+    const auto topk = c.topk, out = slot_topk_;
+    const auto slot = table.slot;
+    const int K = int(topk.extent(1));
+    Kokkos::parallel_for(
+        "exa::ep::slot_topk", Kokkos::RangePolicy<typename D::execution_space>(0, topk.extent(0) * K),
+        KOKKOS_LAMBDA(const std::size_t a) { out(a / K, a % K) = slot(topk(a / K, a % K)); });
+    return out;
   }
 
  private:
@@ -201,6 +240,13 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
 
   std::shared_ptr<comm::Communicator> counts_, rows_;
   std::shared_ptr<comm::HierarchicalComms> hier_;
+  std::shared_ptr<const ExpertPlacement> placement_;
+  struct SlotTable {
+    std::uint64_t version = 0;
+    I1 slot;  // [E] on the device
+  };
+  std::map<std::int64_t, SlotTable> slot_tables_;  // per MoE layer
+  I2 slot_topk_;                                   // [N,k], shared by the layers
   int n_experts_ = 0, local_experts_ = 0;
   V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers

@@ -1,0 +1,40 @@
+#include "parallel/context/context_parallel.hpp"
+
+#include <memory>
+
+#include "comm/communicator.hpp"
+#include "core/deck/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "parallel/context/all_to_all_attention.hpp"
+#include "parallel/context/ring_attention.hpp"
+
+namespace exa::parallel::context {
+
+ContextOptions ContextOptions::from_deck(const deck::Config& cfg) {
+  ContextOptions o;
+  o.mode = cfg.get_string("parallel.cp_mode");
+  o.aux_over_sequence = cfg.get_string("moe.aux_scope") == "sequence";
+  return o;
+}
+
+void use_context_parallel(model::Seams<float>& s, const comm::ProcessGrid& grid, const ContextOptions& opt,
+                          kernels::AttentionTiles tiles) {
+  const int cp = grid.size(comm::Group::Cp);
+  if (cp == 1) return;
+  std::shared_ptr<comm::Communicator> c = comm::make_mpi_communicator(grid.comm(comm::Group::Cp));
+  if (opt.mode == "ring") {
+    s.attention = std::make_shared<const RingAttention<float>>(c, tiles);
+  } else if (opt.mode == "a2a") {
+    s.attention = std::make_shared<const AllToAllAttention<float>>(c, tiles);
+  } else {
+    throw Error(fmt::format("parallel.cp_mode = \"{}\" is not one of ring, a2a", opt.mode));
+  }
+  if (opt.aux_over_sequence)
+    s.routing = model::RoutingScope{cp, [c](std::vector<double>& v) { c->allreduce(v.data(), v.data(), v.size()); }};
+  log::info("context parallel: cp {}, {} attention, zigzag chunks {} and {} here; aux-loss statistics over {}", cp,
+            opt.mode, grid.coords().cp, 2 * cp - 1 - grid.coords().cp,
+            opt.aux_over_sequence ? "the Cp group (moe.aux_scope = \"sequence\")" : "this rank's rows");
+}
+
+}  // namespace exa::parallel::context

@@ -1,0 +1,45 @@
+#pragma once
+// Moving routed experts between ranks when their placement changes
+// (ExpertPlacement; docs/architecture.md, "Expert parallelism"). Every
+// per-element buffer laid out like the ParameterStore's values (the master
+// weights, AdamW's two moments) travels: for each expert tensor of the
+// layer (ParamSpec::ep_dim == 0, [E, ...] globally, this rank's box its
+// slots) the rows of each expert that changes slot go from the ranks that
+// hold them to the ranks of the new slot, in one all-to-all-v over the data
+// group per buffer.
+//
+// Under ZeRO 1-3 a slot's elements are spread over the expert-data group
+// (each rank owns a run of its box) and land spread differently on the new
+// rank: every piece is sent by the rank that owns it to the rank that will.
+// Under ZeRO 0 the replicas of an EP rank each hold everything, and each
+// sends to its own counterpart (same expert-data index). Gradients do not
+// move: this runs between steps, when they are about to be zeroed; the
+// caller refreshes the working copies afterwards (DataParallel::params_updated).
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/types.hpp"
+#include "model/parameter_store.hpp"
+
+namespace exa::parallel {
+
+struct ExpertMove {
+  std::int64_t layer = 0;
+  std::vector<int> from, to;  // expert_at before and after ([E], ExpertPlacement)
+};
+
+// Where this rank sits: its EP index (slots [ep_rank*El, (ep_rank+1)*El))
+// and its expert-data index, in `data` (the data group, dp*cp ranks).
+struct MoverRank {
+  MPI_Comm data = MPI_COMM_NULL;
+  int ep_rank = 0, expert_data = 0;
+};
+
+// Collective over `where.data`. `buffers` are laid out like store.values().
+// Returns the elements this rank sent per buffer.
+std::int64_t move_experts(const model::ParameterStore& store, const std::vector<View1<float>>& buffers,
+                          const MoverRank& where, const ExpertMove& move);
+
+}  // namespace exa::parallel

@@ -1,0 +1,49 @@
+#include "parallel/pipeline/deferred_weights.hpp"
+
+#include "core/error.hpp"
+#include "core/profiling.hpp"
+
+namespace exa::parallel::pipeline {
+
+void WeightGradQueue::open(int micro) {
+  EXA_REQUIRE(!deferring_, "WeightGradQueue: micro-batch {}'s backward opened inside another", micro);
+  batches_.push_back(Batch{micro, {}, {}});
+  deferring_ = true;
+}
+
+void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate) {
+  auto& b = batches_.back();
+  Act xc;
+  for (const auto& [orig, copy] : b.inputs)
+    if (orig == x.data() && copy.extent(0) == x.extent(0) && copy.extent(1) == x.extent(1)) xc = copy;
+  if (xc.data() == nullptr) {
+    xc = Act("exa::pipeline::deferred_x", x.extent(0), x.extent(1));
+    Kokkos::deep_copy(xc, x);
+    b.inputs.emplace_back(x.data(), xc);
+  }
+  Act dyc("exa::pipeline::deferred_dy", dy.extent(0), dy.extent(1));
+  Kokkos::deep_copy(dyc, dy);
+  b.entries.push_back(Entry{&inner, xc, dyc, dw, accumulate});
+}
+
+void WeightGradQueue::run_oldest() {
+  if (batches_.empty()) return;
+  ScopedRegion region("compute/backward_weight");
+  for (const auto& e : batches_.front().entries) e.inner->backward_weight(e.x, e.dy, e.dw, e.accumulate);
+  batches_.pop_front();
+}
+
+void WeightGradQueue::run_all() {
+  while (!batches_.empty()) run_oldest();
+}
+
+std::size_t WeightGradQueue::bytes() const {
+  std::size_t n = 0;
+  for (const auto& b : batches_) {
+    for (const auto& e : b.entries) n += e.dy.span() * sizeof(float);
+    for (const auto& in : b.inputs) n += in.second.span() * sizeof(float);
+  }
+  return n;
+}
+
+}  // namespace exa::parallel::pipeline

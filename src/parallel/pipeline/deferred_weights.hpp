@@ -1,0 +1,80 @@
+#pragma once
+// The zero-bubble schedule's split backward (docs/architecture.md,
+// "Pipeline parallelism"; ZB-H1 of Qi et al., 2023): B, the input
+// gradient, stays on the critical path; W, the weight gradient, waits.
+//
+// DeferredLinear wraps a stage's Linear seams. While its queue is deferring
+// (the pipeline opens it around a micro-batch's backward), backward_weight
+// records its product instead of running it: the input x and output
+// gradient dy are copied (dy lives in scratch the next layer overwrites; a
+// micro-batch's projections of one input share one copy) next to the
+// gradient they accumulate into. The pipeline runs a micro-batch's recorded
+// products, its W, when the stage would otherwise wait for a receive, and
+// all of them before the step's last backward, which runs undeferred so
+// that the data-parallel reduction hooks see complete gradients. The
+// routed experts' and the LM head's weight gradients are not Linear seams
+// here and stay in B.
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "model/seams/linear.hpp"
+
+namespace exa::parallel::pipeline {
+
+class WeightGradQueue {
+ public:
+  using L = model::Linear<float, Device>;
+  using Act = L::Act;
+  using Wt = L::Wt;
+
+  // Starts recording micro-batch `micro`'s weight gradients / stops.
+  void open(int micro);
+  void close() { deferring_ = false; }
+  bool deferring() const { return deferring_; }
+  void push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate);
+
+  bool empty() const { return batches_.empty(); }
+  std::size_t pending() const { return batches_.size(); }  // micro-batches whose W is outstanding
+  void run_oldest();  // one micro-batch's W
+  void run_all();
+  std::size_t bytes() const;  // the copies held
+
+ private:
+  struct Entry {
+    const L* inner;
+    Act x, dy;
+    Wt dw;
+    bool accumulate;
+  };
+  struct Batch {
+    int micro = 0;
+    std::vector<Entry> entries;
+    std::vector<std::pair<const float*, Act>> inputs;  // original data -> its copy
+  };
+  std::deque<Batch> batches_;
+  bool deferring_ = false;
+};
+
+class DeferredLinear final : public model::Linear<float, Device> {
+ public:
+  DeferredLinear(std::shared_ptr<const Linear> inner, std::shared_ptr<WeightGradQueue> queue)
+      : inner_(std::move(inner)), queue_(std::move(queue)) {}
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+    inner_->forward(x, w, y, accumulate);
+  }
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+    inner_->backward_input(dy, w, dx, accumulate);
+  }
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+    if (queue_->deferring()) queue_->push(*inner_, x, dy, dw, accumulate);
+    else inner_->backward_weight(x, dy, dw, accumulate);
+  }
+
+ private:
+  std::shared_ptr<const Linear> inner_;
+  std::shared_ptr<WeightGradQueue> queue_;
+};
+
+}  // namespace exa::parallel::pipeline

@@ -1,0 +1,140 @@
+#pragma once
+// Pipeline: this rank's stage of pipeline parallelism (docs/architecture.md,
+// "Pipeline parallelism"). It runs a step's micro-batches through the
+// stage's StageModel in the order of a pipeline Schedule (schedules.hpp),
+// with several activation contexts alive at once, and moves the boundary
+// tensors over the grid's Pp group:
+//
+//   forward j   stage s-1 --[N,d] activation--> stage s       (tag 2j)
+//   backward j  stage s   <--[N,d] its gradient-- stage s+1   (tag 2j+1)
+//
+// Every send and receive is nonblocking (comm::Communicator over MPI); the
+// step posts all its receives before the first operation, into buffers of
+// its own, so a transfer lands while the stage computes and the only waits
+// are for data a stage cannot go on without. Shapes are fixed by the deck
+// ([train.micro_batch * model.seq_len, d_model]), so there is no shape
+// handshake. The time spent in those waits is the stage's measured bubble.
+//
+// Under the zero-bubble schedule the stage's Linear seams defer their
+// weight gradients into `weights` (deferred_weights.hpp): the step opens the
+// queue around each backward but the last, runs the oldest deferred W while
+// a receive is outstanding (instead of blocking), keeps at most
+// stages - stage of them pending, and runs the rest before its last
+// backward.
+//
+// Beyond the step: the sums over the stages (losses, norms), the tied
+// embedding's gradient summed over the first and last stages (Megatron's
+// embedding group), and a forward-only pass for evaluation.
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/process_grid.hpp"
+#include "core/reduction.hpp"
+#include "model/activation_context.hpp"
+#include "model/model_config.hpp"
+#include "model/parameter_store.hpp"
+#include "model/stage_model.hpp"
+#include "model/weights.hpp"
+#include "parallel/pipeline/deferred_weights.hpp"
+#include "parallel/schedule.hpp"
+
+namespace exa::deck {
+class Config;
+}
+
+namespace exa::parallel::pipeline {
+
+struct PipelineOptions {
+  std::string schedule = "1f1b";
+  std::vector<std::int64_t> layers_per_stage;  // empty: the balanced split (stage_split.hpp)
+  // pipeline.schedule, pipeline.layers_per_stage (validated against
+  // parallel.pp and model.n_layers, errors naming the deck line).
+  static PipelineOptions from_deck(const deck::Config& cfg);
+};
+
+// What one step of the stage measured.
+struct PipelineStats {
+  int peak_live = 0;     // most activation contexts alive at once
+  double wait_s = 0;     // blocked on receives (and the last sends): the bubble
+  double step_s = 0;     // the whole pass
+  std::size_t peak_activation_bytes = 0;  // the model's context pool at its peak
+  double bubble() const { return step_s > 0 ? wait_s / step_s : 0.0; }
+};
+
+class Pipeline {
+ public:
+  using Model = model::StageModel<float>;
+  using Ctx = model::StageContext<float>;
+  using W = model::Weights<float, Device>;
+
+  // `weights`: the queue the model's DeferredLinear seams fill (zb only).
+  Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg, PipelineOptions opt,
+           model::MicroBatchShape shape, std::shared_ptr<WeightGradQueue> weights = nullptr);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  bool first() const { return stage_ == 0; }
+  bool last() const { return stage_ == stages_ - 1; }
+  const Schedule& schedule() const { return *schedule_; }
+  const PipelineOptions& options() const { return opt_; }
+
+  struct Step {
+    Model& model;
+    const W& weights;
+    const W& grads;
+    double backward_seed = 1;
+    // Tokens and targets of micro-batch j (only the end stages ask).
+    std::function<Model::Input(int j)> input;
+    // After micro-batch j's forward on this stage (may be empty).
+    std::function<void(int j, const Ctx& c)> forwarded;
+    // Before micro-batch j's backward; last: no backward follows (may be empty).
+    std::function<void(int j, bool last)> before_backward;
+  };
+  // One step of n_micro micro-batches in the schedule's order.
+  PipelineStats run(const Step& step, int n_micro);
+  // Forward only (evaluation): each micro-batch through every stage; on the
+  // last stage `done(j, c)` sees its context before it is released.
+  void forward_only(const Step& step, int n_micro, const std::function<void(int j, const Ctx& c)>& done);
+
+  // In place, the sum over the stages (collective over the Pp group).
+  void sum(double* x, int n) const;
+  double max(double x) const;
+  // Tied embeddings: embed.weight's gradient in `store` summed over the
+  // first and last stages, which both hold it whole (zero 0). A no-op
+  // elsewhere and when untied.
+  void sum_tied_grads(const model::ParameterStore& store) const;
+  // The gradient norm's reduction over the whole model: `within` (the
+  // stage's data-parallel reduction, empty: none) then the sum over the
+  // stages, counting the tied embedding once.
+  Reduction norm_reduction(Reduction within, const model::ParameterStore& store) const;
+
+  MPI_Comm pp_comm() const { return pp_; }
+
+ private:
+  void post_receives(int n_micro);
+  void wait(comm::Request& r, double& waited);
+
+  model::ModelConfig cfg_;
+  PipelineOptions opt_;
+  model::MicroBatchShape shape_;
+  int stage_ = 0, stages_ = 1;
+  MPI_Comm pp_ = MPI_COMM_NULL;      // the grid's Pp group (not owned)
+  MPI_Comm embed_ = MPI_COMM_NULL;   // first and last stage, tied embeddings (owned)
+  std::unique_ptr<comm::Communicator> p2p_;
+  std::unique_ptr<Schedule> schedule_;
+  std::shared_ptr<WeightGradQueue> deferred_;  // zb: the stage's deferred weight gradients
+  // Per micro-batch: the activation received, the gradient received, the
+  // gradient sent back; and the requests in flight.
+  std::vector<Model::V2> act_in_, grad_in_, grad_out_;
+  std::vector<comm::Request> act_recv_, grad_recv_, act_send_, grad_send_;
+};
+
+}  // namespace exa::parallel::pipeline

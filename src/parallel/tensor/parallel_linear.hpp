@@ -1,0 +1,197 @@
+#pragma once
+// The Linear seam under tensor parallelism (Megatron's column/row scheme,
+// docs/architecture.md "Tensor parallelism").
+//
+//   column  W [out/tp, in] (wq/wk/wv by heads, w1/w3, the shared experts'
+//           w1/w3, the vocabulary-parallel LM head): forward is local and
+//           gives this rank's output columns; the input gradient is a
+//           partial sum, allreduced.
+//   row     W [out, in/tp] (wo, w2): the input is this rank's columns, the
+//           output a partial sum, allreduced; the input gradient is local.
+//   replicated  W whole on every rank (the router): forward and input
+//           gradient local, the weight gradient summed over this rank's
+//           1/tp of the rows only; the TP gradient reduction adds the parts.
+//
+// Sequence parallelism is read from the shapes: a token-side operand (the
+// column input, the row output) with 1/tp of the rows of the other side is
+// this rank's block of the sequence. The column-parallel input is then
+// allgathered before the GEMMs (forward and weight gradient) and its input
+// gradient reduce-scattered instead of allreduced; the row-parallel output
+// is reduce-scattered and its gradient allgathered; the router reads the
+// gathered input and takes the gradients of its own rows.
+#include <memory>
+#include <utility>
+
+#include "kernels/gemm.hpp"
+#include "model/layers/rmsnorm.hpp"
+#include "model/seams/linear.hpp"
+#include "parallel/tensor/tp_comm.hpp"
+#include "parallel/tensor/tp_kernels.hpp"
+
+namespace exa::parallel {
+
+namespace tp_detail {
+// A [rows, cols] scratch view of `buf`, regrown when too small.
+template <class V2>
+V2 scratch(V2& buf, std::size_t rows, std::size_t cols) {
+  if (buf.extent(0) * buf.extent(1) < rows * cols) buf = V2("exa::tp::scratch", rows, cols);
+  return V2(buf.data(), rows, cols);
+}
+// `x` when it has `rows` rows, else the rank-ordered gather of every rank's
+// x (sequence parallelism) into `buf`.
+template <class V2, class X>
+V2 gathered(const TpComm& tp, const X& x, std::size_t rows, V2& buf) {
+  if (x.extent(0) == rows) return x;
+  EXA_REQUIRE(x.extent(0) * std::size_t(tp.size()) == rows,
+              "tensor parallelism: {} rows against {} on the other side of the product (sequence parallelism "
+              "holds 1/{} of them)", x.extent(0), rows, tp.size());
+  const auto g = scratch(buf, rows, x.extent(1));
+  tp.allgather_rows(x, g);
+  return g;
+}
+// y (+)= t: whole when the rows agree, else y gets this rank's block of the
+// sum over ranks (reduce-scatter), otherwise the allreduce. Nonblocking
+// until finish(): `wait` completes it.
+template <class V2>
+struct Reduced {
+  comm::Request pending;
+  V2 sum;  // t itself (allreduce) or the reduce-scatter's local block
+  void finish(const V2& y, bool accumulate) {
+    TpComm::wait(pending);
+    assign_or_add(y, sum, accumulate);
+  }
+};
+template <class V2, class Y>
+Reduced<V2> start_reduce(const TpComm& tp, const V2& t, const Y& y, V2& block_buf) {
+  Reduced<V2> r;
+  if (y.extent(0) == t.extent(0)) {
+    r.pending = tp.iallreduce(t);
+    r.sum = t;
+  } else {
+    r.sum = scratch(block_buf, y.extent(0), y.extent(1));
+    r.pending = tp.ireduce_scatter_rows(t, r.sum);
+  }
+  return r;
+}
+}  // namespace tp_detail
+
+template <class T, class D = Device>
+class ColumnParallelLinear final : public model::Linear<T, D> {
+ public:
+  using typename model::Linear<T, D>::Act;
+  using typename model::Linear<T, D>::Wt;
+
+  // overlap (comm.overlap): in backward(), the weight-gradient GEMM runs
+  // while the input gradient's reduction is in flight.
+  explicit ColumnParallelLinear(std::shared_ptr<const TpComm> tp, bool overlap = true)
+      : tp_(std::move(tp)), overlap_(overlap) {}
+
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+    const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
+    kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
+  }
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+    auto r = partial_input_grad(dy, w, dx);
+    r.finish(dx, accumulate);
+  }
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+    const Act gx = tp_detail::gathered(*tp_, x, dy.extent(0), gx_);
+    kernels::gemm('T', 'N', T(1), dy, gx, accumulate ? T(1) : T(0), dw);
+  }
+  void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
+                bool accumulate_dx = false) const override {
+    if (!overlap_ || dx.data() == nullptr) {
+      model::Linear<T, D>::backward(x, w, dy, dx, dw, accumulate_dx);
+      return;
+    }
+    auto r = partial_input_grad(dy, w, dx);
+    backward_weight(x, dy, dw, true);
+    r.finish(dx, accumulate_dx);
+  }
+
+ private:
+  tp_detail::Reduced<Act> partial_input_grad(const Act& dy, const Wt& w, const Act& dx) const {
+    const auto t = tp_detail::scratch(buf_, dy.extent(0), dx.extent(1));
+    kernels::gemm('N', 'N', T(1), dy, w, T(0), t);
+    return tp_detail::start_reduce(*tp_, t, dx, block_);
+  }
+  std::shared_ptr<const TpComm> tp_;
+  bool overlap_;
+  mutable Act buf_, block_, gx_;
+};
+
+template <class T, class D = Device>
+class RowParallelLinear final : public model::Linear<T, D> {
+ public:
+  using typename model::Linear<T, D>::Act;
+  using typename model::Linear<T, D>::Wt;
+
+  explicit RowParallelLinear(std::shared_ptr<const TpComm> tp) : tp_(std::move(tp)) {}
+
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+    const auto t = tp_detail::scratch(buf_, x.extent(0), y.extent(1));
+    kernels::gemm('N', 'T', T(1), x, w, T(0), t);
+    auto r = tp_detail::start_reduce(*tp_, t, y, block_);
+    r.finish(y, accumulate);
+  }
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+    const Act gdy = tp_detail::gathered(*tp_, dy, dx.extent(0), gdy_);
+    kernels::gemm('N', 'N', T(1), gdy, w, accumulate ? T(1) : T(0), dx);
+  }
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+    const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);
+    kernels::gemm('T', 'N', T(1), gdy, x, accumulate ? T(1) : T(0), dw);
+  }
+  void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
+                bool accumulate_dx = false) const override {
+    const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);  // once for both products
+    if (dx.data() != nullptr) kernels::gemm('N', 'N', T(1), gdy, w, accumulate_dx ? T(1) : T(0), dx);
+    kernels::gemm('T', 'N', T(1), gdy, x, T(1), dw);
+  }
+
+ private:
+  std::shared_ptr<const TpComm> tp_;
+  mutable Act buf_, block_, gdy_;
+};
+
+template <class T, class D = Device>
+class ReplicatedLinear final : public model::Linear<T, D> {
+ public:
+  using typename model::Linear<T, D>::Act;
+  using typename model::Linear<T, D>::Wt;
+
+  // `share`: this rank's part of the rows when every rank holds them all.
+  ReplicatedLinear(std::shared_ptr<const TpComm> tp, model::RowShare share) : tp_(std::move(tp)), share_(share) {}
+
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+    const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
+    kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
+  }
+  // Under sequence parallelism dx holds this rank's rows: the product of
+  // dy's same rows (dy is whole and equal on every rank).
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+    kernels::gemm('N', 'N', T(1), own_rows(dy, dx.extent(0)), w, accumulate ? T(1) : T(0), dx);
+  }
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+    const bool split = x.extent(0) != dy.extent(0);
+    const auto [r0, r1] = split ? std::pair<std::int64_t, std::int64_t>{0, std::int64_t(x.extent(0))}
+                                : share_.rows(std::int64_t(x.extent(0)));
+    const auto r = Kokkos::make_pair(std::size_t(r0), std::size_t(r1));
+    kernels::gemm('T', 'N', T(1), Kokkos::subview(own_rows(dy, x.extent(0)), r, Kokkos::ALL),
+                  Kokkos::subview(x, r, Kokkos::ALL), accumulate ? T(1) : T(0), dw);
+  }
+
+ private:
+  // The rows of a whole-sequence dy that belong to a local operand of `n`
+  // rows (all of dy when n covers it).
+  Act own_rows(const Act& dy, std::size_t n) const {
+    if (n == dy.extent(0)) return dy;
+    const std::size_t r0 = n * std::size_t(tp_->rank());
+    return Kokkos::subview(dy, Kokkos::make_pair(r0, r0 + n), Kokkos::ALL);
+  }
+  std::shared_ptr<const TpComm> tp_;
+  model::RowShare share_;
+  mutable Act gx_;
+};
+
+}  // namespace exa::parallel

@@ -1,0 +1,28 @@
+#include "parallel/tensor/tensor_seams.hpp"
+
+#include <memory>
+
+#include "parallel/tensor/expert_tensor_dispatcher.hpp"
+#include "parallel/tensor/parallel_linear.hpp"
+#include "parallel/tensor/vocab_parallel.hpp"
+
+namespace exa::parallel {
+
+void use_tensor_parallel_seams(model::Seams<float>& seams, const model::StagePlan& plan,
+                               const comm::ProcessGrid& grid, comm::Backend backend, bool overlap) {
+  const MPI_Comm g = grid.comm(comm::Group::Tp);
+  std::shared_ptr<comm::Communicator> c = backend == comm::Backend::Nccl
+                                              ? std::shared_ptr<comm::Communicator>(comm::make_nccl_communicator(g))
+                                              : std::shared_ptr<comm::Communicator>(comm::make_mpi_communicator(g));
+  const auto tp = std::make_shared<const TpComm>(std::move(c));
+  const auto column = std::make_shared<const ColumnParallelLinear<float>>(tp, overlap);
+  seams.column = column;
+  seams.row = std::make_shared<const RowParallelLinear<float>>(tp);
+  seams.replicated = std::make_shared<const ReplicatedLinear<float>>(tp, model::RowShare{plan.tp_rank, plan.tp});
+  seams.embedding = std::make_shared<const VocabParallelEmbedding<float>>(tp, plan.vocab_begin);
+  seams.loss_head = std::make_shared<const VocabParallelLossHead<float>>(tp, column, plan.vocab_begin);
+  if (plan.etp > 1 || plan.sequence_parallel)
+    seams.dispatcher = std::make_shared<ExpertTensorParallelDispatcher<float>>(seams.dispatcher, tp, plan.etp > 1);
+}
+
+}  // namespace exa::parallel

@@ -1,0 +1,78 @@
+#pragma once
+// TpComm: the tensor-parallel group's communicator as the TP seams use it
+// (docs/architecture.md, "Tensor parallelism"): in-place sums and maxima of
+// contiguous activation buffers and, for sequence parallelism, the
+// allgather and reduce-scatter of row blocks (rank r holds rows
+// [r n, (r+1) n) of a [tp n, c] matrix). Every call is charged to a comm/tp_*
+// phase so the step record counts it as exposed communication.
+#include <memory>
+
+#include "comm/communicator.hpp"
+#include "core/error.hpp"
+#include "core/profiling.hpp"
+#include "core/types.hpp"
+
+namespace exa::parallel {
+
+class TpComm {
+ public:
+  explicit TpComm(std::shared_ptr<comm::Communicator> c) : comm_(std::move(c)) {
+    EXA_REQUIRE(comm_ != nullptr, "TpComm: no communicator");
+  }
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  comm::Communicator& comm() const { return *comm_; }
+
+  // v (+)= over the group, in place; v must be contiguous.
+  template <class V>
+  void allreduce(const V& v, comm::ReduceOp op = comm::ReduceOp::Sum) const {
+    auto r = iallreduce(v, op);
+    wait(r);
+  }
+  // The same, nonblocking: v stays untouched until wait(request).
+  template <class V>
+  comm::Request iallreduce(const V& v, comm::ReduceOp op = comm::ReduceOp::Sum) const {
+    if (v.size() == 0) return {};
+    ScopedRegion region("comm/tp_allreduce");
+    Kokkos::fence();
+    return comm_->iallreduce(flat(v), op);
+  }
+  // full [size() n, c] = the ranks' local [n, c] blocks in rank order.
+  template <class L, class F>
+  void allgather_rows(const L& local, const F& full) const {
+    EXA_REQUIRE(full.extent(0) == local.extent(0) * std::size_t(size()) && full.extent(1) == local.extent(1),
+                "TpComm: allgather of [{}, {}] row blocks into [{}, {}]", local.extent(0), local.extent(1),
+                full.extent(0), full.extent(1));
+    ScopedRegion region("comm/tp_allgather");
+    Kokkos::fence();
+    comm_->allgather(flat(local), flat(full));
+  }
+  // local [n, c] = rows [rank() n, (rank()+1) n) of the sum of the ranks'
+  // full [size() n, c]; nonblocking.
+  template <class F, class L>
+  comm::Request ireduce_scatter_rows(const F& full, const L& local) const {
+    EXA_REQUIRE(full.extent(0) == local.extent(0) * std::size_t(size()) && full.extent(1) == local.extent(1),
+                "TpComm: reduce-scatter of [{}, {}] into [{}, {}] row blocks", full.extent(0), full.extent(1),
+                local.extent(0), local.extent(1));
+    ScopedRegion region("comm/tp_reduce_scatter");
+    Kokkos::fence();
+    return comm_->ireduce_scatter(flat(full), flat(local));
+  }
+  // Time spent here is exposed communication (what overlap did not hide).
+  static void wait(comm::Request& r) {
+    ScopedRegion region("comm/tp_wait");
+    r.wait();
+  }
+
+ private:
+  template <class V>
+  static auto flat(const V& v) {
+    using T = typename V::value_type;
+    EXA_REQUIRE(v.span_is_contiguous(), "TpComm: the buffer must be contiguous");
+    return Kokkos::View<T*, Layout, typename V::device_type, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v.data(),
+                                                                                                       v.size());
+  }
+  std::shared_ptr<comm::Communicator> comm_;
+};
+
+}  // namespace exa::parallel

@@ -1,0 +1,90 @@
+#include "train/expert_replacement.hpp"
+
+#include <numeric>
+
+#include "core/log.hpp"
+
+namespace exa::train {
+
+namespace {
+
+std::vector<int> identity(int n) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+int moved_experts(const std::vector<int>& from, const std::vector<int>& to) {
+  int n = 0;
+  for (std::size_t p = 0; p < from.size(); ++p) n += from[p] != to[p];
+  return n;
+}
+
+}  // namespace
+
+ExpertReplacement::ExpertReplacement(const deck::Config& cfg, const model::ModelConfig& mcfg, int ep) {
+  every_ = cfg.get_int("moe.replace_every");
+  threshold_ = cfg.get_float("moe.replace_threshold");
+  if (every_ > 0) placement_ = std::make_shared<parallel::ExpertPlacement>(int(mcfg.n_experts), ep);
+}
+
+std::vector<nlohmann::json> ExpertReplacement::after_step(const MoeLoad& load, std::int64_t steps_done,
+                                                          const Mover& move) {
+  std::vector<nlohmann::json> records;
+  if (!enabled()) return records;
+  for (const auto& l : load.layers()) {
+    auto& w = window_[l.layer];
+    w.resize(l.kept.size(), 0);
+    for (std::size_t e = 0; e < l.kept.size(); ++e) w[e] += l.kept[e];
+  }
+  ++window_steps_;
+  if (steps_done % every_ != 0) return records;
+  for (const auto& [layer, kept] : window_) {
+    const auto before = max_over_mean(placement_->rank_tokens(layer, kept));
+    if (before <= threshold_) continue;
+    const auto from = placement_->expert_at(layer);
+    const auto to = parallel::balanced_placement(kept, from, placement_->ranks());
+    parallel::ExpertPlacement trial = *placement_;
+    trial.set(layer, to);
+    const auto after = max_over_mean(trial.rank_tokens(layer, kept));
+    if (after >= before) continue;
+    move({layer, from, to});
+    placement_->set(layer, to);
+    const int moved = moved_experts(from, to);
+    log::info("expert re-placement: layer {} rank load max/mean {:.3f} -> {:.3f} over the last {} steps, {} of {} "
+              "experts moved",
+              layer, before, after, window_steps_, moved, to.size());
+    records.push_back({{"layer", layer}, {"rank_imbalance_before", before}, {"rank_imbalance_after", after},
+                       {"moved", moved}, {"placement", to}, {"window_steps", window_steps_}});
+  }
+  window_.clear();
+  window_steps_ = 0;
+  return records;
+}
+
+void ExpertReplacement::forget_placement() {
+  window_.clear();
+  window_steps_ = 0;
+  if (!enabled()) return;
+  const auto global = identity(placement_->n_experts());
+  for (const auto l : placement_->moved_layers()) placement_->set(l, global);
+}
+
+void ExpertReplacement::in_global_order(const Mover& move, const std::function<void()>& fn) {
+  if (!enabled() || placement_->all_identity()) return fn();
+  const auto layers = placement_->moved_layers();
+  std::map<std::int64_t, std::vector<int>> kept;
+  const auto global = identity(placement_->n_experts());
+  for (const auto l : layers) {
+    kept[l] = placement_->expert_at(l);
+    move({l, kept[l], global});
+    placement_->set(l, global);
+  }
+  fn();
+  for (const auto l : layers) {
+    move({l, global, kept[l]});
+    placement_->set(l, kept[l]);
+  }
+}
+
+}  // namespace exa::train
