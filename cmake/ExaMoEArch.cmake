@@ -40,7 +40,10 @@ else()
 endif()
 
 # Independent of the target: sqrt in a loop vectorises only when it need not
-# set errno (AdamW's update, RMSNorm), and ExaMoE never reads errno.
+# set errno (AdamW's update, RMSNorm), and the host exp's selects
+# (kernels/host_loops.hpp: SwiGLU, the softmax) only when a comparison may
+# not raise a floating-point trap. Neither changes a value: ExaMoE never
+# reads errno or the floating-point exception flags (no <cfenv>).
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>")
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>" "$<$<COMPILE_LANGUAGE:CXX>:-fno-trapping-math>")
 endif()

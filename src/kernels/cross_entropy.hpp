@@ -49,7 +49,8 @@ KOKKOS_INLINE_FUNCTION double ce_row_lse(const Member& team, const LV& logits, i
 }
 
 // The same on the host, from a contiguous row: the max in 16 lanes (exact
-// in any order), then the sum of exp(l - max) in 16 double lanes.
+// in any order), then the sum of exp(l - max) in 16 double lanes
+// (host_loops.hpp's exp).
 template <class T>
 inline double ce_row_lse_host(const T* row, index_t V) {
   T m[16];
@@ -62,16 +63,11 @@ inline double ce_row_lse_host(const T* row, index_t V) {
   for (; j < V; ++j) mx = row[j] > mx ? row[j] : mx;
   double acc[16] = {};
   for (j = 0; j + 16 <= V; j += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += double(kx::exp(T(row[j + l]) - mx));
+    for (int l = 0; l < 16; ++l) acc[l] += double(host_exp(T(row[j + l]) - mx));
   double s = 0;
   for (int l = 0; l < 16; ++l) s += acc[l];
-  for (; j < V; ++j) s += double(kx::exp(T(row[j]) - mx));
+  for (; j < V; ++j) s += double(host_exp(T(row[j]) - mx));
   return double(mx) + std::log(s);
-}
-
-template <class LV>
-bool ce_host_rows(const LV& logits) {
-  return host_exec<typename LV::execution_space> && (logits.extent(1) <= 1 || logits.stride(1) == 1);
 }
 
 // Runs on the caller's instance (of the logits' space, from which targets
@@ -103,7 +99,7 @@ CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, c
   if (n_rows == 0) return out;
   double total = 0;
   if constexpr (detail::host_exec<Exec>) {
-    if (detail::ce_host_rows(logits)) {
+    if (detail::rows_contiguous(logits)) {
       const auto* pl = logits.data();
       const index_t V = logits.extent(1), sl = logits.stride(0);
       Kokkos::parallel_reduce(
@@ -189,7 +185,7 @@ void cross_entropy_backward(const LV& logits, const TV& targets, const LseV& lse
               n_rows, V);
   const T scale = n_valid > 0 ? T(dloss / double(n_valid)) : T(0);
   if constexpr (detail::host_exec<Exec>) {
-    if (detail::ce_host_rows(logits) && (dlogits.extent(1) <= 1 || dlogits.stride(1) == 1)) {
+    if (detail::rows_contiguous(logits, dlogits)) {
       const auto* pl = logits.data();
       T* pd = dlogits.data();
       const index_t sl = logits.stride(0), sd = dlogits.stride(0);
@@ -203,8 +199,8 @@ void cross_entropy_backward(const LV& logits, const TV& targets, const LseV& lse
             }
             const auto* in = pl + r * sl;  // may be out itself: the target's logit is read first
             const TI m = TI(lse(r));
-            const T at_target = (T(kx::exp(TI(in[t]) - m)) - T(1)) * scale;
-            for (index_t c = 0; c < V; ++c) out[c] = T(kx::exp(TI(in[c]) - m)) * scale;
+            const T at_target = (T(detail::host_exp(TI(in[t]) - m)) - T(1)) * scale;
+            for (index_t c = 0; c < V; ++c) out[c] = T(detail::host_exp(TI(in[c]) - m)) * scale;
             out[t] = at_target;
           });
       return;

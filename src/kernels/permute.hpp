@@ -48,11 +48,6 @@ template <class Exec>
 using PermuteRows3 =
     Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3, Kokkos::Iterate::Right, Kokkos::Iterate::Right>,
                           Kokkos::IndexType<index_t>>;
-// Rows of a rank-2 View are contiguous (column stride 1), for the host loops.
-template <class V>
-bool rows_contiguous(const V& v) {
-  return v.extent(1) <= 1 || v.stride(1) == 1;
-}
 }  // namespace detail
 
 template <class D = Device>
@@ -204,7 +199,7 @@ void permute_forward(const X& x, const R& token_of, const XP& xp, const exec_of<
               "exa::kernels::permute_forward: shapes disagree");
   if (M == 0 || d == 0) return;
   if constexpr (detail::host_exec<Exec>) {
-    if (detail::rows_contiguous(x) && detail::rows_contiguous(xp)) {
+    if (detail::rows_contiguous(x, xp)) {
       const auto* px = x.data();
       T* pxp = xp.data();
       const index_t sx = x.stride(0), sxp = xp.stride(0);
@@ -235,7 +230,7 @@ void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx, const exec
               "exa::kernels::permute_backward: shapes disagree");
   if (N == 0 || d == 0) return;
   if constexpr (detail::host_exec<Exec>) {
-    if (detail::rows_contiguous(dxp) && detail::rows_contiguous(dx)) {
+    if (detail::rows_contiguous(dxp, dx)) {
       const auto* pdxp = dxp.data();
       T* pdx = dx.data();
       const index_t sp = dxp.stride(0), sd = dx.stride(0);
@@ -278,7 +273,7 @@ void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& 
               "exa::kernels::unpermute_forward: shapes disagree");
   if (N == 0 || d == 0) return;
   if constexpr (detail::host_exec<Exec>) {
-    if (detail::rows_contiguous(yp) && detail::rows_contiguous(y)) {
+    if (detail::rows_contiguous(yp, y)) {
       const auto* pyp = yp.data();
       T* py = y.data();
       const index_t sp = yp.stride(0), sy = y.stride(0);
@@ -329,7 +324,7 @@ void unpermute_backward(const DY& dy, const YP& yp, const G& gates, const R2& ro
   // Each row of the permuted buffer comes from exactly one kept (n, j).
   bool rows_done = false;
   if constexpr (detail::host_exec<Exec>) {
-    if (N > 0 && K > 0 && d > 0 && detail::rows_contiguous(dy) && detail::rows_contiguous(dyp)) {
+    if (N > 0 && K > 0 && d > 0 && detail::rows_contiguous(dy, dyp)) {
       const auto* pdy = dy.data();
       T* pdyp = dyp.data();
       const index_t sy = dy.stride(0), sp = dyp.stride(0);

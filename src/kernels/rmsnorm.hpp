@@ -42,15 +42,16 @@ void rmsnorm_forward(const XV& x, const WV& w, const YV& y, const RV& rstd, doub
   const T eps_t = T(eps);
   const T inv_d = T(1) / T(d);
   if constexpr (detail::host_exec<Exec>) {
-    if (x.span_is_contiguous() && y.span_is_contiguous() && index_t(x.stride(0)) == d && index_t(y.stride(0)) == d) {
+    if (detail::rows_contiguous(x, y) && w.stride(0) == 1) {
       // One row per iteration, vectorised along it (host_loops.hpp).
       const auto* px = x.data();
       const auto* pw = w.data();
       auto* py = y.data();
+      const index_t sx = x.stride(0), sy = y.stride(0);
       Kokkos::parallel_for(
           "exa::rmsnorm::forward", Kokkos::RangePolicy<Exec>(exec, 0, n_rows), [=](const index_t n) {
-            const auto* xr = px + n * d;
-            auto* yr = py + n * d;
+            const auto* xr = px + n * sx;
+            auto* yr = py + n * sy;
             const T r = T(1) / kx::sqrt(detail::dot16<T>(xr, xr, d) * inv_d + eps_t);
             for (index_t j = 0; j < d; ++j) yr[j] = T(xr[j]) * r * T(pw[j]);
             rstd(n) = r;
@@ -118,17 +119,17 @@ void rmsnorm_backward(const XV& x, const WV& w, const RV& rstd, const DYV& dy, c
   if (n_rows == 0) return;
   const T inv_d = T(1) / T(d);
   if constexpr (detail::host_exec<Exec>) {
-    if (x.span_is_contiguous() && dy.span_is_contiguous() && dx.span_is_contiguous() && index_t(x.stride(0)) == d &&
-        index_t(dy.stride(0)) == d && index_t(dx.stride(0)) == d) {
+    if (detail::rows_contiguous(x, dy, dx) && w.stride(0) == 1) {
       const auto* px = x.data();
       const auto* pw = w.data();
       const auto* pdy = dy.data();
       auto* pdx = dx.data();
+      const index_t sx = x.stride(0), sg = dy.stride(0), sd = dx.stride(0);
       Kokkos::parallel_for(
           "exa::rmsnorm::backward_dx", Kokkos::RangePolicy<Exec>(exec, 0, n_rows), [=](const index_t n) {
-            const auto* xr = px + n * d;
-            const auto* gr = pdy + n * d;
-            auto* dr = pdx + n * d;
+            const auto* xr = px + n * sx;
+            const auto* gr = pdy + n * sg;
+            auto* dr = pdx + n * sd;
             const T r = rstd(n);
             T acc[16] = {};  // sum_j g_j * x_j, g = dy * w, in 16 partial sums
             index_t j = 0;

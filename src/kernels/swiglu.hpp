@@ -40,14 +40,20 @@ void swiglu_forward(const AV& a, const BV& b, const HV& h, const exec_of<HV>& ex
               h.extent(0), h.extent(1));
   if (n == 0 || f == 0) return;
   if constexpr (detail::host_exec<Exec>) {
-    if (a.span_is_contiguous() && b.span_is_contiguous() && h.span_is_contiguous()) {
+    if (detail::rows_contiguous(a, b, h)) {
+      // One row per iteration, vectorised along it (host_loops.hpp); a and
+      // b may be the column halves of one fused projection.
       const auto* pa = a.data();
       const auto* pb = b.data();
       T* ph = h.data();
-      detail::for_host_chunks("exa::swiglu::forward", exec, n * f, [=](index_t i0, index_t i1) {
-        for (index_t i = i0; i < i1; ++i) {
-          const T av = pa[i];
-          ph[i] = av / (T(1) + kx::exp(-av)) * T(pb[i]);
+      const index_t sa = a.stride(0), sb = b.stride(0), sh = h.stride(0);
+      Kokkos::parallel_for("exa::swiglu::forward", Kokkos::RangePolicy<Exec>(exec, 0, n), [=](const index_t r) {
+        const auto* ar = pa + r * sa;
+        const auto* br = pb + r * sb;
+        T* hr = ph + r * sh;
+        for (index_t c = 0; c < f; ++c) {
+          const T av = ar[c];
+          hr[c] = av / (T(1) + detail::host_exp(-av)) * T(br[c]);
         }
       });
       return;
@@ -76,21 +82,27 @@ void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, con
   EXA_REQUIRE(same, "exa::swiglu_backward: a, b, dh, da, db must all be {}x{}", n, f);
   if (n == 0 || f == 0) return;
   if constexpr (detail::host_exec<Exec>) {
-    if (a.span_is_contiguous() && b.span_is_contiguous() && dh.span_is_contiguous() && da.span_is_contiguous() &&
-        db.span_is_contiguous()) {
+    if (detail::rows_contiguous(a, b, dh, da, db)) {
       const auto* pa = a.data();
       const auto* pb = b.data();
       const auto* pg = dh.data();
       T* pda = da.data();
       T* pdb = db.data();
-      detail::for_host_chunks("exa::swiglu::backward", exec, n * f, [=](index_t i0, index_t i1) {
-        for (index_t i = i0; i < i1; ++i) {
-          const T av = pa[i];
-          const T bv = pb[i];
-          const T g = pg[i];
-          const T sig = T(1) / (T(1) + kx::exp(-av));
-          pda[i] = g * bv * sig * (T(1) + av * (T(1) - sig));
-          pdb[i] = g * (av * sig);
+      const index_t sa = a.stride(0), sb = b.stride(0), sg = dh.stride(0), sda = da.stride(0), sdb = db.stride(0);
+      Kokkos::parallel_for("exa::swiglu::backward", Kokkos::RangePolicy<Exec>(exec, 0, n), [=](const index_t r) {
+        const auto* ar = pa + r * sa;
+        const auto* br = pb + r * sb;
+        const auto* gr = pg + r * sg;
+        T* dar = pda + r * sda;
+        T* dbr = pdb + r * sdb;
+        // In place (da over a, db over b) reads a row's a, b before writing it.
+        for (index_t c = 0; c < f; ++c) {
+          const T av = ar[c];
+          const T bv = br[c];
+          const T g = gr[c];
+          const T sig = T(1) / (T(1) + detail::host_exp(-av));
+          dar[c] = g * bv * sig * (T(1) + av * (T(1) - sig));
+          dbr[c] = g * (av * sig);
         }
       });
       return;

@@ -1,8 +1,11 @@
 // The host fast paths' building blocks (kernels/host_loops.hpp): the
-// 16-lane dot product and the chunking of a range.
+// 16-lane dot product, the chunking of a range and the vectorisable exp.
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "kernels/host_loops.hpp"
@@ -33,4 +36,29 @@ TEST(HostLoops, ChunksCoverTheRangeOnce) {
   int wrong = 0;
   for (exa::index_t i = 0; i < total; ++i) wrong += seen(i) != 1;
   EXPECT_EQ(wrong, 0);
+}
+
+TEST(HostLoops, HostExpIsWithinTwoUlpOfExpAndKeepsTheEnds) {
+  // 2^21 points evenly over the range where exp is a normal float.
+  const int n = 1 << 21;
+  double worst = 0;
+  float at = 0;
+  for (int i = 0; i <= n; ++i) {
+    const float x = -87.3f + float(175.67 * i / n);
+    const double want = std::exp(double(x));
+    const double err = std::fabs(double(ed::host_exp(x)) - want) / want;
+    if (err > worst) {
+      worst = err;
+      at = x;
+    }
+  }
+  std::printf("host_exp: worst relative error %.3g (%.2f ulp) at x = %.9g\n", worst, worst / 0x1p-24, at);
+  EXPECT_LE(worst, 2 * 0x1p-24);
+  EXPECT_TRUE(std::isnan(ed::host_exp(std::nanf(""))));
+  EXPECT_EQ(ed::host_exp(0.0f), 1.0f);
+  EXPECT_EQ(ed::host_exp(100.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ed::host_exp(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ed::host_exp(-100.0f), 0.0f);
+  EXPECT_EQ(ed::host_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(ed::host_exp(0.5), std::exp(0.5));  // double keeps std::exp
 }
