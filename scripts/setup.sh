@@ -11,6 +11,9 @@
 # BUILD_DIR (override the build directory), CMAKE_ARGS (extra cmake flags),
 # EXAMOE_UNITY_BUILD (ON: a new build directory compiles each library in
 # batches of 8 sources; default OFF here, ON from test.sh and quickstart.sh).
+# EXAMOE_ARCH (CPU target of ExaMoE's own code, -march=; default native for
+# serial and openmp, empty for cuda, whose kernels run on the GPU; set it
+# empty for a binary that must run on other CPUs).
 set -euo pipefail
 backend=${1:-serial}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,9 +30,13 @@ if [ "${EXAMOE_UNITY_BUILD:-OFF}" = ON ]; then
   args+=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8)
 fi
 case "$backend" in
-  serial) build=${BUILD_DIR:-$root/build} ;;
+  serial) build=${BUILD_DIR:-$root/build}
+    args+=(-DEXAMOE_ARCH="${EXAMOE_ARCH-native}") ;;
   openmp)
     build=${BUILD_DIR:-$root/build-openmp}
+    # BLAS on OpenMP's own threads: one thread pool per rank (cmake/ExaMoEBlas.cmake).
+    "$root/scripts/deps-debian.sh" libopenblas-openmp-dev
+    args+=(-DEXAMOE_ARCH="${EXAMOE_ARCH-native}")
     kokkos=$("$root/scripts/build-kokkos.sh" openmp)
     args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
            -DEXAMOE_TEST_BACKENDS=OpenMP) ;;
@@ -42,7 +49,7 @@ case "$backend" in
     export CUDA_ROOT=${CUDA_ROOT:-/usr} CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr}
     export PATH=/usr/bin:$PATH; unset CUDA_HOME CUDA_PATH LIBRARY_PATH
     args+=(-DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kokkos" -DCMAKE_PREFIX_PATH="$kokkos"
-           -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11
+           -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DCMAKE_C_COMPILER=gcc-11 -DEXAMOE_ARCH="${EXAMOE_ARCH-}"
            -DEXAMOE_ENABLE_TESTS=${EXAMOE_CUDA_TESTS:-OFF}) ;;
   *) echo "setup.sh: unknown backend '$backend' (want serial, openmp or cuda)" >&2; exit 2 ;;
 esac

@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 
 namespace exa::kernels {
 
@@ -98,6 +99,27 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
   const T eps = static_cast<T>(h.eps);
   const T step_size = static_cast<T>(h.lr / bc1);
 
+  if constexpr (detail::host_exec<exec_of<P>>) {
+    // One pass over value, grad, m and v in chunks (host_loops.hpp).
+    T* pp = param.data();
+    const auto* pg = grad.data();
+    T* pm = exp_avg.data();
+    T* pv = exp_avg_sq.data();
+    detail::for_host_chunks("exa::adamw::step", exec, static_cast<index_t>(param.span()),
+                            [=](index_t i0, index_t i1) {
+                              for (index_t i = i0; i < i1; ++i) {
+                                const T gi = static_cast<T>(pg[i]) * gs;
+                                const T pi = pp[i] * decay;
+                                const T mi = pm[i] * b1 + omb1 * gi;
+                                const T vi = pv[i] * b2 + (omb2 * gi) * gi;
+                                const T denom = kx::sqrt(vi) / bc2_sqrt + eps;
+                                pm[i] = mi;
+                                pv[i] = vi;
+                                pp[i] = pi - step_size * (mi / denom);
+                              }
+                            });
+    return;
+  }
   const auto p = adamw_detail::flat(param);
   const auto g = adamw_detail::flat(grad);
   const auto m = adamw_detail::flat(exp_avg);

@@ -8,11 +8,13 @@
 //   dlogits[n, :] = (softmax(logits[n, :]) - onehot(target[n])) * dloss / n_valid
 // (zero rows where ignored); dlogits may alias logits (in-place backward).
 // Pass the global n_valid when the mean runs over several ranks' tokens.
+#include <cmath>
 #include <cstdint>
 
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 
 namespace exa::kernels {
 
@@ -46,6 +48,28 @@ KOKKOS_INLINE_FUNCTION double ce_row_lse(const Member& team, const LV& logits, i
   return double(mx) + kx::log(s);
 }
 
+// The same on the host, from a contiguous row: the max in 16 lanes (exact
+// in any order), then the sum of exp(l - max) in 16 double lanes
+// (host_loops.hpp's exp).
+template <class T>
+inline double ce_row_lse_host(const T* row, index_t V) {
+  T m[16];
+  for (int l = 0; l < 16; ++l) m[l] = row[0];
+  index_t j = 0;
+  for (; j + 16 <= V; j += 16)
+    for (int l = 0; l < 16; ++l) m[l] = row[j + l] > m[l] ? row[j + l] : m[l];
+  T mx = m[0];
+  for (int l = 1; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
+  for (; j < V; ++j) mx = row[j] > mx ? row[j] : mx;
+  double acc[16] = {};
+  for (j = 0; j + 16 <= V; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += double(host_exp(T(row[j + l]) - mx));
+  double s = 0;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  for (; j < V; ++j) s += double(host_exp(T(row[j]) - mx));
+  return double(mx) + std::log(s);
+}
+
 // Runs on the caller's instance (of the logits' space, from which targets
 // must be accessible anyway).
 template <class TV, class Exec>
@@ -74,6 +98,24 @@ CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, c
   CrossEntropySum out;
   if (n_rows == 0) return out;
   double total = 0;
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(logits)) {
+      const auto* pl = logits.data();
+      const index_t V = logits.extent(1), sl = logits.stride(0);
+      Kokkos::parallel_reduce(
+          "exa::cross_entropy::forward", Kokkos::RangePolicy<Exec>(exec, 0, n_rows),
+          [=](const index_t n, double& acc) {
+            const double l = detail::ce_row_lse_host(pl + n * sl, V);
+            lse(n) = TL(l);
+            const std::int64_t t = targets(n);
+            if (t >= 0) acc += l - double(pl[n * sl + t]);
+          },
+          total);
+      out.loss_sum = total;
+      out.n_valid = detail::ce_count_valid(targets, exec);
+      return out;
+    }
+  }
   Kokkos::parallel_reduce(
       "exa::cross_entropy::forward", Policy(exec, n_rows, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team, double& acc) {
@@ -142,6 +184,28 @@ void cross_entropy_backward(const LV& logits, const TV& targets, const LseV& lse
               "exa::cross_entropy_backward: dlogits is {}x{}, logits {}x{}", dlogits.extent(0), dlogits.extent(1),
               n_rows, V);
   const T scale = n_valid > 0 ? T(dloss / double(n_valid)) : T(0);
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(logits, dlogits)) {
+      const auto* pl = logits.data();
+      T* pd = dlogits.data();
+      const index_t sl = logits.stride(0), sd = dlogits.stride(0);
+      Kokkos::parallel_for(
+          "exa::cross_entropy::backward", Kokkos::RangePolicy<Exec>(exec, 0, n_rows), [=](const index_t r) {
+            const std::int64_t t = targets(r);
+            T* out = pd + r * sd;
+            if (t < 0) {
+              for (index_t c = 0; c < V; ++c) out[c] = T(0);
+              return;
+            }
+            const auto* in = pl + r * sl;  // may be out itself: the target's logit is read first
+            const TI m = TI(lse(r));
+            const T at_target = (T(detail::host_exp(TI(in[t]) - m)) - T(1)) * scale;
+            for (index_t c = 0; c < V; ++c) out[c] = T(detail::host_exp(TI(in[c]) - m)) * scale;
+            out[t] = at_target;
+          });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::cross_entropy::backward", Kokkos::RangePolicy<Exec>(exec, 0, n_rows * V), KOKKOS_LAMBDA(const index_t idx) {
         const index_t r = idx / V, c = idx % V;

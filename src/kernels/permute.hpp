@@ -33,6 +33,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 
 namespace exa::kernels {
 
@@ -197,6 +198,19 @@ void permute_forward(const X& x, const R& token_of, const XP& xp, const exec_of<
   EXA_REQUIRE(x.extent(1) == xp.extent(1) && token_of.extent(0) == xp.extent(0),
               "exa::kernels::permute_forward: shapes disagree");
   if (M == 0 || d == 0) return;
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(x, xp)) {
+      const auto* px = x.data();
+      T* pxp = xp.data();
+      const index_t sx = x.stride(0), sxp = xp.stride(0);
+      Kokkos::parallel_for("exa::permute::forward", Kokkos::RangePolicy<Exec>(exec, 0, M), [=](const index_t r) {
+        const auto* src = px + index_t(token_of(r)) * sx;
+        T* dst = pxp + r * sxp;
+        for (index_t c = 0; c < d; ++c) dst[c] = T(src[c]);
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::permute::forward", detail::PermuteRows2<Exec>(exec, {0, 0}, {M, d}),
       KOKKOS_LAMBDA(const index_t r, const index_t c) {
@@ -215,6 +229,24 @@ void permute_backward(const DXP& dxp, const R2& row_of, const DX& dx, const exec
   EXA_REQUIRE(dxp.extent(1) == dx.extent(1) && row_of.extent(0) == dx.extent(0),
               "exa::kernels::permute_backward: shapes disagree");
   if (N == 0 || d == 0) return;
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(dxp, dx)) {
+      const auto* pdxp = dxp.data();
+      T* pdx = dx.data();
+      const index_t sp = dxp.stride(0), sd = dx.stride(0);
+      Kokkos::parallel_for("exa::permute::backward", Kokkos::RangePolicy<Exec>(exec, 0, N), [=](const index_t n) {
+        T* dst = pdx + n * sd;
+        for (index_t c = 0; c < d; ++c) dst[c] = T(0);
+        for (int j = 0; j < K; ++j) {
+          const int r = row_of(n, j);
+          if (r < 0) continue;
+          const auto* src = pdxp + index_t(r) * sp;
+          for (index_t c = 0; c < d; ++c) dst[c] += T(src[c]);
+        }
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::permute::backward", detail::PermuteRows2<Exec>(exec, {0, 0}, {N, d}),
       KOKKOS_LAMBDA(const index_t n, const index_t c) {
@@ -240,6 +272,25 @@ void unpermute_forward(const YP& yp, const G& gates, const R2& row_of, const Y& 
                   gates.extent(1) == row_of.extent(1),
               "exa::kernels::unpermute_forward: shapes disagree");
   if (N == 0 || d == 0) return;
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(yp, y)) {
+      const auto* pyp = yp.data();
+      T* py = y.data();
+      const index_t sp = yp.stride(0), sy = y.stride(0);
+      Kokkos::parallel_for("exa::unpermute::forward", Kokkos::RangePolicy<Exec>(exec, 0, N), [=](const index_t n) {
+        T* dst = py + n * sy;
+        for (index_t c = 0; c < d; ++c) dst[c] = T(0);
+        for (int j = 0; j < K; ++j) {
+          const int r = row_of(n, j);
+          if (r < 0) continue;
+          const T g = T(gates(n, j));
+          const auto* src = pyp + index_t(r) * sp;
+          for (index_t c = 0; c < d; ++c) dst[c] += g * T(src[c]);
+        }
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::unpermute::forward", detail::PermuteRows2<Exec>(exec, {0, 0}, {N, d}),
       KOKKOS_LAMBDA(const index_t n, const index_t c) {
@@ -271,7 +322,26 @@ void unpermute_backward(const DY& dy, const YP& yp, const G& gates, const R2& ro
               "exa::kernels::unpermute_backward: shapes disagree");
   EXA_REQUIRE(N * K < (index_t(1) << 31), "exa::kernels::unpermute_backward: too many assignments");
   // Each row of the permuted buffer comes from exactly one kept (n, j).
-  if (N > 0 && K > 0 && d > 0)
+  bool rows_done = false;
+  if constexpr (detail::host_exec<Exec>) {
+    if (N > 0 && K > 0 && d > 0 && detail::rows_contiguous(dy, dyp)) {
+      const auto* pdy = dy.data();
+      T* pdyp = dyp.data();
+      const index_t sy = dy.stride(0), sp = dyp.stride(0);
+      Kokkos::parallel_for("exa::unpermute::backward_rows", Kokkos::RangePolicy<Exec>(exec, 0, N), [=](const index_t n) {
+        const auto* src = pdy + n * sy;
+        for (int j = 0; j < K; ++j) {
+          const int r = row_of(n, j);
+          if (r < 0) continue;
+          const T g = T(gates(n, j));
+          T* dst = pdyp + index_t(r) * sp;
+          for (index_t c = 0; c < d; ++c) dst[c] = g * T(src[c]);
+        }
+      });
+      rows_done = true;
+    }
+  }
+  if (!rows_done && N > 0 && K > 0 && d > 0)
     Kokkos::parallel_for(
         "exa::unpermute::backward_rows", detail::PermuteRows3<Exec>(exec, {0, 0, 0}, {N, index_t(K), d}),
         KOKKOS_LAMBDA(const index_t n, const index_t jj, const index_t c) {

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 
 namespace exa::kernels {
 
@@ -40,6 +41,24 @@ void rmsnorm_forward(const XV& x, const WV& w, const YV& y, const RV& rstd, doub
   if (n_rows == 0) return;
   const T eps_t = T(eps);
   const T inv_d = T(1) / T(d);
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(x, y) && w.stride(0) == 1) {
+      // One row per iteration, vectorised along it (host_loops.hpp).
+      const auto* px = x.data();
+      const auto* pw = w.data();
+      auto* py = y.data();
+      const index_t sx = x.stride(0), sy = y.stride(0);
+      Kokkos::parallel_for(
+          "exa::rmsnorm::forward", Kokkos::RangePolicy<Exec>(exec, 0, n_rows), [=](const index_t n) {
+            const auto* xr = px + n * sx;
+            auto* yr = py + n * sy;
+            const T r = T(1) / kx::sqrt(detail::dot16<T>(xr, xr, d) * inv_d + eps_t);
+            for (index_t j = 0; j < d; ++j) yr[j] = T(xr[j]) * r * T(pw[j]);
+            rstd(n) = r;
+          });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::rmsnorm::forward", Policy(exec, n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const index_t n = team.league_rank();
@@ -99,6 +118,36 @@ void rmsnorm_backward(const XV& x, const WV& w, const RV& rstd, const DYV& dy, c
   // 2. dx, one row per team.
   if (n_rows == 0) return;
   const T inv_d = T(1) / T(d);
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(x, dy, dx) && w.stride(0) == 1) {
+      const auto* px = x.data();
+      const auto* pw = w.data();
+      const auto* pdy = dy.data();
+      auto* pdx = dx.data();
+      const index_t sx = x.stride(0), sg = dy.stride(0), sd = dx.stride(0);
+      Kokkos::parallel_for(
+          "exa::rmsnorm::backward_dx", Kokkos::RangePolicy<Exec>(exec, 0, n_rows), [=](const index_t n) {
+            const auto* xr = px + n * sx;
+            const auto* gr = pdy + n * sg;
+            auto* dr = pdx + n * sd;
+            const T r = rstd(n);
+            T acc[16] = {};  // sum_j g_j * x_j, g = dy * w, in 16 partial sums
+            index_t j = 0;
+            for (; j + 16 <= d; j += 16)
+              for (int l = 0; l < 16; ++l) acc[l] += T(gr[j + l]) * T(pw[j + l]) * T(xr[j + l]);
+            T dot = 0;
+            for (int l = 0; l < 16; ++l) dot += acc[l];
+            for (; j < d; ++j) dot += T(gr[j]) * T(pw[j]) * T(xr[j]);
+            const T c = dot * r * r * inv_d;
+            if (accumulate_dx) {
+              for (j = 0; j < d; ++j) dr[j] += r * (T(gr[j]) * T(pw[j]) - T(xr[j]) * c);
+            } else {
+              for (j = 0; j < d; ++j) dr[j] = r * (T(gr[j]) * T(pw[j]) - T(xr[j]) * c);
+            }
+          });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::rmsnorm::backward_dx", Policy(exec, n_rows, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const index_t n = team.league_rank();

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 
 namespace exa::kernels {
 
@@ -38,6 +39,26 @@ void swiglu_forward(const AV& a, const BV& b, const HV& h, const exec_of<HV>& ex
               "exa::swiglu_forward: shapes a {}x{}, b {}x{}, h {}x{} differ", n, f, b.extent(0), b.extent(1),
               h.extent(0), h.extent(1));
   if (n == 0 || f == 0) return;
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(a, b, h)) {
+      // One row per iteration, vectorised along it (host_loops.hpp); a and
+      // b may be the column halves of one fused projection.
+      const auto* pa = a.data();
+      const auto* pb = b.data();
+      T* ph = h.data();
+      const index_t sa = a.stride(0), sb = b.stride(0), sh = h.stride(0);
+      Kokkos::parallel_for("exa::swiglu::forward", Kokkos::RangePolicy<Exec>(exec, 0, n), [=](const index_t r) {
+        const auto* ar = pa + r * sa;
+        const auto* br = pb + r * sb;
+        T* hr = ph + r * sh;
+        for (index_t c = 0; c < f; ++c) {
+          const T av = ar[c];
+          hr[c] = av / (T(1) + detail::host_exp(-av)) * T(br[c]);
+        }
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::swiglu::forward", detail::swiglu_policy<Exec>(exec, n, f),
       KOKKOS_LAMBDA(const index_t r, const index_t c) {
@@ -60,6 +81,33 @@ void swiglu_backward(const AV& a, const BV& b, const DHV& dh, const DAV& da, con
                     db.extent(0) == a.extent(0) && db.extent(1) == a.extent(1);
   EXA_REQUIRE(same, "exa::swiglu_backward: a, b, dh, da, db must all be {}x{}", n, f);
   if (n == 0 || f == 0) return;
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(a, b, dh, da, db)) {
+      const auto* pa = a.data();
+      const auto* pb = b.data();
+      const auto* pg = dh.data();
+      T* pda = da.data();
+      T* pdb = db.data();
+      const index_t sa = a.stride(0), sb = b.stride(0), sg = dh.stride(0), sda = da.stride(0), sdb = db.stride(0);
+      Kokkos::parallel_for("exa::swiglu::backward", Kokkos::RangePolicy<Exec>(exec, 0, n), [=](const index_t r) {
+        const auto* ar = pa + r * sa;
+        const auto* br = pb + r * sb;
+        const auto* gr = pg + r * sg;
+        T* dar = pda + r * sda;
+        T* dbr = pdb + r * sdb;
+        // In place (da over a, db over b) reads a row's a, b before writing it.
+        for (index_t c = 0; c < f; ++c) {
+          const T av = ar[c];
+          const T bv = br[c];
+          const T g = gr[c];
+          const T sig = T(1) / (T(1) + detail::host_exp(-av));
+          dar[c] = g * bv * sig * (T(1) + av * (T(1) - sig));
+          dbr[c] = g * (av * sig);
+        }
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::swiglu::backward", detail::swiglu_policy<Exec>(exec, n, f),
       KOKKOS_LAMBDA(const index_t r, const index_t c) {

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_env.hpp"
+#include "comm/node_threads.hpp"
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -124,7 +125,13 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       log::info("checkpoint.resume: no checkpoint under {} yet, starting from step 0", checkpoint_dir());
     }
   }
-  peak_gflops_ = measure_sgemm_gflops();
+  // One thread pool per rank: say what oversubscribes, and count MFU
+  // against the cores this rank computes on (core/thread_check.hpp).
+  const ThreadSetup threads = comm::probe_node_threads(world);
+  if (comm_rank(world) == 0)
+    for (const auto& w : thread_warnings(threads)) log::warn("examoe: {}", w);
+  peak_cores_ = compute_cores(threads);
+  peak_gflops_ = measure_sgemm_gflops() * peak_scale(threads);
   if (cfg.get_bool("checkpoint.async")) {
     async_ = std::make_unique<AsyncCheckpointer>(world_, cfg.get_string("checkpoint.async_policy") == "skip"
                                                              ? AsyncCheckpointer::Policy::skip
@@ -435,9 +442,9 @@ double Trainer::run() {
   const std::int64_t ckpt_every = cfg_.get_int("checkpoint.every");
   const std::int64_t local_every = cfg_.get_int("checkpoint.local_every");
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
-            "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank",
+            "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.model_numel()) / 1e6,
-            flops_.active_params / 1e6, peak_gflops_);
+            flops_.active_params / 1e6, peak_gflops_, peak_cores_);
   phase_timers().reset();
   eval_comm_s_ = 0;
   energy_.restart();

@@ -121,6 +121,7 @@ class Trainer {
   std::unique_ptr<io::MetricsWriter> metrics_;
   FlopCount flops_;
   double peak_gflops_ = 0;
+  int peak_cores_ = 1;  // the cores peak_gflops_ counts (core/thread_check.hpp, compute_cores)
   std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
   std::int64_t tokens_seen_ = 0;
   DeviceBatch batch_;

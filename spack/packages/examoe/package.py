@@ -65,6 +65,12 @@ class Examoe(CMakePackage, CudaPackage):
             # parse of the Kokkos headers, about half the CPU time.
             self.define("CMAKE_UNITY_BUILD", True),
             self.define("CMAKE_UNITY_BUILD_BATCH_SIZE", 8),
+            # Spack's compiler wrappers add the spec's target flags
+            # (target=...): no -march of ExaMoE's own on top.
+            self.define("EXAMOE_ARCH", ""),
+            # The BLAS is the one Spack built Kokkos Kernels against (for
+            # +openmp pick ^openblas threads=openmp), not the host's.
+            self.define("EXAMOE_OPENMP_BLAS", "OFF"),
         ]
         if spec.satisfies("+cuda"):
             # Kokkos' nvcc wrapper compiles every translation unit (3.x needs it).

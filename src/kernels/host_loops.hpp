@@ -1,0 +1,92 @@
+#pragma once
+// Host fast paths of the element-wise kernels (AdamW, SwiGLU, RMSNorm,
+// cross-entropy, permute), docs/architecture.md "Performance method". On a
+// host execution space a kernel hands contiguous chunks or rows of its data
+// to a plain loop over raw pointers that the compiler vectorises (with
+// EXAMOE_ARCH's AVX2/FMA or AVX-512); Kokkos spreads the chunks over the
+// threads. Device spaces, and Views whose rows are strided, keep the
+// element-per-thread kernels.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "core/kokkos_shims.hpp"
+#include "core/types.hpp"
+
+namespace exa::kernels::detail {
+
+// True when Exec runs on the host (Serial, OpenMP, Threads).
+template <class Exec>
+constexpr bool host_exec = Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible;
+
+// Elements per chunk: large enough that a chunk amortises the dispatch, small
+// enough that 2 threads split a 1M-element tensor evenly.
+constexpr index_t kHostChunk = 8192;
+
+// Calls f(i0, i1) for the chunks [i0, i1) of [0, total), in parallel on exec.
+template <class Exec, class F>
+void for_host_chunks(const char* label, const Exec& exec, index_t total, const F& f) {
+  const index_t chunks = (total + kHostChunk - 1) / kHostChunk;
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, chunks), [=](const index_t c) {
+    const index_t i0 = c * kHostChunk;
+    f(i0, i0 + kHostChunk < total ? i0 + kHostChunk : total);
+  });
+}
+
+// True when each rank-2 View's rows are contiguous (column stride 1; any
+// row stride), so that a row is a plain array.
+template <class... Vs>
+bool rows_contiguous(const Vs&... vs) {
+  return ((vs.extent(1) <= 1 || vs.stride(1) == 1) && ...);
+}
+
+// exp for the host loops. For float, Cephes' expf (exp(r) * 2^n with
+// n = round(x / ln 2), r = x - n ln 2 in two parts, a degree-6 polynomial
+// for exp(r)): within 1.5 ulp of expf, NaN stays NaN, inf above
+// 88.376 and 0 below -87.337 (libm's expf is finite up to 88.72 and
+// denormal down to -103.9; nothing here depends on either end). Written
+// without branches or calls so that a loop over it vectorises (GCC needs
+// -fno-trapping-math for the selects, cmake/ExaMoEArch.cmake); libm's is
+// a call per element. double keeps std::exp.
+inline float host_exp(float x) {
+  constexpr float hi = 88.3762626647949f, lo = -87.3365447504020f;
+  const float x_lo = x < lo ? lo : x;
+  const float xc = x_lo > hi ? hi : x_lo;
+  constexpr float magic = 12582912.0f;  // 1.5 * 2^23: t's low mantissa bits hold round(xc / ln 2)
+  const float t = xc * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  std::int32_t ti;
+  std::memcpy(&ti, &t, sizeof ti);
+  const std::int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);  // 2^n
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  const float y = p * scale;
+  return x > hi ? std::numeric_limits<float>::infinity() : x < lo ? 0.0f : y;
+}
+inline double host_exp(double x) { return std::exp(x); }
+
+// sum_j a[j] * b[j] over 16 running partial sums (a vectorisable order;
+// a single running sum is a dependency chain the compiler may not reorder).
+template <class T, class A, class B>
+inline T dot16(const A* a, const B* b, index_t n) {
+  T acc[16] = {};
+  index_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += T(a[j + l]) * T(b[j + l]);
+  T s = 0;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  for (; j < n; ++j) s += T(a[j]) * T(b[j]);
+  return s;
+}
+
+}  // namespace exa::kernels::detail
