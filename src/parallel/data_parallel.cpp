@@ -4,6 +4,7 @@
 
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
+#include "parallel/flat_buffer.hpp"
 #include "core/log.hpp"
 #include "parallel/build_model.hpp"
 #include "parallel/pipeline/pipeline.hpp"
@@ -14,11 +15,8 @@ namespace {
 
 using Flat = DataParallel::Flat;
 
-Flat range(const Flat& v, std::int64_t lo, std::int64_t n) {
-  return Kokkos::subview(v, Kokkos::make_pair(std::size_t(lo), std::size_t(lo + n)));
-}
-
-double bytes(const Flat& v) { return double(v.span() * sizeof(float)); }
+using flat::range;
+using flat::bytes;
 
 double sq_norm(const Flat& v) {
   double s = 0;

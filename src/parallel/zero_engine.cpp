@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "parallel/flat_buffer.hpp"
 #include "core/profiling.hpp"
 
 namespace exa::parallel {
@@ -11,10 +12,7 @@ namespace {
 
 using Flat = ZeroEngine::Flat;
 
-Flat range(const Flat& v, std::int64_t lo, std::int64_t n) {
-  return Kokkos::subview(v, Kokkos::make_pair(std::size_t(lo), std::size_t(lo + n)));
-}
-
+using flat::range;
 Flat alloc(const char* name, std::int64_t n) { return Flat(std::string(name), static_cast<std::size_t>(n)); }
 
 void scale(const Flat& v, float s) {
@@ -31,7 +29,7 @@ void accumulate(const Flat& dst, const Flat& src) {
       KOKKOS_LAMBDA(const std::size_t i) { dst(i) += src(i); });
 }
 
-double bytes(const Flat& v) { return double(v.span() * sizeof(float)); }
+using flat::bytes;
 
 }  // namespace
 
