@@ -50,7 +50,7 @@ std::size_t end_of(const Ints& counts, const Ints& displs) {
 }
 
 // What stays alive between the stages of one operation.
-struct State {
+struct ExchangeState {
   Bytes a_hold, b_hold, c_hold, d_hold, count_hold;
   char *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr, *counts = nullptr;
   Ints a_cnt, a_dsp;  // stage 1 send, per local rank: [dest local][dest node]
@@ -96,7 +96,7 @@ Request ihierarchical_alltoallv(Communicator& local, Communicator& inter, const 
   const std::size_t es = dtype_size(t);
   const int j = local.rank();
   const auto h = [L](int node, int loc) { return static_cast<std::size_t>(node * L + loc); };
-  auto st = std::make_shared<State>();
+  auto st = std::make_shared<ExchangeState>();
 
   // Pack the rows for stage 1 now (send is ready at the call).
   st->a_cnt.assign(static_cast<std::size_t>(L), 0);

@@ -35,7 +35,7 @@ constexpr double kReporterGrace_s = 15.0;
 double wall_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 double mono_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-struct State {
+struct WatchdogState {
   std::mutex mu;  // start/stop, the hook and the dead-peer record
   std::condition_variable cv;
   bool stopping = false;
@@ -61,17 +61,17 @@ struct State {
 
   std::function<void(const std::string&)> hook;
 
-  ~State();
+  ~WatchdogState();
 };
 
-State& state() {
-  static State s;
+WatchdogState& state() {
+  static WatchdogState s;
   return s;
 }
 
-std::string file_of(const State& s, int rank) { return fmt::format("{}/rank-{}", s.dir, rank); }
+std::string file_of(const WatchdogState& s, int rank) { return fmt::format("{}/rank-{}", s.dir, rank); }
 
-Heartbeat current(const State& s) {
+Heartbeat current(const WatchdogState& s) {
   Heartbeat hb = s.self;
   hb.time = wall_now();
   hb.beat = s.beat.load(std::memory_order_relaxed);
@@ -82,7 +82,7 @@ Heartbeat current(const State& s) {
 
 // Write to a temporary and rename, so a reader sees the old record or the
 // new one, never half of one.
-bool write_heartbeat(const State& s, const Heartbeat& hb, std::string& err) {
+bool write_heartbeat(const WatchdogState& s, const Heartbeat& hb, std::string& err) {
   const std::string path = file_of(s, s.rank), tmp = fmt::format("{}/.rank-{}.tmp", s.dir, s.rank);
   const std::string text = to_text(hb);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -97,7 +97,7 @@ bool write_heartbeat(const State& s, const Heartbeat& hb, std::string& err) {
 enum class Found { record, missing, other };
 
 // Reads rank `r`'s record; `other` covers unreadable, torn and earlier jobs' files.
-Found read_heartbeat(const State& s, int r, Heartbeat& out) {
+Found read_heartbeat(const WatchdogState& s, int r, Heartbeat& out) {
   const int fd = ::open(file_of(s, r).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? Found::missing : Found::other;
   char buf[1024];
@@ -112,7 +112,7 @@ Found read_heartbeat(const State& s, int r, Heartbeat& out) {
 
 // true: this rank reports. The first to create `<dir>/abort` wins; when the
 // file system cannot arbitrate, every rank speaks for itself.
-bool claim_report(const State& s, int& fd) {
+bool claim_report(const WatchdogState& s, int& fd) {
   fd = -1;
   if (s.dir.empty()) return true;
   fd = ::open((s.dir + "/abort").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -126,7 +126,7 @@ bool claim_report(const State& s, int& fd) {
 // Everything this rank knows, as the failure message. `scan`: read every
 // rank's heartbeat (the reporter does, once), else only this rank and the
 // dead peer it watched.
-std::string describe(State& s, const std::string& wait, double waited, bool scan) {
+std::string describe(WatchdogState& s, const std::string& wait, double waited, bool scan) {
   std::vector<std::optional<Heartbeat>> by_rank(static_cast<std::size_t>(s.size));
   by_rank[static_cast<std::size_t>(s.rank)] = current(s);
   std::vector<KnownDead> known;
@@ -158,7 +158,7 @@ std::string describe(State& s, const std::string& wait, double waited, bool scan
 }
 
 // Gives up: one message, then MPI_Abort. Returns only with a test hook.
-void fail(State& s, const std::string& wait, double waited) {
+void fail(WatchdogState& s, const std::string& wait, double waited) {
   std::function<void(const std::string&)> hook;
   {
     std::lock_guard<std::mutex> lk(s.mu);
@@ -197,7 +197,7 @@ void fail(State& s, const std::string& wait, double waited) {
   std::_Exit(kAbortExitCode);
 }
 
-void beat_loop(State& s) {
+void beat_loop(WatchdogState& s) {
   PeerWatch watch;
   const int peer = s.size > 1 ? (s.rank + 1) % s.size : -1;
   bool warned = false;
@@ -244,7 +244,7 @@ void beat_loop(State& s) {
   }
 }
 
-void stop_state(State& s) {
+void stop_state(WatchdogState& s) {
   if (!s.running.load()) return;
   {
     std::lock_guard<std::mutex> lk(s.mu);
@@ -262,12 +262,12 @@ void stop_state(State& s) {
 
 // A caller that forgot stop() must not leave a joinable thread to
 // std::terminate at exit.
-State::~State() { stop_state(*this); }
+WatchdogState::~WatchdogState() { stop_state(*this); }
 
 }  // namespace
 
 void Watchdog::start(MPI_Comm world, const std::string& dir, double timeout_s, WatchdogOptions opt) {
-  State& s = state();
+  WatchdogState& s = state();
   if (timeout_s <= 0) return;
   EXA_REQUIRE(!s.running.load(), "Watchdog::start: the watchdog already runs; call Watchdog::stop() first");
   MPI_Comm_rank(world, &s.rank);
@@ -325,7 +325,7 @@ bool Watchdog::running() { return state().running.load(); }
 void Watchdog::set_progress(std::int64_t step) { state().step.store(step, std::memory_order_relaxed); }
 
 void Watchdog::set_failure_hook_for_testing(std::function<void(const std::string&)> hook) {
-  State& s = state();
+  WatchdogState& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
   s.hook = std::move(hook);
 }
@@ -348,7 +348,7 @@ void BoundedWait::poll() {
     std::this_thread::yield();
     return;
   }
-  State& s = state();
+  WatchdogState& s = state();
   if (!peer_reported_ && s.peer_dead.load(std::memory_order_acquire)) {
     peer_reported_ = true;
     fail(s, "", 0);
