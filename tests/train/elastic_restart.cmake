@@ -1,4 +1,4 @@
-# examoe-elastic: a 2-rank job whose rank 1 dies after step 3 (fault
+# examoe-elastic: a 2-rank job whose rank 0 dies after step 3 (fault
 # injection, first launch only) with checkpoints every 2 steps is relaunched
 # on 1 rank with grad_accum doubled, resumes from step 2, and finishes. The
 # restart is one record in elastic.jsonl (new world size 1, 1 lost step),
@@ -12,7 +12,9 @@ file(REMOVE_RECURSE ${WORK})
 run_checked(${MPIEXEC} -n 2 ${EXAMOE} ${ARGS} --set output.run_dir=${WORK}/reference)
 
 set(ENV{EXAMOE_FAULT_EXIT_AFTER_STEP} 3)
-set(ENV{EXAMOE_FAULT_RANK} 1)
+# Rank 0 writes metrics.jsonl, so its step-3 record is there before it dies
+# (a dying rank 1 could race rank 0's write).
+set(ENV{EXAMOE_FAULT_RANK} 0)
 execute_process(COMMAND ${ELASTIC} --ranks 2 --mpiexec ${MPIEXEC} ${ARGS} --set checkpoint.every=2
                         --set output.run_dir=${WORK}/elastic
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
@@ -22,7 +24,7 @@ set(all "${out}\n${err}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "examoe-elastic exited ${rc}:\n${all}")
 endif()
-require_in("${all}" "EXAMOE_FAULT_EXIT_AFTER_STEP=3: rank 1 exiting abruptly" "the injected fault")
+require_in("${all}" "EXAMOE_FAULT_EXIT_AFTER_STEP=3: rank 0 exiting abruptly" "the injected fault")
 require_in("${all}" "launching on 1 ranks (dp 1, grad_accum 2, global batch 4)" "the relaunch")
 
 file(STRINGS ${WORK}/elastic/elastic.jsonl records)
