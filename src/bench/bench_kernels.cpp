@@ -7,13 +7,9 @@
 #include <string>
 #include <utility>
 
+#include "bench/has_prefix.hpp"
+
 namespace exa::bench {
-
-namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-
-}  // namespace
 
 std::vector<KernelRow> kernel_rows(const KernelTable& kt, double steps) {
   std::map<std::string, KernelRow> by;
@@ -51,7 +47,7 @@ void attribute_matmul_flops(const model::ModelConfig& m, BenchResult& r) {
     } else if (k.kernel == "exa::attention::forward") {
       k.gflop = r.attn_fwd_gflop;
       r.attn_fwd_cpu = k.cpu;
-    } else if (starts_with(k.kernel, "exa::attention::backward")) {
+    } else if (has_prefix(k.kernel, "exa::attention::backward")) {
       r.attn_bwd_cpu += k.cpu;
     }
   }

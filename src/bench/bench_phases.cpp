@@ -5,15 +5,10 @@
 #include <tuple>
 
 #include "bench/bench_step.hpp"
+#include "bench/has_prefix.hpp"
 #include "core/profiling.hpp"
 
 namespace exa::bench {
-
-namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-
-}  // namespace
 
 Times region_times(bool have_profile) {
   Times times;
@@ -48,7 +43,7 @@ std::vector<PhaseRow> phase_rows(const Times& t, const KernelTable& kt, bool hav
     const auto depth = std::count(prefix.begin(), prefix.end(), '/');
     std::vector<std::string> out;
     for (const auto& [name, v] : t)
-      if (starts_with(name, prefix) && std::count(name.begin(), name.end(), '/') == depth) out.push_back(name);
+      if (has_prefix(name, prefix) && std::count(name.begin(), name.end(), '/') == depth) out.push_back(name);
     return out;
   };
   std::vector<PhaseRow> rows;
