@@ -14,9 +14,9 @@ namespace exa::parallel::pipeline {
 
 namespace {
 
-using Flat = Kokkos::View<float*, Layout, Device, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using BorrowedFlat = Kokkos::View<float*, Layout, Device, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-Flat flat(const Pipeline::Model::V2& v) { return Flat(v.data(), v.size()); }
+BorrowedFlat flat(const Pipeline::Model::V2& v) { return BorrowedFlat(v.data(), v.size()); }
 
 }  // namespace
 
