@@ -9,23 +9,14 @@ include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
 
+include(${CMAKE_CURRENT_LIST_DIR}/model_parallel_ranks.cmake)
+
 # layout_args(<"np zero [--set ...]"> <np-out> <args-out>)
 function(layout_args spec np_out args_out)
   separate_arguments(spec)
   list(POP_FRONT spec np zero)
-  set(tp 1)
-  if(spec MATCHES "parallel\\.tp=([0-9]+)")  # tensor-parallel ranks share micro-batches
-    set(tp ${CMAKE_MATCH_1})
-  endif()
-  set(cp 1)
-  if(spec MATCHES "parallel\\.cp=([0-9]+)")  # and so do context-parallel ones
-    set(cp ${CMAKE_MATCH_1})
-  endif()
-  set(pp 1)
-  if(spec MATCHES "parallel\\.pp=([0-9]+)")  # so do the stages of a pipeline
-    set(pp ${CMAKE_MATCH_1})
-  endif()
-  math(EXPR accum "4 * ${tp} * ${cp} * ${pp} / ${np}")
+  model_parallel_ranks("${spec}" mp_ranks)  # ranks that share micro-batches
+  math(EXPR accum "4 * ${mp_ranks} / ${np}")
   set(${np_out} ${np} PARENT_SCOPE)
   set(${args_out} --set parallel.zero=${zero} --set train.grad_accum=${accum} ${spec} PARENT_SCOPE)
 endfunction()

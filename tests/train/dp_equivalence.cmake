@@ -10,24 +10,13 @@ include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
 separate_arguments(EXTRA)
 file(REMOVE_RECURSE ${WORK})
-# Tensor- and context-parallel ranks share their micro-batches, and the
-# stages of a pipeline each see all of them: the data-parallel size is
-# NP / (tp * cp * pp) unless DP says otherwise (a pipeline case sets its own
-# grad_accum >= pp in EXTRA, which wins over the one derived here).
-set(tp 1)
-if(EXTRA MATCHES "parallel\\.tp=([0-9]+)")
-  set(tp ${CMAKE_MATCH_1})
-endif()
-set(cp 1)
-if(EXTRA MATCHES "parallel\\.cp=([0-9]+)")
-  set(cp ${CMAKE_MATCH_1})
-endif()
-set(pp_ranks 1)
-if(EXTRA MATCHES "parallel\\.pp=([0-9]+)")
-  set(pp_ranks ${CMAKE_MATCH_1})
-endif()
+# The data-parallel size is NP / (tp * cp * pp) unless DP says otherwise (a
+# pipeline case sets its own grad_accum >= pp in EXTRA, which wins over the
+# one derived here).
+include(${CMAKE_CURRENT_LIST_DIR}/model_parallel_ranks.cmake)
+model_parallel_ranks("${EXTRA}" mp_ranks)
 if(NOT DEFINED DP)
-  math(EXPR DP "${NP} / (${tp} * ${cp} * ${pp_ranks})")
+  math(EXPR DP "${NP} / ${mp_ranks}")
 endif()
 math(EXPR accum "4 / ${DP}")
 run_checked(${MPIEXEC} -n ${NP} ${EXAMOE} ${ARGS} --set train.grad_accum=${accum} ${EXTRA}
