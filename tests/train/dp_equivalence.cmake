@@ -21,7 +21,15 @@ endif()
 math(EXPR accum "4 / ${DP}")
 run_checked(${MPIEXEC} -n ${NP} ${EXAMOE} ${ARGS} --set train.grad_accum=${accum} ${EXTRA}
             --set output.run_dir=${WORK})
-compare_steps(${REF}/metrics.jsonl ${WORK}/metrics.jsonl 5 "${NP} ranks ${EXTRA}")
+# As many step records as the run's train.steps (5 unless the args say
+# otherwise; the last --set wins, as in the driver).
+set(steps 5)
+foreach(arg IN LISTS ARGS EXTRA)
+  if(arg MATCHES "^train\\.steps=([0-9]+)$")
+    set(steps ${CMAKE_MATCH_1})
+  endif()
+endforeach()
+compare_steps(${REF}/metrics.jsonl ${WORK}/metrics.jsonl ${steps} "${NP} ranks ${EXTRA}")
 
 # An expert-parallel layout must really have run as one: its start record
 # names the ep size and this rank's share of the experts.
