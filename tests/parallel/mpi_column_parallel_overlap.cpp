@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "harness/splitmix_noise.hpp"
 #include "kernels/gemm.hpp"
 #include "parallel/tensor/parallel_linear.hpp"
 
@@ -25,20 +26,11 @@ using Act = Linear::Act;
 using Wt = Linear::Wt;                                          // unmanaged
 using Own = Kokkos::View<double**, exa::Layout, exa::Device>;  // allocates
 
-// A value in [-0.5, 0.5) per (seed, element) (splitmix64).
-double cpo_noise(std::uint64_t seed, std::uint64_t i) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 1;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return double(z >> 11) / double(1ull << 53) - 0.5;
-}
-
 Own cpo_random(const char* name, std::size_t rows, std::size_t cols, std::uint64_t seed) {
   Own v(std::string(name), rows, cols);
   auto h = Kokkos::create_mirror_view(v);
   for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < cols; ++j) h(i, j) = cpo_noise(seed, i * cols + j);
+    for (std::size_t j = 0; j < cols; ++j) h(i, j) = exa::test::splitmix_noise(seed, i * cols + j);
   Kokkos::deep_copy(v, h);
   return v;
 }
