@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tensor parallelism against data parallelism and one rank (issue 10):
 # the same deck as 1 rank, as dp = NP, and as tp = NP with the
-# column-parallel backward overlap on and off (comm.overlap), one thread
-# per rank, same per-rank micro-batch.
+# column-parallel backward overlap on and off (comm.overlap; with
+# --set parallel.sequence_parallel=true also the chunked forward
+# allgather), one thread per rank, same per-rank micro-batch.
 #
 #   scripts/bench_tp.sh [DECK] [--steps N] [--warmup N] [--set k=v ...]
 #     DECK        default input/bench.toml

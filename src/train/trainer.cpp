@@ -268,6 +268,7 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   meta.layout.world_size = comm_size(world_);
   meta.layout.dp = grid_.sizes().dp;
   meta.layout.cp = grid_.sizes().cp;
+  meta.layout.tp = grid_.sizes().tp;
   meta.layout.zero = dp_.options().zero;
   meta.layout.ep = grid_.sizes().ep;
   meta.layout.pp = grid_.sizes().pp;

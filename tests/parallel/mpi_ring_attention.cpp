@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "harness/splitmix_noise.hpp"
 #include "kernels/attention.hpp"
 #include "parallel/context/ring_attention.hpp"
 #include "parallel/context/zigzag.hpp"
@@ -31,13 +32,7 @@ using L3 = Kokkos::View<double***, exa::Layout, exa::Device>;
 using exa::parallel::context::RingAttention;
 using exa::parallel::context::Zigzag;
 
-double noise(std::uint64_t seed, std::uint64_t i) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 1;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return double(z >> 11) / double(1ull << 53) - 0.5;
-}
+using exa::test::splitmix_noise;
 
 struct Case {
   int B, c, H, Hkv, hd;
@@ -112,7 +107,7 @@ TEST_P(RingAttentionTest, MatchesSingleRankKernelForwardAndBackward) {
   const exa::kernels::AttentionTiles tiles{4, 3, 3};
   auto gen = [&](std::uint64_t seed, int h) {
     std::vector<double> x(std::size_t(p.B) * T * h * p.hd);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = noise(seed, i);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = splitmix_noise(seed, i);
     return x;
   };
   const auto gq = gen(1, p.H), gk = gen(2, p.Hkv), gv = gen(3, p.Hkv), gdo = gen(4, p.H);
@@ -172,10 +167,10 @@ TEST_P(RingAttentionTest, MergeGradientsMatchFiniteDifferences) {
   std::vector<double> g[3];  // global q, k, v
   for (int t = 0; t < 3; ++t) {
     g[t].resize(std::size_t(p.B) * T * (t == 0 ? wq : wk));
-    for (std::size_t i = 0; i < g[t].size(); ++i) g[t][i] = noise(11 + t, i);
+    for (std::size_t i = 0; i < g[t].size(); ++i) g[t][i] = splitmix_noise(11 + t, i);
   }
   std::vector<double> gdo(std::size_t(p.B) * T * wq);
-  for (std::size_t i = 0; i < gdo.size(); ++i) gdo[i] = noise(17, i);
+  for (std::size_t i = 0; i < gdo.size(); ++i) gdo[i] = splitmix_noise(17, i);
   RingAttention<double> ring(exa::comm::make_mpi_communicator(MPI_COMM_WORLD), tiles);
   A4 ldo = device(rows_of(gdo, zz, p.B, T, wq), p.B, Tl, p.H, p.hd);
   const auto ldo_h = host(ldo);

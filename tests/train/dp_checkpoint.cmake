@@ -33,6 +33,21 @@ if(rc EQUAL 0 OR NOT EXISTS ${WORK}/writer/ckpt/step_00000003)
                       "checkpoints: ${found}):\n${out}\n${err}")
 endif()
 
+# The checkpoint names the writer's model-parallel sizes (examoe-ckpt inspect).
+get_filename_component(bin ${EXAMOE} DIRECTORY)
+execute_process(COMMAND ${bin}/examoe-ckpt inspect ${WORK}/writer/ckpt/step_00000003
+                RESULT_VARIABLE rc OUTPUT_VARIABLE info ERROR_VARIABLE err)
+foreach(dim tp cp)
+  set(want 1)
+  if(WRITER MATCHES "parallel\\.${dim}=([0-9]+)")
+    set(want ${CMAKE_MATCH_1})
+  endif()
+  if(NOT rc EQUAL 0 OR NOT info MATCHES "\"${dim}\":${want}[,}]")
+    message(FATAL_ERROR "the writer (${WRITER}) ran at ${dim} = ${want} but examoe-ckpt inspect (exit ${rc}) "
+                        "says:\n${info}${err}")
+  endif()
+endforeach()
+
 string(REPLACE "|" ";" readers "${READERS}")
 set(i 0)
 foreach(reader IN LISTS readers)

@@ -19,6 +19,14 @@
 // gradient reduce-scattered instead of allreduced; the row-parallel output
 // is reduce-scattered and its gradient allgathered; the router reads the
 // gathered input and takes the gradients of its own rows.
+//
+// With overlap (comm.overlap) and sequence parallelism the column-parallel
+// forward gathers its input by source rank: output rows [s n, (s+1) n) are
+// x_s W^T, so the own block's GEMM runs first, while the other blocks
+// travel, then each block's GEMM as soon as it has arrived (the same
+// products as the unchunked GEMM, row block by row block). Its backward
+// posts the input's allgather before the input-gradient GEMM and runs the
+// weight-gradient GEMM during the input gradient's reduce-scatter.
 #include <memory>
 #include <utility>
 
@@ -87,6 +95,10 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
       : tp_(std::move(tp)), overlap_(overlap) {}
 
   void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+    if (overlap_ && x.extent(0) != y.extent(0)) {
+      forward_chunked(x, w, y, accumulate);
+      return;
+    }
     const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
     kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
   }
@@ -104,12 +116,38 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
       model::Linear<T, D>::backward(x, w, dy, dx, dw, accumulate_dx);
       return;
     }
+    if (x.extent(0) == dy.extent(0)) {
+      auto r = partial_input_grad(dy, w, dx);
+      backward_weight(x, dy, dw, true);
+      r.finish(dx, accumulate_dx);
+      return;
+    }
+    const Act gx = tp_detail::scratch(gx_, dy.extent(0), x.extent(1));
+    auto gather = tp_->iallgather_rows(x, gx);  // in flight during the input-gradient GEMM
     auto r = partial_input_grad(dy, w, dx);
-    backward_weight(x, dy, dw, true);
+    TpComm::wait(gather);
+    kernels::gemm('T', 'N', T(1), dy, gx, T(1), dw);  // during the reduce-scatter
     r.finish(dx, accumulate_dx);
   }
 
  private:
+  // y (+)= [x_0; ..; x_{tp-1}] W^T, block s computed once it has arrived.
+  void forward_chunked(const Act& x, const Wt& w, const Act& y, bool accumulate) const {
+    const std::size_t n = x.extent(0), p = std::size_t(tp_->size()), me = std::size_t(tp_->rank());
+    const Act gx = tp_detail::scratch(gx_, y.extent(0), x.extent(1));
+    auto parts = tp_->ibroadcast_row_blocks(x, gx);
+    const auto rows = [n](std::size_t s) { return Kokkos::make_pair(s * n, (s + 1) * n); };
+    const T beta = accumulate ? T(1) : T(0);
+    kernels::gemm('N', 'T', T(1), x, w, beta, Kokkos::subview(y, rows(me), Kokkos::ALL));
+    for (std::size_t k = 1; k < p; ++k) {
+      const std::size_t s = (me + k) % p;  // the ring order spreads the sources' load
+      TpComm::wait(parts[s]);
+      TpComm::progress(parts);
+      kernels::gemm('N', 'T', T(1), Kokkos::subview(gx, rows(s), Kokkos::ALL), w, beta,
+                    Kokkos::subview(y, rows(s), Kokkos::ALL));
+    }
+    TpComm::wait(parts[me]);  // the own block's sends
+  }
   tp_detail::Reduced<Act> partial_input_grad(const Act& dy, const Wt& w, const Act& dx) const {
     const auto t = tp_detail::scratch(buf_, dy.extent(0), dx.extent(1));
     kernels::gemm('N', 'N', T(1), dy, w, T(0), t);

@@ -6,6 +6,7 @@
 // [r n, (r+1) n) of a [tp n, c] matrix). Every call is charged to a comm/tp_*
 // phase so the step record counts it as exposed communication.
 #include <memory>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
@@ -40,12 +41,47 @@ class TpComm {
   // full [size() n, c] = the ranks' local [n, c] blocks in rank order.
   template <class L, class F>
   void allgather_rows(const L& local, const F& full) const {
-    EXA_REQUIRE(full.extent(0) == local.extent(0) * std::size_t(size()) && full.extent(1) == local.extent(1),
-                "TpComm: allgather of [{}, {}] row blocks into [{}, {}]", local.extent(0), local.extent(1),
-                full.extent(0), full.extent(1));
+    auto r = iallgather_rows(local, full);
+    wait(r);
+  }
+  // The same, nonblocking: full stays unread until wait(request).
+  template <class L, class F>
+  comm::Request iallgather_rows(const L& local, const F& full) const {
+    require_row_blocks(local, full, "allgather");
     ScopedRegion region("comm/tp_allgather");
     Kokkos::fence();
-    comm_->allgather(flat(local), flat(full));
+    return comm_->iallgather(flat(local), flat(full));
+  }
+  // The allgather split by source rank (the chunked gather of the overlapped
+  // column-parallel forward): one broadcast per rank s, posted in rank order
+  // on every rank, of s's [n, c] block into rows [s n, (s+1) n) of full; the
+  // own block is sent from `local` and not copied into full. Request s
+  // completes with block s, so its rows can be used while later ones travel.
+  template <class L, class F>
+  std::vector<comm::Request> ibroadcast_row_blocks(const L& local, const F& full) const {
+    require_row_blocks(local, full, "allgather");
+    ScopedRegion region("comm/tp_allgather");
+    Kokkos::fence();
+    const std::size_t n = local.extent(0);
+    std::vector<comm::Request> parts;
+    for (int s = 0; s < size(); ++s) {
+      if (s == rank()) {
+        parts.push_back(comm_->ibroadcast(flat(local), s));
+      } else {
+        const auto block = Kokkos::subview(full, Kokkos::make_pair(n * std::size_t(s), n * std::size_t(s + 1)),
+                                           Kokkos::ALL);
+        parts.push_back(comm_->ibroadcast(flat(block), s));
+      }
+    }
+    return parts;
+  }
+  // Tests every request once. MPI moves a nonblocking operation only inside
+  // an MPI call (no progress thread), so a rank calls this between the
+  // GEMMs it overlaps with communication: each test lets pending
+  // handshakes and transfers advance before the next GEMM.
+  static void progress(std::vector<comm::Request>& rs) {
+    ScopedRegion region("comm/tp_progress");
+    for (auto& r : rs) r.test();
   }
   // local [n, c] = rows [rank() n, (rank()+1) n) of the sum of the ranks'
   // full [size() n, c]; nonblocking.
@@ -65,6 +101,12 @@ class TpComm {
   }
 
  private:
+  template <class L, class F>
+  void require_row_blocks(const L& local, const F& full, const char* what) const {
+    EXA_REQUIRE(full.extent(0) == local.extent(0) * std::size_t(size()) && full.extent(1) == local.extent(1),
+                "TpComm: {} of [{}, {}] row blocks into [{}, {}]", what, local.extent(0), local.extent(1),
+                full.extent(0), full.extent(1));
+  }
   template <class V>
   static auto flat(const V& v) {
     using T = typename V::value_type;
