@@ -3,11 +3,12 @@
 # PyTorch's on the same deck and the same batches, in one run
 # (docs/architecture.md, "Performance method"; README "Performance").
 #
-#   scripts/bench.sh --cores N [DECK] [--steps N (5)] [--warmup N (2)] [--set k=v ...]
+#   scripts/bench.sh --cores N [DECK] [--steps N (6)] [--warmup N (2)] [--set k=v ...]
 #   BUILD=dir         Serial build (bin/examoe, bin/examoe-bench; default build)
 #   BUILD_OPENMP=dir  OpenMP build (default build-openmp)
 #   OUT=file          also append the JSON line to this file
 #   WORK=dir          keep the runs there (default: a temporary directory)
+#   MPIEXEC=cmd       the MPI launcher (default mpiexec)
 #
 # Layouts (a layout whose build is missing is skipped, and the report says so):
 #   examoe serial  N ranks x 1 thread (mpiexec -n N, dp = N)
@@ -26,28 +27,17 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cores=$1
 shift
-deck=$here/input/bench.toml
-steps=5 warmup=2
-sets=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --set) sets+=(--set "$2"); shift 2 ;;
-    -*) echo "bench.sh --cores: unknown option $1 (want --steps, --warmup, --set)" >&2; exit 2 ;;
-    *) deck=$1; shift ;;
-  esac
-done
 case "$cores" in ''|*[!0-9]*) echo "bench.sh: --cores wants a number of cores, not '$cores'" >&2; exit 2 ;; esac
 [ "$cores" -ge 2 ] || { echo "bench.sh: --cores $cores: use 2 or more (without --cores: one core)" >&2; exit 2; }
 serial=${BUILD:-$here/build}
 openmp=${BUILD_OPENMP:-$here/build-openmp}
+EXAMOE=$serial/bin/examoe
+[ -x "$EXAMOE" ] || EXAMOE=$openmp/bin/examoe
+bench_name="bench.sh --cores"
+# shellcheck source=scripts/lib/bench_args.sh
+source "$here/scripts/lib/bench_args.sh"
 python=/usr/bin/python3
-mpiexec=${MPIEXEC:-mpiexec}
-work=${WORK:-$(mktemp -d)}
-mkdir -p "$work"
-[ -n "${WORK:-}" ] || trap 'rm -rf "$work"' EXIT
-total=$((steps + warmup))
+mpiexec=$MPIEXEC
 export PYTHONDONTWRITEBYTECODE=1
 
 # shellcheck source=scripts/lib/blas_env.sh
@@ -72,11 +62,17 @@ examoe() {
   shift 4
   echo "[bench] examoe $name: $ranks rank(s) x $threads thread(s), $build" >&2
   rm -rf "$work/$name"
-  OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads \
+  # One thread per rank: every pool pinned to 1. Several threads: the
+  # build's defaults (OMP_NUM_THREADS only; an OpenMP build's BLAS runs on
+  # OpenMP's threads), and examoe's start-up warnings go into the report.
+  local blas=(env OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1)
+  [ "$threads" -gt 1 ] && blas=(env -u OPENBLAS_NUM_THREADS -u MKL_NUM_THREADS)
+  OMP_NUM_THREADS=$threads "${blas[@]}" \
     "$mpiexec" -n "$ranks" "$build/bin/examoe" "$deck" "${sets[@]}" "$@" \
     --set train.steps="$total" --set train.log_every=1 --set train.eval_every=0 --set checkpoint.every=0 \
     --set output.run_dir="$work/$name" >"$work/$name.log" 2>&1 \
     || { tail -20 "$work/$name.log" >&2; exit 1; }
+  { grep -o 'warning: examoe: .*' "$work/$name.log" || true; } | sort -u | sed "s/^/$name: /" >>"$work/warnings"
 }
 # torch NAME NPROC THREADS: one bench_torch.py run, its JSON line into $work/NAME.json.
 torch() {
@@ -90,6 +86,7 @@ torch() {
 }
 
 skipped=()
+: >"$work/warnings"
 if have "$serial"; then
   examoe serial_ranks "$cores" 1 "$serial" --set train.grad_accum="$per_rank"
 else

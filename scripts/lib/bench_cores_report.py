@@ -64,9 +64,12 @@ for r in rows:
           f"{r['ratio_to_torch_best']:.2f} |")
 for s in skipped:
     print(f"skipped {s}")
+warnings = [w for w in open(os.path.join(work, "warnings")).read().splitlines() if w]
+for w in warnings:
+    print(w)
 out = dict(event="bench_cores", cores=cores, tokens_per_step=tokens, flops_per_token=flops,
            sgemm_gflops_core=exp["sgemm_gflops"], sgemm_gflops_peak=peak, load_before=load[0], load_after=load[1],
-           layouts=rows, skipped=skipped)
+           layouts=rows, skipped=skipped, warnings=warnings)
 if best["examoe"] is not None:
     out["best_examoe"] = best["examoe"]["key"]
     out["best_pytorch"] = best["pytorch"]["key"]
