@@ -18,10 +18,11 @@
 #   pytorch        1 process x N threads (torch.set_num_threads(N))
 # The batches: examoe-bench --export-batches writes the global batch of N
 # dp ranks (cfg.json, tokens.bin) that every layout trains on, and measures
-# the one-core sgemm peak; MFU is against N times it. ExaMoE's tokens/s are
-# the median over the timed steps of rank 0's metrics.jsonl, PyTorch's the
-# median of its timed steps (tests/reference/bench_torch.py); both in wall
-# time, so on a loaded machine they are indicative (the load average is
+# the one-core sgemm peak; MFU is against N times it, in CPU time
+# (bench_cores_report.py says why). ExaMoE's tokens/s are the median over
+# the timed steps of rank 0's metrics.jsonl, PyTorch's the median of its
+# timed steps (tests/reference/bench_torch.py); both in wall time, so on a
+# loaded machine they are indicative (the load average is
 # printed before and after).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
