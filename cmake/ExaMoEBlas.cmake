@@ -27,7 +27,12 @@ if("OPENMP" IN_LIST EXAMOE_KOKKOS_BACKENDS AND NOT EXAMOE_OPENMP_BLAS STREQUAL "
     get_filename_component(EXAMOE_BLAS_RPATH "${_exa_omp_blas}" DIRECTORY)
     get_filename_component(_exa_omp_blas_name "${_exa_omp_blas}" NAME_WE)
     string(REGEX REPLACE "^lib" "" _exa_omp_blas_name "${_exa_omp_blas_name}")
-    target_link_libraries(ExaMoE_kokkoskernels INTERFACE "-L${EXAMOE_BLAS_RPATH}" "-l${_exa_omp_blas_name}")
+    # --no-as-needed: ExaMoE's own code calls no BLAS symbol, so the
+    # toolchain's default --as-needed would drop the library, and Kokkos
+    # Kernels' libopenblas.so.0 (its own run path has no openblas-openmp)
+    # would load Debian's pthreads variant after all.
+    target_link_libraries(ExaMoE_kokkoskernels INTERFACE "-L${EXAMOE_BLAS_RPATH}" "-Wl,--push-state,--no-as-needed"
+                          "-l${_exa_omp_blas_name}" "-Wl,--pop-state")
     target_link_options(ExaMoE_kokkoskernels INTERFACE "LINKER:-rpath,${EXAMOE_BLAS_RPATH}")
     # The benchmarks' cblas baseline must be the same library.
     set(OPENBLAS_LIBRARY ExaMoE::kokkoskernels)

@@ -6,7 +6,13 @@
 //
 //   examoe-bench DECK.toml [--set k=v]... [--steps 5] [--warmup 2] [--no-torch]
 //                [--no-kernels] [--python /usr/bin/python3] [--torch-script PATH]
-//                [--workdir DIR]
+//                [--workdir DIR] [--export-batches DIR [--export-ranks N]]
+//
+// --export-batches DIR writes DIR/cfg.json and DIR/tokens.bin (the batches
+// of warmup + steps steps), measures the one-core sgemm peak and prints one
+// JSON line, timing nothing: the inputs of scripts/bench.sh --cores N
+// (bench/bench_export.hpp). --export-ranks N exports the global batch of N
+// data-parallel ranks (train.grad_accum times N at one rank).
 //
 // Run it with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 (scripts/bench.sh
 // does); it pins OpenBLAS to one thread itself when it can.
@@ -20,6 +26,7 @@
 #include "core/error.hpp"
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
+#include "bench/bench_export.hpp"
 #include "bench/bench_json.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/bench_runner.hpp"
@@ -43,12 +50,25 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", opt.torch_script, "default: <source>/tests/reference/bench_torch.py");
   app.add_option("--workdir", opt.workdir, "where cfg.json and tokens.bin for PyTorch go (kept; default: a "
                                            "temporary directory, removed)");
+  std::string export_dir;
+  app.add_option("--export-batches", export_dir, "write cfg.json and tokens.bin for PyTorch here, print the one-core "
+                                                 "sgemm peak as JSON, and exit without timing");
+  std::int64_t export_ranks = 1;
+  app.add_option("--export-ranks", export_ranks, "with --export-batches: the batches of this many dp ranks")
+      ->check(exa::driver::at_least(1));
   if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe-bench"); rc >= 0) return rc;
   opt.torch = !no_torch;
   opt.kernels = !no_kernels;
   try {
     EXA_REQUIRE(mpi.size() == 1, "examoe-bench runs on one rank, not {}: launch it without mpiexec", mpi.size());
     const auto cfg = exa::deck::Config::load(deck, overrides, 1);
+    if (!export_dir.empty()) {
+      // One rank reading dp ranks' micro-batches in turn reads the same samples.
+      overrides.push_back(fmt::format("train.grad_accum={}", cfg.get_int("train.grad_accum") * export_ranks));
+      const auto global = exa::deck::Config::load(deck, overrides, 1);
+      std::fputs((exa::bench::export_batches(global, opt, export_dir) + "\n").c_str(), stdout);
+      return 0;
+    }
     const auto r = exa::bench::run_bench(cfg, opt);
     std::fputs(exa::bench::format_report(r).c_str(), stdout);
     std::fputs((exa::bench::to_json_line(r) + "\n").c_str(), stdout);

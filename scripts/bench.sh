@@ -4,6 +4,10 @@
 # config, batches and core, measured in one run (drivers/examoe_bench.cpp).
 #
 #   scripts/bench.sh [DECK] [examoe-bench options...]
+#   scripts/bench.sh --cores N [DECK] [--steps N] [--warmup N] [--set k=v ...]
+#     the N-core comparison instead: ExaMoE's N ranks x 1 thread and 1 rank x
+#     N threads against PyTorch's DDP and N-thread runs, same batches
+#     (scripts/lib/bench_cores.sh says how; BUILD_OPENMP=dir the OpenMP build)
 #     DECK      default input/bench.toml
 #     options   --steps N (5) --warmup N (2) --set k=v ... --no-torch
 #   BUILD=dir   build directory holding bin/examoe-bench (default: build),
@@ -26,6 +30,10 @@
 # scripts/bench_overlap.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = --cores ]; then
+  shift
+  exec "$here/scripts/lib/bench_cores.sh" "${1:?bench.sh: --cores wants a number}" "${@:2}"
+fi
 deck=${1:-$here/input/bench.toml}
 [ $# -gt 0 ] && shift
 build=${BUILD:-$here/build}

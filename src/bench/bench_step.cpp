@@ -30,15 +30,17 @@ void Step::log_tokens(const io::Batch& b) {
   tokens_log.insert(tokens_log.end(), b.targets.begin(), b.targets.end());
 }
 
-std::pair<double, double> Step::run(std::int64_t step) {
+io::Batch Step::sample(std::int64_t step, std::int64_t j) {
   const auto slice = io::dp_slice(micro_batch * grad_accum, 0, 1);
+  auto b = sampler.train(step, io::micro_slice(slice, j, micro_batch));
+  log_tokens(b);
+  return b;
+}
+
+std::pair<double, double> Step::run(std::int64_t step) {
   store.zero_grads();
   train::MicroBatchStep ms{model, schedule, w, g, opt.accumulation().backward_seed(), batch,
-                           [&](std::int64_t j) {
-                             auto b = sampler.train(step, io::micro_slice(slice, j, micro_batch));
-                             log_tokens(b);
-                             return b;
-                           },
+                           [&](std::int64_t j) { return sample(step, j); },
                            {},
                            train::MicroBatchRegions{kIo, kForward, kBackward, true}};
   const auto t = train::run_micro_batches(ms, grad_accum);

@@ -45,6 +45,9 @@ struct Step {
 
   // Appends b's tokens to tokens_log.
   void log_tokens(const io::Batch& b);
+  // Micro-batch j of optimizer step `step` (what Trainer::train_step reads at
+  // one rank), logged.
+  io::Batch sample(std::int64_t step, std::int64_t j);
   // Optimizer step `step`; returns (mean loss, worst imbalance).
   std::pair<double, double> run(std::int64_t step);
 };

@@ -38,6 +38,18 @@ void read_timing(const nlohmann::json& j, const char* wall, const char* cpu, Tim
 
 }  // namespace
 
+void write_torch_inputs(const deck::Config& cfg, const std::vector<std::int32_t>& tokens, const std::string& dir) {
+  {
+    std::ofstream f(fs::path(dir) / "cfg.json");
+    f << cfg.to_json(1) << "\n";
+    EXA_REQUIRE(f.good(), "examoe-bench: could not write {}/cfg.json", dir);
+  }
+  std::ofstream f(fs::path(dir) / "tokens.bin", std::ios::binary);
+  f.write(reinterpret_cast<const char*>(tokens.data()),
+          static_cast<std::streamsize>(tokens.size() * sizeof(std::int32_t)));
+  EXA_REQUIRE(f.good(), "examoe-bench: could not write {}/tokens.bin", dir);
+}
+
 void run_torch(const deck::Config& cfg, const BenchOptions& opt, const std::vector<std::int32_t>& tokens_log,
                BenchResult& r) {
   auto& t = r.torch;
@@ -60,14 +72,11 @@ void run_torch(const deck::Config& cfg, const BenchOptions& opt, const std::vect
     fs::create_directories(dir);
   }
   const fs::path cfg_json = dir / "cfg.json", tokens = dir / "tokens.bin";
-  {
-    std::ofstream f(cfg_json);
-    f << cfg.to_json(1) << "\n";
-  }
-  {
-    std::ofstream f(tokens, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(tokens_log.data()),
-            static_cast<std::streamsize>(tokens_log.size() * sizeof(std::int32_t)));
+  try {
+    write_torch_inputs(cfg, tokens_log, dir.string());
+  } catch (const Error& e) {
+    t.error = e.what();
+    return;
   }
   const std::string cmd = fmt::format(
       "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1 {} {} --config {} "

@@ -7,6 +7,7 @@
 // in r.torch.error, never thrown, so that the ExaMoE half of the report
 // still prints.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bench/bench_options.hpp"
@@ -14,6 +15,11 @@
 #include "core/deck/config.hpp"
 
 namespace exa::bench {
+
+// What bench_torch.py reads: dir/cfg.json (the resolved deck) and
+// dir/tokens.bin (`tokens`, int32). Throws exa::Error when either cannot be
+// written.
+void write_torch_inputs(const deck::Config& cfg, const std::vector<std::int32_t>& tokens, const std::string& dir);
 
 // `tokens`: every micro-batch's inputs then targets, in step order
 // (Step::tokens_log). Needs r.steps, r.warmup and r.tokens_per_step.

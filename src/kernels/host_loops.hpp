@@ -50,10 +50,8 @@ bool rows_contiguous(const Vs&... vs) {
 // without branches or calls so that a loop over it vectorises (GCC needs
 // -fno-trapping-math for the selects, cmake/ExaMoEArch.cmake); libm's is
 // a call per element. double keeps std::exp.
-inline float host_exp(float x) {
-  constexpr float hi = 88.3762626647949f, lo = -87.3365447504020f;
-  const float x_lo = x < lo ? lo : x;
-  const float xc = x_lo > hi ? hi : x_lo;
+// exp(r) * 2^n of an argument already in [lo, hi] (host_exp's body).
+inline float host_exp_in_range(float xc) {
   constexpr float magic = 12582912.0f;  // 1.5 * 2^23: t's low mantissa bits hold round(xc / ln 2)
   const float t = xc * 1.44269504088896341f + magic;
   const float n = t - magic;
@@ -70,9 +68,23 @@ inline float host_exp(float x) {
   const std::int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);  // 2^n
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  const float y = p * scale;
-  return x > hi ? std::numeric_limits<float>::infinity() : x < lo ? 0.0f : y;
+  return p * scale;
 }
+constexpr float kHostExpHi = 88.3762626647949f, kHostExpLo = -87.3365447504020f;
+inline float host_exp(float x) {
+  const float x_lo = x < kHostExpLo ? kHostExpLo : x;
+  const float xc = x_lo > kHostExpHi ? kHostExpHi : x_lo;
+  const float y = host_exp_in_range(xc);
+  return x > kHostExpHi ? std::numeric_limits<float>::infinity() : x < kHostExpLo ? 0.0f : y;
+}
+// exp of x <= 0 (a logit less its row's max), for sums: without the
+// overflow select, and exp(-87.34) ~ 1e-38 rather than 0 below that, which
+// no sum of terms >= 1 can tell apart. NaN stays NaN. Four fewer operations
+// per element than host_exp, in a loop that is bound by them.
+inline float host_exp_nonpositive(float x) {
+  return host_exp_in_range(x < kHostExpLo ? kHostExpLo : x);
+}
+inline double host_exp_nonpositive(double x) { return std::exp(x); }
 inline double host_exp(double x) { return std::exp(x); }
 
 // sum_j a[j] * b[j] over 16 running partial sums (a vectorisable order;

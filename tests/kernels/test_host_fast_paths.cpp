@@ -6,6 +6,7 @@
 // than one 8192-element chunk.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "harness/backend.hpp"
@@ -131,6 +132,34 @@ TEST(HostFastPaths, CrossEntropyMatchesPortable) {
   EXPECT_NEAR(fast.loss_sum, portable.loss_sum, 1e-5 * portable.loss_sum);
   EXPECT_LE(max_rel_diff(lse, lse_l), 1e-6);
   EXPECT_LE(diff(dlogits, dl), 1e-6);
+}
+
+// Rows longer than the fast LSE's float-summed blocks (1024, with a tail),
+// logits spread over 200 so that exp(l - max) falls below the clamp at
+// -87.3, one row dominated by a single logit and one of equal logits: the
+// same lse and losses as the portable kernel's double sum.
+TEST(HostFastPaths, CrossEntropyLongRowsMatchPortable) {
+  const index_t N = 6, V = 2 * 1024 + 37;
+  R2<float> logits("logits", N, V);
+  R1<std::int32_t> targets("targets", N);
+  R1<float> lse("lse", N), lse_l("lse_l", N);
+  fill_uniform(logits, 11, -120.0, 80.0);
+  auto hl = Kokkos::create_mirror_view(logits);
+  Kokkos::deep_copy(hl, logits);
+  for (index_t j = 0; j < V; ++j) hl(4, j) = j == 1500 ? 30.0f : -3.0f;
+  for (index_t j = 0; j < V; ++j) hl(5, j) = 0.25f;
+  Kokkos::deep_copy(logits, hl);
+  auto ht = Kokkos::create_mirror_view(targets);
+  for (index_t n = 0; n < N; ++n) ht(n) = (n * 977) % V;
+  Kokkos::deep_copy(targets, ht);
+
+  const auto fast = ek::cross_entropy_forward_sum(logits, targets, lse);
+  const auto portable = ek::cross_entropy_forward_sum(left_copy(logits), targets, lse_l);
+  EXPECT_NEAR(fast.loss_sum, portable.loss_sum, 1e-6 * portable.loss_sum);
+  EXPECT_LE(max_rel_diff(lse, lse_l), 1e-6);
+  auto hlse = Kokkos::create_mirror_view(lse);
+  Kokkos::deep_copy(hlse, lse);
+  EXPECT_NEAR(hlse(5), 0.25 + std::log(double(V)), 1e-5);  // equal logits: max + log V
 }
 
 TEST(HostFastPaths, PermuteAndUnpermuteMatchPortable) {

@@ -4,7 +4,16 @@ ExaMoE model, written the way a reasonable PyTorch user would write them,
 for a tokens/s comparison on the same config, cores and batches.
 
     /usr/bin/python3 tests/reference/bench_torch.py --config cfg.json --steps N \
-        [--warmup W] [--tokens tokens.bin] [--no-verify] [--profile]
+        [--warmup W] [--tokens tokens.bin] [--no-verify] [--profile] \
+        [--threads T] [--nproc P]
+
+--threads T runs torch's intra-op pool on T threads (set OMP_NUM_THREADS and
+OPENBLAS_NUM_THREADS to T as well, for the BLAS). --nproc P trains with
+DistributedDataParallel over gloo on P processes spawned here: each optimizer
+step's train.grad_accum micro-batches are split into P contiguous shares, one
+per rank (as ExaMoE's dp ranks split theirs), gradients are averaged by DDP,
+and the reported losses are the global means. Rank 0 times the steps; the
+CPU times are summed over the ranks (core-seconds).
 
 cfg.json is the resolved deck (`examoe --check`'s JSON, what Config.to_json
 writes: {"model": {...}, "moe": {...}, "train": {...}, "optim": {...}}).
@@ -31,11 +40,13 @@ Prints a human-readable summary on stderr and one JSON line on stdout.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 # One thread, set before torch loads its thread pools.
@@ -169,8 +180,24 @@ def lr_at(s, opt, total_steps):
     return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * q)) / 2
 
 
+class Net(torch.nn.Module):
+    """The parameters as a module, for DistributedDataParallel (module
+    attribute names may not hold dots)."""
+
+    def __init__(self, p, cfg, st):
+        super().__init__()
+        self.w = torch.nn.ParameterDict({n.replace(".", "__"): torch.nn.Parameter(t.detach()) for n, t in p.items()})
+        self.cfg, self.st = cfg, st
+
+    def named(self):
+        return {n.replace("__", "."): t for n, t in self.w.items()}
+
+    def forward(self, inputs, targets):
+        return forward(self.named(), self.cfg, self.st, inputs, targets)
+
+
 class Trainer:
-    def __init__(self, deck, seed=0):
+    def __init__(self, deck, seed=0, ddp=False):
         self.cfg = Config.from_dict(deck)
         self.deck = deck
         tr, op = deck.get("train", {}), deck.get("optim", {})
@@ -186,6 +213,11 @@ class Trainer:
         self.p = {n: t.requires_grad_(True)
                   for n, t in ref.random_weights(self.cfg, seed=seed, std=std, dtype=torch.float32).items()}
         self.st = Statics(self.cfg, self.T, torch.float32)
+        self.ddp = None
+        if ddp:
+            net = Net(self.p, self.cfg, self.st)
+            self.p = net.named()
+            self.ddp = torch.nn.parallel.DistributedDataParallel(net)
         decay = [t for t in self.p.values() if t.dim() >= 2]
         no_decay = [t for t in self.p.values() if t.dim() < 2]
         o = self.opt
@@ -199,13 +231,24 @@ class Trainer:
             g["lr"] = lr_at(s, self.opt, self.total_steps)
         self.adamw.zero_grad(set_to_none=True)
         loss_sum = 0.0
-        for inputs, targets in micro_batches:
-            loss, _, _, _ = forward(self.p, self.cfg, self.st, inputs, targets)
-            (loss / len(micro_batches)).backward()
+        for i, (inputs, targets) in enumerate(micro_batches):
+            if self.ddp is None:
+                loss, _, _, _ = forward(self.p, self.cfg, self.st, inputs, targets)
+                (loss / len(micro_batches)).backward()
+            else:
+                # Gradients are all-reduced on the last micro-batch only.
+                last = i == len(micro_batches) - 1
+                with contextlib.nullcontext() if last else self.ddp.no_sync():
+                    loss, _, _, _ = self.ddp(inputs, targets)
+                    (loss / len(micro_batches)).backward()
             loss_sum += loss.item()
         if self.opt["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(self.p.values(), self.opt["grad_clip"])
         self.adamw.step()
+        if self.ddp is not None:
+            t = torch.tensor([loss_sum], dtype=torch.float64)
+            torch.distributed.all_reduce(t)
+            return float(t) / (len(micro_batches) * torch.distributed.get_world_size())
         return loss_sum / len(micro_batches)
 
 
@@ -279,40 +322,75 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-verify", action="store_true", help="skip the check against examoe_ref.model.forward")
     ap.add_argument("--profile", action="store_true", help="print torch's operator profile of one extra step")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    ap.add_argument("--nproc", type=int, default=1, help="DDP (gloo) processes; 1: no DDP")
     a = ap.parse_args(argv)
-    if a.steps < 1 or a.warmup < 0:
-        ap.error("--steps must be >= 1 and --warmup >= 0")
+    if a.steps < 1 or a.warmup < 0 or a.threads < 1 or a.nproc < 1:
+        ap.error("--steps, --threads and --nproc must be >= 1 and --warmup >= 0")
+    if a.nproc == 1:
+        return run(a, 0, 1)
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(ddp_rank, args=(a, os.path.join(d, "rendezvous")), nprocs=a.nproc, join=True)
+    return 0
 
-    torch.set_num_threads(1)
+
+def ddp_rank(rank, a, rendezvous):
+    torch.distributed.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
+                                         world_size=a.nproc)
+    try:
+        run(a, rank, a.nproc)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def run(a, rank, world):
+    """Train and time on this process (rank of world); rank 0 prints."""
+    torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     with open(a.config) as f:
         deck = json.load(f)
-    tr = Trainer(deck, seed=a.seed)
+    tr = Trainer(deck, seed=a.seed, ddp=world > 1)
+    if tr.M % world:
+        raise SystemExit(f"bench_torch: train.grad_accum = {tr.M} micro-batches per step do not split over "
+                         f"--nproc {world} processes; make grad_accum a multiple of --nproc")
+    share = tr.M // world
     n_steps = a.warmup + a.steps
     mbs = load_batches(a.tokens, tr.B, tr.T, n_steps * tr.M, tr.cfg.vocab_size, a.seed)
-    worst = None if a.no_verify else verify(tr, *mbs[0])
-    losses = [tr.step(s, mbs[s * tr.M:(s + 1) * tr.M]) for s in range(a.warmup)]
+
+    def mine(s):
+        first = s * tr.M + rank * share
+        return mbs[first:first + share]
+
+    worst = None if a.no_verify or rank else verify(tr, *mbs[0])
+    losses = [tr.step(s, mine(s)) for s in range(a.warmup)]
     peak, peak_cpu = sgemm_gflops()
 
     times, cpu = [], []
     for s in range(a.warmup, n_steps):
         w0, c0 = time.perf_counter(), time.process_time()
-        losses.append(tr.step(s, mbs[s * tr.M:(s + 1) * tr.M]))
+        losses.append(tr.step(s, mine(s)))
         times.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)
-    if a.profile:
+    if world > 1:
+        t = torch.tensor(cpu, dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        cpu = t.tolist()
+    if rank:
+        return 0
+    if a.profile and world == 1:
         profile_step(tr, n_steps, mbs[:tr.M])
 
     tokens = tr.M * tr.B * tr.T
     med, best = statistics.median(times), min(times)
     cmed, cbest = statistics.median(cpu), min(cpu)
-    out = dict(framework="pytorch", torch_version=torch.__version__, threads=torch.get_num_threads(),
+    out = dict(framework="pytorch", torch_version=torch.__version__, threads=torch.get_num_threads(), nproc=world,
                steps=a.steps, warmup=a.warmup, tokens_per_step=tokens, step_s=times, step_cpu_s=cpu,
                median_step_s=med, best_step_s=best, median_step_cpu_s=cmed, best_step_cpu_s=cbest,
                tokens_per_s=tokens / med, tokens_per_s_best=tokens / best, tokens_per_s_cpu=tokens / cmed,
                sgemm_gflops=peak, sgemm_gflops_cpu=peak_cpu, params=tr.n_params, losses=losses,
                verify_max_rel=worst)
-    print(f"bench_torch: torch {torch.__version__}, {torch.get_num_threads()} thread(s), {tr.n_params / 1e6:.2f}M params; "
+    print(f"bench_torch: torch {torch.__version__}, {world} process(es) x {torch.get_num_threads()} thread(s), {tr.n_params / 1e6:.2f}M params; "
           f"sgemm {peak:.1f} GFLOP/s wall, {peak_cpu:.1f} CPU; step median {med:.3f} s wall, {cmed:.3f} s CPU -> "
           f"{tokens / med:.1f} / {tokens / cmed:.1f} tokens/s; losses {losses[0]:.4f} .. {losses[-1]:.4f}"
           + ("" if worst is None else f"; verified against examoe_ref (max rel {worst:.1e})"), file=sys.stderr)

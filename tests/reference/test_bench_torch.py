@@ -69,25 +69,46 @@ class FastEqualsReference(unittest.TestCase):
         self.assertLess(expert_capacity(cfg, 3 * cfg.seq_len) * cfg.n_experts, 3 * cfg.seq_len * cfg.top_k)
 
 
+def run_bench_torch(test, *extra):
+    """bench_torch.py on BASE (2 micro-batches of 2 per step), 1 warmup + 2
+    timed steps; returns its JSON line."""
+    deck = Config(**BASE).to_dict()
+    deck["train"] = {"micro_batch": 2, "grad_accum": 2, "steps": 10}
+    deck["optim"] = {"lr": 1e-3, "warmup_steps": 2}
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "cfg.json")
+        with open(cfg, "w") as f:
+            json.dump(deck, f)
+        r = subprocess.run([sys.executable, os.path.join(HERE, "bench_torch.py"), "--config", cfg,
+                            "--steps", "2", "--warmup", "1", *extra], capture_output=True, text=True)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 class CommandLine(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.one = run_bench_torch(cls())
+
+    def test_ddp_trains_as_one_process(self):
+        # DDP over 2 gloo ranks, one micro-batch each, is the same optimizer
+        # step as one process accumulating both (up to summation order).
+        two = run_bench_torch(self, "--nproc", "2")
+        self.assertEqual(two["nproc"], 2)
+        self.assertEqual(two["tokens_per_step"], self.one["tokens_per_step"])
+        self.assertEqual(len(two["step_cpu_s"]), 2)
+        self.assertEqual(len(two["losses"]), 3)
+        for a, b in zip(self.one["losses"], two["losses"]):
+            self.assertAlmostEqual(a, b, delta=1e-5 * abs(a))
+
     def test_json_line(self):
-        deck = Config(**BASE).to_dict()
-        deck["train"] = {"micro_batch": 2, "grad_accum": 2, "steps": 10}
-        deck["optim"] = {"lr": 1e-3, "warmup_steps": 2}
-        with tempfile.TemporaryDirectory() as d:
-            cfg = os.path.join(d, "cfg.json")
-            with open(cfg, "w") as f:
-                json.dump(deck, f)
-            r = subprocess.run([sys.executable, os.path.join(HERE, "bench_torch.py"), "--config", cfg,
-                                "--steps", "2", "--warmup", "1"], capture_output=True, text=True)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            out = json.loads(r.stdout.strip().splitlines()[-1])
-            self.assertEqual(out["tokens_per_step"], 2 * 2 * BASE["seq_len"])
-            self.assertEqual(len(out["step_s"]), 2)
-            self.assertEqual(len(out["losses"]), 3)
-            self.assertEqual(len(out["step_cpu_s"]), 2)
-            self.assertEqual(out["threads"], 1)
-            self.assertLess(out["verify_max_rel"], 1e-4)
+        out = self.one
+        self.assertEqual(out["tokens_per_step"], 2 * 2 * BASE["seq_len"])
+        self.assertEqual(len(out["step_s"]), 2)
+        self.assertEqual(len(out["losses"]), 3)
+        self.assertEqual(len(out["step_cpu_s"]), 2)
+        self.assertEqual(out["threads"], 1)
+        self.assertLess(out["verify_max_rel"], 1e-4)
 
 
 if __name__ == "__main__":
