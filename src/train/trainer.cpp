@@ -526,6 +526,9 @@ double Trainer::run() {
       last_val = evaluate();
       if (!std::isnan(last_val)) val = last_val;
     }
+    // Tier 0 before the step's log line: a step the log shows done is in
+    // memory, so a failure after it loses no logged step.
+    if (memory_->due(step_)) save_memory(step_);
     if (stop || step_ % log_every == 0 || step_ == steps_) {
       // Losses are reported as the interval's mean (as Megatron-LM logs them).
       const double k = 1.0 / double(since);
@@ -541,7 +544,6 @@ double Trainer::run() {
     }
     if (stop || (ckpt_every > 0 && step_ % ckpt_every == 0) || (step_ == steps_ && ckpt_every > 0)) save(step_);
     if (local_every > 0 && step_ % local_every == 0) save_local(step_);
-    if (memory_->due(step_)) save_memory(step_);
     inject_fault(step_);
     if (stop) break;
   }
