@@ -63,7 +63,11 @@ ranks_of() {
     all="$all $kids"
     pids=$(echo $kids)
   done
-  for p in $all; do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = examoe ] && echo "$p"; done
+  # (not the supervisor's `examoe --check` probes of a relaunch's layout)
+  for p in $all; do
+    [ "$(ps -o comm= -p "$p" 2>/dev/null)" = examoe ] && ! tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- --check &&
+      echo "$p"
+  done
   return 0
 }
 count() { local n; n=$(grep -c "$1" "$2" 2>/dev/null) || true; echo "${n:-0}"; }
