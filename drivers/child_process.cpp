@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.hpp"
 
@@ -107,6 +110,35 @@ ChildEnd run_child(const std::vector<std::string>& argv, const std::vector<std::
   if (WIFSIGNALED(status)) end.signal = WTERMSIG(status);
   else end.exit_code = WEXITSTATUS(status);
   return end;
+}
+
+std::vector<pid_t> descendants_named(pid_t root, const std::string& comm) {
+  // Parent of every process, from /proc/<pid>/stat ("pid (comm) state ppid ...").
+  std::vector<std::pair<pid_t, pid_t>> parent;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(it->path() / "stat");
+    std::string stat;
+    std::getline(f, stat);
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0;
+    if (rest >> state >> ppid) parent.emplace_back(pid_t(std::stol(name)), pid_t(ppid));
+  }
+  std::vector<pid_t> below{root}, out;
+  for (std::size_t i = 0; i < below.size(); ++i)
+    for (const auto& [pid, pp] : parent)
+      if (pp == below[i]) below.push_back(pid);
+  for (std::size_t i = 1; i < below.size(); ++i) {
+    std::ifstream f("/proc/" + std::to_string(below[i]) + "/comm");
+    std::string c;
+    if (std::getline(f, c) && c == comm) out.push_back(below[i]);
+  }
+  return out;
 }
 
 }  // namespace exa::elastic

@@ -24,4 +24,8 @@ struct ChildEnd {
 ChildEnd run_child(const std::vector<std::string>& argv, const std::vector<std::string>& unset_prefixes,
                    const std::function<void(bool, const std::string&)>& on_line, volatile pid_t* running);
 
+// The processes below `root` (children, their children, ...) whose command
+// name (/proc/<pid>/comm) is `comm`: the ranks a launcher started.
+std::vector<pid_t> descendants_named(pid_t root, const std::string& comm);
+
 }  // namespace exa::elastic

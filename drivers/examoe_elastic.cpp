@@ -1,11 +1,12 @@
 // examoe-elastic: runs a training job under mpiexec and, when it dies (a
 // rank killed, the watchdog's abort), relaunches it on fewer ranks with the
-// same global batch, resuming from the newest checkpoint. Each restart is a
+// same global batch, resuming from the newest checkpoint, and grows it back
+// (--max-ranks) when capacity returns. Each restart is a
 // JSON line in <run_dir>/elastic.jsonl (docs/architecture.md, "Elastic
 // restart").
 //
-//   examoe-elastic [--ranks N] [--min-ranks M] [--max-restarts R] [--mpiexec CMD] [--examoe PATH]
-//                  DECK.toml [--set k=v]...
+//   examoe-elastic [--ranks N] [--min-ranks M] [--max-ranks X] [--grow-after S] [--grow-after-steps K]
+//                  [--max-restarts R] [--mpiexec CMD] [--examoe PATH] DECK.toml [--set k=v]...
 //     (exit: the job's, 0 when it finished; 1 when it cannot be relaunched)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -149,7 +150,27 @@ void append(const fs::path& file, Restart& r) {
   r.written = true;
 }
 
-int supervise(const Job& job, int ranks, int min_ranks, int max_restarts) {
+// When a shrunk job may grow back (--max-ranks): capacity counts as back
+// after --grow-after seconds or --grow-after-steps steps of the shrunk
+// launch, or when the file <run_dir>/grow exists (removed when acted on).
+struct Grow {
+  int max_ranks = 0;             // 0: never grow
+  double after_s = -1;           // < 0: off
+  std::int64_t after_steps = -1;  // < 0: off
+  // Why capacity is back for a launch on `ranks` that resumed at `resumed_at`
+  // (time) and `resumed_step`, now at `step`; empty while it is not.
+  std::string due(int ranks, const fs::path& run_dir, double resumed_at, std::int64_t resumed_step,
+                  std::int64_t step) const {
+    if (ranks >= max_ranks) return "";
+    if (std::error_code ec; fs::exists(run_dir / "grow", ec)) return "the file " + (run_dir / "grow").string();
+    if (after_s >= 0 && now_s() - resumed_at >= after_s) return fmt::format("--grow-after {} s", after_s);
+    if (after_steps >= 0 && step - resumed_step >= after_steps)
+      return fmt::format("--grow-after-steps {}", after_steps);
+    return "";
+  }
+};
+
+int supervise(const Job& job, int ranks, int min_ranks, int max_restarts, const Grow& grow) {
   std::string why;
   const auto first = check(job, ranks, {}, &why);
   EXA_REQUIRE(first.has_value(), "the deck does not run on {} ranks:\n{}", ranks, why);
@@ -167,6 +188,14 @@ int supervise(const Job& job, int ranks, int min_ranks, int max_restarts) {
     note(fmt::format("launching on {} ranks (dp {}, grad_accum {}, global batch {})", now.ranks, now.dp,
                      now.grad_accum, now.global_batch()));
     Cause cause;
+    // Growing back: once this launch has resumed and capacity is back, the
+    // job is asked to stop at the end of its step with a checkpoint
+    // (SIGUSR1, examoe's stop signal: exit 75), and is relaunched larger.
+    static const std::regex step_line("step +([0-9]+)/[0-9]+");
+    bool resumed_here = restarts == 0;
+    double resumed_at = now_s();
+    std::int64_t resumed_step = 0;
+    std::string grow_why;
     // Fault injection (EXAMOE_FAULT_*) is for the first launch only: a
     // relaunch must not fail again on purpose.
     const std::vector<std::string> unset =
@@ -178,6 +207,22 @@ int supervise(const Job& job, int ranks, int min_ranks, int max_restarts) {
           std::fflush(is_err ? stderr : stdout);
           cause.watch(line);
           std::smatch m;
+          if (!resumed_here && std::regex_search(line, m, resumed)) {
+            resumed_here = true;
+            resumed_at = now_s();
+            resumed_step = m[1].matched ? std::stoll(m[1].str()) : 0;
+          } else if (resumed_here && grow_why.empty() && g_child > 0 && std::regex_search(line, m, step_line)) {
+            grow_why = grow.due(now.ranks, run_dir, resumed_at, resumed_step, std::stoll(m[1].str()));
+            if (!grow_why.empty()) {
+              note(fmt::format("capacity is back ({}): stopping the job at its next step to grow to {} ranks",
+                               grow_why, grow.max_ranks));
+              // To the ranks themselves: Hydra's mpiexec, signalled, reports
+              // 0 for a job whose ranks exit 75.
+              const auto ranks = exa::elastic::descendants_named(g_child, fs::path(job.examoe).filename().string().substr(0, 15));
+              for (const pid_t r : ranks) kill(r, SIGUSR1);
+              if (ranks.empty()) kill(g_child, SIGUSR1);
+            }
+          }
           if (pending && !pending->written && std::regex_search(line, m, resumed)) {
             const std::int64_t step = m[1].matched ? std::stoll(m[1].str()) : 0;
             auto& rec = pending->record;
@@ -194,6 +239,36 @@ int supervise(const Job& job, int ranks, int min_ranks, int max_restarts) {
     const double died_at = now_s();
     if (pending) append(log_file, *pending);  // it died before resuming: the record as far as known
     if (end.ok() || g_stop != 0) return end.signal != 0 ? 128 + end.signal : end.exit_code;
+    if (end.exit_code == 75 && !grow_why.empty()) {
+      // Stopped with a checkpoint at our request: relaunch on the largest
+      // valid size up to --max-ranks (the same one when none is larger).
+      std::error_code ec;
+      fs::remove(run_dir / "grow", ec);
+      const std::int64_t last_step = last_logged_step(run_dir / "metrics.jsonl");
+      const auto larger = exa::elastic::shrink(base, grow.max_ranks, now.ranks + 1, [&](const Layout& l) {
+        auto sets = exa::elastic::overrides_for(l);
+        sets.push_back("checkpoint.resume=true");
+        std::string reason;
+        return check(job, l.ranks, sets, &reason).has_value();
+      });
+      const Layout next = larger ? *larger : now;
+      pending = Restart{nlohmann::json{{"restart", restarts + 1},
+                                       {"event", "grow"},
+                                       {"cause", {{"detail", "capacity back: " + grow_why}, {"exit_code", 75}}},
+                                       {"last_step", last_step},
+                                       {"resumed_step", nullptr},
+                                       {"lost_steps", nullptr},
+                                       {"downtime_s", nullptr},
+                                       {"old_ranks", now.ranks},
+                                       {"new_ranks", next.ranks},
+                                       {"new_dp", next.dp},
+                                       {"new_grad_accum", next.grad_accum}},
+                        died_at, false};
+      now = next;
+      extra = exa::elastic::overrides_for(now);
+      extra.push_back("checkpoint.resume=true");
+      continue;
+    }
     if (end.exit_code == 75) return 75;  // it stopped with a checkpoint on a signal (requeue, not a failure)
     note(fmt::format("the job on {} ranks ended with {}{}", now.ranks, end.describe(),
                      cause.detail.empty() ? "" : " (" + cause.detail + ")"));
@@ -244,9 +319,13 @@ int main(int argc, char** argv) {
   CLI::App app{
       "examoe-elastic: run examoe under mpiexec; when the job dies, relaunch it on the surviving ranks (dp shrinks, "
       "grad_accum grows so the global batch stays) from its newest checkpoint.\n"
-      "  examoe-elastic [--ranks N] [--min-ranks M] [--max-restarts R] DECK.toml [--set k=v]..."};
+      "  examoe-elastic [--ranks N] [--min-ranks M] [--max-ranks X] [--grow-after S] [--max-restarts R] DECK.toml "
+      "[--set k=v]...\n"
+      "  Growing back: with --max-ranks, a shrunk job is stopped with a checkpoint and relaunched larger once "
+      "--grow-after seconds or --grow-after-steps steps have passed, or the file <run_dir>/grow exists."};
   Job job;
   int ranks = 1, min_ranks = 1, max_restarts = 10;
+  Grow grow;
   std::string mpiexec = "mpiexec";
   job.examoe = self_dir() + "/examoe";
   app.add_option("deck", job.deck, "TOML input deck (see input/)")->required();
@@ -254,6 +333,13 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "ranks of the first launch")->check(CLI::Range(1, 1 << 24));
   app.add_option("--min-ranks", min_ranks, "fewest ranks a relaunch may use")->check(CLI::Range(1, 1 << 24));
   app.add_option("--max-restarts", max_restarts, "relaunches before giving up")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-ranks", grow.max_ranks,
+                 "grow a shrunk job back up to this many ranks when capacity returns (default: no growing)")
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--grow-after", grow.after_s, "capacity returns this many seconds after a shrunk launch resumed")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--grow-after-steps", grow.after_steps, "capacity returns after this many steps of a shrunk launch")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   app.add_option("--mpiexec", mpiexec, "launcher command line, split at spaces (default: mpiexec)");
   app.add_option("--examoe", job.examoe, "the examoe binary (default: the one next to examoe-elastic)");
   if (const int rc = exa::driver::parse(app, argc, argv, 0, "examoe-elastic"); rc >= 0) return rc;
@@ -263,7 +349,9 @@ int main(int argc, char** argv) {
   try {
     EXA_REQUIRE(!job.mpiexec.empty(), "--mpiexec is empty: give the launcher, e.g. --mpiexec mpiexec");
     EXA_REQUIRE(min_ranks <= ranks, "--min-ranks {} is above --ranks {}", min_ranks, ranks);
-    return supervise(job, ranks, min_ranks, max_restarts);
+    EXA_REQUIRE(grow.max_ranks == 0 || grow.max_ranks >= ranks, "--max-ranks {} is below --ranks {}", grow.max_ranks,
+                ranks);
+    return supervise(job, ranks, min_ranks, max_restarts, grow);
   } catch (const exa::Error& e) {
     exa::driver::print_error(0, "examoe-elastic", e.what());
     return 1;

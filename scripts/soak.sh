@@ -4,11 +4,18 @@
 # time, N times, against an uninterrupted run of the same deck.
 #
 #   scripts/soak.sh [N] [--set k=v ...]
-#     N   failures (default 3: without growing back, each one shrinks the job,
-#         and 4 ranks with a global batch of 12 micro-batches allow 4 -> 3 ->
-#         2 -> 1)
+#     N   failures (default 3; each one shrinks the job, and 4 ranks with a
+#         global batch of 12 micro-batches allow 4 -> 3 -> 2 -> 1, so more
+#         than 3 need growing back, GROW_AFTER_STEPS)
 #   NP=n (default 4), BUILD=dir (default build), MPIEXEC=cmd (default
-#   mpiexec), WORK=dir (default a temporary directory), SEED=s (random seed)
+#   mpiexec), WORK=dir (default a temporary directory), SEED=s (random seed),
+#   MEMORY_EVERY=k (default 1: tier-0 memory snapshots every step, on pretend
+#   one-rank nodes, in /dev/shm/examoe-soak-<pid>; 0: tier 2 alone, every 2
+#   steps), GROW_AFTER_STEPS=s (default: none; examoe-elastic --max-ranks NP
+#   --grow-after-steps s grows a shrunk job back after s steps).
+#
+# A killed rank's node memory is lost with it: the tier-0 segments it kept
+# are removed right after the kill (its buddy's copies elsewhere survive).
 #
 # Reports one JSON line: the steps lost beyond the last checkpoint (from the
 # restart records), the effective training time (the step times of the steps
@@ -33,6 +40,14 @@ deck=(
   --set train.grad_accum=$((12 / NP)) --set train.log_every=1 --set train.eval_every=0
   --set optim.warmup_steps=4 --set checkpoint.every=2 --set resilience.timeout_s=20 "$@"
 )
+MEMORY_EVERY=${MEMORY_EVERY:-1}
+shm=/dev/shm/examoe-soak-$$
+tier0=()
+[ "$MEMORY_EVERY" -gt 0 ] && tier0=(--set checkpoint.memory_every="$MEMORY_EVERY"
+  --set checkpoint.memory_ranks_per_node=1 --set checkpoint.memory_dir="$shm")
+grow=()
+[ -n "${GROW_AFTER_STEPS:-}" ] && grow=(--max-ranks "$NP" --grow-after-steps "$GROW_AFTER_STEPS")
+trap 'rm -rf "$shm"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 echo "[soak] uninterrupted reference on $NP ranks"
@@ -48,7 +63,11 @@ ranks_of() {
     all="$all $kids"
     pids=$(echo $kids)
   done
-  for p in $all; do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = examoe ] && echo "$p"; done
+  # (not the supervisor's `examoe --check` probes of a relaunch's layout)
+  for p in $all; do
+    [ "$(ps -o comm= -p "$p" 2>/dev/null)" = examoe ] && ! tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- --check &&
+      echo "$p"
+  done
   return 0
 }
 count() { local n; n=$(grep -c "$1" "$2" 2>/dev/null) || true; echo "${n:-0}"; }
@@ -56,8 +75,8 @@ steps_logged() { count '"loss"' "$work/elastic/metrics.jsonl"; }
 
 echo "[soak] $failures failures under examoe-elastic (log: $work/elastic.log)"
 t0=$(date +%s.%N)
-"$BUILD/bin/examoe-elastic" --ranks "$NP" --mpiexec "$MPIEXEC" "${deck[@]}" --set output.run_dir="$work/elastic" \
-  >"$work/elastic.log" 2>&1 &
+"$BUILD/bin/examoe-elastic" --ranks "$NP" "${grow[@]}" --mpiexec "$MPIEXEC" "${deck[@]}" "${tier0[@]}" \
+  --set output.run_dir="$work/elastic" >"$work/elastic.log" 2>&1 &
 sup=$!
 for i in $(seq 1 "$failures"); do
   # At a random time after the job logged a few new steps.
@@ -65,12 +84,17 @@ for i in $(seq 1 "$failures"); do
   while kill -0 "$sup" 2>/dev/null && [ "$(steps_logged)" -lt "$target" ]; do sleep 0.2; done
   sleep "0.$((RANDOM % 10))"
   mapfile -t ranks < <(ranks_of "$sup")
+  # Between two launches (a grow) there is no rank to kill yet.
+  while kill -0 "$sup" 2>/dev/null && [ "${#ranks[@]}" -eq 0 ]; do sleep 0.2; mapfile -t ranks < <(ranks_of "$sup"); done
   if [ "${#ranks[@]}" -eq 0 ]; then echo "[soak] the job ended before failure $i"; break; fi
   victim=${ranks[RANDOM % ${#ranks[@]}]}
-  echo "[soak] failure $i: kill -9 examoe pid $victim (of ${#ranks[@]} ranks) after $(steps_logged) step records"
+  rank=$(tr '\0' '\n' <"/proc/$victim/environ" 2>/dev/null | sed -n 's/^PMI_RANK=//p')
+  echo "[soak] failure $i: kill -9 examoe pid $victim (rank ${rank:-?} of ${#ranks[@]}) after $(steps_logged) step records"
   kill -9 "$victim" 2>/dev/null || true
+  [ -n "$rank" ] && rm -f "$shm"/examoe-t0-*-h"$rank"
   # Until the relaunched job says where it resumed.
-  while kill -0 "$sup" 2>/dev/null && [ "$(count '"resumed_step":[0-9]' "$work/elastic/elastic.jsonl")" -lt "$i" ]; do
+  while kill -0 "$sup" 2>/dev/null && [ "$(grep -v '"grow"' "$work/elastic/elastic.jsonl" 2>/dev/null |
+                                           grep -c '"resumed_step":[0-9]')" -lt "$i" ]; do
     sleep 0.2
   done
 done
@@ -79,9 +103,9 @@ wait "$sup" || rc=$?
 t1=$(date +%s.%N)
 [ "$rc" -eq 0 ] || { tail -30 "$work/elastic.log" >&2; echo "[soak] examoe-elastic exited $rc" >&2; exit 1; }
 
-python3 - "$work" "$t0" "$t1" <<'PY'
+python3 - "$work" "$t0" "$t1" "$MEMORY_EVERY" <<'PY'
 import json, sys
-work, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+work, t0, t1, tier0_every = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 def steps(path):
     return [r for r in map(json.loads, open(path)) if "loss" in r]
 def step_s(r):
@@ -89,18 +113,22 @@ def step_s(r):
     return t["compute"] + t["comm_exposed"] + t["io"] + t["eval"]
 ref = {r["step"]: r["loss"] for r in steps(f"{work}/reference/metrics.jsonl")}
 run = steps(f"{work}/elastic/metrics.jsonl")
-restarts = [json.loads(l) for l in open(f"{work}/elastic/elastic.jsonl")] if run else []
+records = [json.loads(l) for l in open(f"{work}/elastic/elastic.jsonl")] if run else []
+restarts = [r for r in records if r.get("event") != "grow"]
+grows = [r for r in records if r.get("event") == "grow"]
 kept = {}
 for r in run:  # a step done again after a resume replaces the lost one
     kept[r["step"]] = r
 rel = {s: abs(r["loss"] - ref[s]) / abs(ref[s]) for s, r in kept.items()}
 same = kept.keys() == ref.keys() and max(rel.values()) <= 1e-5
-down = [r["downtime_s"] for r in restarts if r.get("downtime_s") is not None]
+down = [r["downtime_s"] for r in restarts if r.get("downtime_s") is not None]  # failures only
 wall = t1 - t0
 print(json.dumps({
     "event": "soak", "failures": len(restarts),
-    "world_sizes": [restarts[0]["old_ranks"]] + [r["new_ranks"] for r in restarts] if restarts else [],
-    "steps_lost": sum(r["lost_steps"] or 0 for r in restarts),
+    "grows": len(grows),
+    "world_sizes": [records[0]["old_ranks"]] + [r["new_ranks"] for r in records] if records else [],
+    "steps_lost": sum(r["lost_steps"] or 0 for r in records),
+    "tier0_every": int(tier0_every),
     "useful_step_s": round(sum(step_s(r) for r in kept.values()), 3), "wall_s": round(wall, 3),
     "effective_training_time": round(sum(step_s(r) for r in kept.values()) / wall, 4),
     "mean_downtime_s": round(sum(down) / len(down), 3) if down else None,

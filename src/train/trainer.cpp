@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -108,7 +109,9 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
               "checkpoint.local_every = {} with checkpoint.async = true: the tier-1 copy is written synchronously, "
               "which must not overlap the background write; set checkpoint.async = false or local_every = 0",
               cfg.get_int("checkpoint.local_every"));
-  if (cfg.get_bool("checkpoint.resume")) {
+  memory_ = std::make_unique<MemoryCheckpoint>(cfg, grid_, world_, io::checkpoint_tensors(dp_.store()));
+  if (!cfg.get_bool("checkpoint.resume")) memory_->remove_all("a run that is not resumed starts afresh");
+  if (cfg.get_bool("checkpoint.resume") && !resume_from_memory()) {
     const auto found = io::list_checkpoints(checkpoint_dir());
     if (tiers_.size() > 1) {
       if (const auto c = newest_checkpoint(tiers_)) {
@@ -276,6 +279,14 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   return meta;
 }
 
+void Trainer::save_memory(std::int64_t steps_done) {
+  ScopedRegion region("io/checkpoint", true);
+  const io::CheckpointMeta meta = checkpoint_meta(steps_done);
+  const io::OptimizerState state = optimizer_moments();
+  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); },
+                           [&] { memory_->save(io::checkpoint_tensors(dp_.store()), state, meta); });
+}
+
 void Trainer::save_local(std::int64_t steps_done) {
   ScopedRegion region("io/checkpoint", true);
   const io::CheckpointMeta meta = checkpoint_meta(steps_done);
@@ -320,7 +331,32 @@ void Trainer::load(const std::string& path, const std::vector<std::string>& copi
   ScopedRegion region("io/checkpoint", true);
   const io::OptimizerState state = optimizer_moments();
   auto& store = dp_.store();
-  const io::CheckpointMeta meta = io::load_checkpoint(path, store, &state, world_, {copies});
+  restore(io::load_checkpoint(path, store, &state, world_, {copies}));
+}
+
+bool Trainer::resume_from_memory() {
+  const auto c = memory_->newest();
+  if (!c) return false;
+  const auto other = newest_checkpoint(tiers_);
+  if (other && other->step > c->step) {
+    log::info("checkpoint: tier 0 holds step {}, older than tier {}'s step {}: resuming from tier {}", c->step,
+              other->tier, other->step, other->tier);
+    return false;
+  }
+  ScopedRegion region("io/checkpoint", true);
+  try {
+    restore(memory_->load(*c, io::checkpoint_tensors(dp_.store()), optimizer_moments()));
+  } catch (const Error& e) {
+    log::warn("checkpoint: {}", e.what());
+    log::info("checkpoint: tier 0 step {} does not verify; falling back to {}", c->step,
+              other ? fmt::format("tier {} step {}", other->tier, other->step) : std::string("step 0 (no other tier)"));
+    return false;
+  }
+  log::info("checkpoint: step {} taken from tier 0 (memory, written by {} ranks)", c->step, c->world);
+  return true;
+}
+
+void Trainer::restore(const io::CheckpointMeta& meta) {
   replace_.forget_placement();  // the checkpoint holds the experts in global order
   dp_.params_updated();
   balance_.restore(meta, *model_);
@@ -422,6 +458,10 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
   if (who != nullptr && std::atoi(who) != comm_rank(world_)) return;
   log::warn("EXAMOE_FAULT_EXIT_AFTER_STEP={}: rank {} exiting abruptly after step {} (fault injection)", when,
             comm_rank(world_), steps_done);
+  // Its node's memory goes with it: the tier-0 segments this rank keeps.
+  memory_->lose_held(comm_rank(world_));
+  // EXAMOE_FAULT_SIGNAL=9: die by that signal (kill -9) instead of exiting.
+  if (const char* sig = std::getenv("EXAMOE_FAULT_SIGNAL")) std::raise(std::atoi(sig));
   std::_Exit(86);
 }
 
@@ -487,6 +527,9 @@ double Trainer::run() {
       last_val = evaluate();
       if (!std::isnan(last_val)) val = last_val;
     }
+    // Tier 0 before the step's log line: a step the log shows done is in
+    // memory, so a failure after it loses no logged step.
+    if (memory_->due(step_)) save_memory(step_);
     if (stop || step_ % log_every == 0 || step_ == steps_) {
       // Losses are reported as the interval's mean (as Megatron-LM logs them).
       const double k = 1.0 / double(since);
@@ -506,6 +549,7 @@ double Trainer::run() {
     if (stop) break;
   }
   if (async_) async_->wait();  // the last checkpoint is complete before run() returns
+  if (step_ == steps_) memory_->remove_all("the run is complete");  // a stop signal's run keeps tier 0
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
       !e.empty())

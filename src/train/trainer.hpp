@@ -32,6 +32,7 @@
 #include "train/checkpoint_tiers.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
+#include "train/memory_checkpoint.hpp"
 #include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
@@ -92,6 +93,11 @@ class Trainer {
   io::OptimizerState optimizer_moments();
   io::CheckpointMeta checkpoint_meta(std::int64_t steps_done);  // what save() writes besides tensors
   void save_local(std::int64_t steps_done);                     // the tier-1 copy (checkpoint.local_every)
+  void save_memory(std::int64_t steps_done);                    // the tier-0 snapshot (checkpoint.memory_every)
+  // checkpoint.resume from tier 0 when it holds the newest step and
+  // verifies; false (with a log line) sends the resume to tiers 1 and 2.
+  bool resume_from_memory();
+  void restore(const io::CheckpointMeta& meta);  // the Trainer's state after a load of any tier
   double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
 
   const deck::Config& cfg_;
@@ -131,6 +137,7 @@ class Trainer {
   std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async = true
   ReplicaCheck replica_{cfg_, grid_, dp_.options().zero};  // resilience.replica_check_every
   std::vector<CheckpointTier> tiers_ = checkpoint_tiers(cfg_);  // fastest first; tier 2 last
+  std::unique_ptr<MemoryCheckpoint> memory_;                    // tier 0 (checkpoint.memory_every)
 };
 
 }  // namespace exa::train

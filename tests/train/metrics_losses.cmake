@@ -36,3 +36,17 @@ function(require_in text pattern what)
     message(FATAL_ERROR "${what}: no \"${pattern}\" in the output:\n${text}")
   endif()
 endfunction()
+
+# require_fields(<json> <what> <field;value>...): each numeric field of the
+# JSON record equals its value, or a FATAL_ERROR naming `what`.
+function(require_fields record what)
+  foreach(field_value IN LISTS ARGN)
+    string(REPLACE ":" ";" fv "${field_value}")
+    list(GET fv 0 field)
+    list(GET fv 1 want)
+    string(JSON got GET "${record}" ${field})
+    if(NOT got EQUAL want)
+      message(FATAL_ERROR "${what}: ${field} is ${got}, expected ${want}: ${record}")
+    endif()
+  endforeach()
+endfunction()

@@ -104,6 +104,9 @@ std::vector<KeySpec> build() {
       S("checkpoint", "async_policy", "wait", {"wait", "skip"}, "a checkpoint due while the previous async write is in flight: wait for it, or skip this one"),
       S("checkpoint", "local_dir", "ckpt_local", {}, "the fast tier (tier 1: node-local disk or burst buffer, visible to every rank), written every local_every steps; a relative path is taken under output.run_dir"),
       I("checkpoint", "local_every", 0, 0, kCount, "steps between tier-1 checkpoints in local_dir; 0 = no tier 1. A resume takes the newest checkpoint of either tier (tier 1 first) and repairs damaged chunks from the other tier's copy of the same step"),
+      I("checkpoint", "memory_every", 0, 0, kCount, "steps between tier-0 memory snapshots: each rank keeps its state in memory_dir and sends a copy to a buddy rank on another node; 0 = no tier 0. A resume takes tier 0 when its step is the newest and every piece verifies"),
+      S("checkpoint", "memory_dir", "/dev/shm", {}, "where tier-0 snapshots live: POSIX shared memory (node memory that outlives the job), one file per rank and copy, named for the run directory"),
+      I("checkpoint", "memory_ranks_per_node", 0, 0, kDim, "ranks per (pretend) node for choosing tier-0 buddies (rank r's copy goes to rank r + this); 0 = the detected node split"),
 
       S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),

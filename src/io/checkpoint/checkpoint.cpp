@@ -22,6 +22,7 @@
 #include "io/checkpoint/chunk_sums.hpp"
 #include "io/checkpoint/flat_range.hpp"
 #include "io/checkpoint/h5.hpp"
+#include "io/checkpoint/meta_json.hpp"
 #include "io/checkpoint/piece_cover.hpp"
 #include "kernels/checksum.hpp"
 
@@ -382,6 +383,8 @@ std::uint64_t chunk_merkle_root(const std::vector<DatasetInfo>& ds) {
   return kernels::checksum_merkle_root(e);
 }
 
+}  // namespace
+
 std::string meta_to_json(const CheckpointMeta& m) {
   nlohmann::json j;
   j["step"] = m.step;
@@ -415,6 +418,8 @@ CheckpointMeta meta_from_json(const std::string& s) {
   }
   return m;
 }
+
+namespace {
 
 // Guards the attributes on "/" as the Merkle root guards the datasets:
 // checksum_leaf(B, 0) (XXH64, kernels/checksum.hpp) of the bytes B =
