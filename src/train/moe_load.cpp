@@ -36,21 +36,22 @@ double max_over_mean(const std::vector<std::int64_t>& counts) {
 }
 
 void MoeLoad::add(const std::vector<model::LayerRouting>& routing) {
-  for (const auto& r : routing) {
-    // By layer number: an interleaved pipeline stage's chunks each report
-    // their own MoE layers, kept in layer order.
-    auto it = std::find_if(layers_.begin(), layers_.end(), [&](const LayerLoad& l) { return l.layer >= r.layer; });
-    if (it == layers_.end() || it->layer != r.layer) {
+  if (layers_.empty()) {
+    for (const auto& r : routing) {
       LayerLoad l;
       l.layer = r.layer;
       l.routed.assign(r.routed.size(), 0);
       l.kept.assign(r.kept.size(), 0);
-      it = layers_.insert(it, std::move(l));
+      layers_.push_back(std::move(l));
     }
-    auto& l = *it;
-    EXA_REQUIRE(r.routed.size() == l.routed.size() && r.kept.size() == l.kept.size(),
-                "MoeLoad: micro-batches disagree on MoE layer {} ({} experts, {} before)", r.layer, r.routed.size(),
-                l.routed.size());
+  }
+  EXA_REQUIRE(routing.size() == layers_.size(), "MoeLoad: a micro-batch reports {} MoE layers, the step {}",
+              routing.size(), layers_.size());
+  for (std::size_t i = 0; i < routing.size(); ++i) {
+    const auto& r = routing[i];
+    auto& l = layers_[i];
+    EXA_REQUIRE(r.layer == l.layer && r.routed.size() == l.routed.size() && r.kept.size() == l.kept.size(),
+                "MoeLoad: micro-batches disagree on MoE layer {} (layer {}, {} experts)", i, r.layer, r.routed.size());
     for (std::size_t e = 0; e < r.routed.size(); ++e) {
       l.routed[e] += r.routed[e];
       l.kept[e] += r.kept[e];

@@ -46,7 +46,7 @@ double max_over_mean(const std::vector<std::int64_t>& counts);
 class MoeLoad {
  public:
   // Adds one micro-batch's routing statistics (model::ForwardResult::routing).
-  // Layers are matched by their number (kept in layer order).
+  // Layers are matched by index; the first call fixes which layers there are.
   void add(const std::vector<model::LayerRouting>& routing);
   // Sums the counts over `comm` (collective; every rank must have added the
   // same layers). A no-op without MoE layers.
