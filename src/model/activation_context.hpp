@@ -121,7 +121,8 @@ struct StageContext {
   using Ids = Kokkos::View<std::int32_t*, Layout, D>;
 
   MicroBatchShape shape;
-  std::vector<LayerContext<T, D>> layers;  // the stage's layers, in order
+  int chunk = 0;                           // the model chunk it ran (interleaved pipeline; else 0)
+  std::vector<LayerContext<T, D>> layers;  // the chunk's layers, in order
   V2 out;                                  // the last layer's output [N,d] (the final norm's input on the last stage)
   // First stage: the micro-batch's input tokens (copied: the embedding's
   // backward needs them after the caller has reused its batch buffers).

@@ -80,6 +80,10 @@ class StageModel {
     Tokens targets;
     V2 hidden;              // [N,d]
     MicroBatchShape shape;  // needed with `hidden` only
+    // Interleaved pipeline: which of the plan's chunks runs (the embedding
+    // belongs to chunk 0 of the first stage, the head to the last chunk of
+    // the last stage). A plan without chunks has only chunk 0.
+    int chunk = 0;
   };
 
   // The single-rank model: the whole stage with the local seams.
@@ -126,6 +130,10 @@ class StageModel {
   // capacity_factor > 0 they can, through expert capacity).
   void next_logits(const W& w, const Tokens& inputs, const V2& out, std::int64_t pos = -1);
 
+  int n_chunks() const { return static_cast<int>(chunk_first_.size()) - 1; }
+  bool chunk_has_embedding(int chunk) const { return embedding_ && chunk == 0; }
+  bool chunk_has_head(int chunk) const { return final_norm_ && chunk == n_chunks() - 1; }
+
   int live_contexts() const;
   // Bytes of activations held by every context of the pool (for the memory
   // report: with the sequential schedule, one micro-batch's).
@@ -133,8 +141,8 @@ class StageModel {
 
  private:
   using Ids = Kokkos::View<const std::int32_t*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  Context& acquire(MicroBatchShape shape);
-  void allocate(Context& c, MicroBatchShape shape) const;
+  Context& acquire(MicroBatchShape shape, int chunk = 0);
+  void allocate(Context& c, MicroBatchShape shape, int chunk) const;
   void ensure_scratch(MicroBatchShape shape);
   Ids flat(const Tokens& t, const char* what) const;
   // Embedding (or the incoming hidden state) and the layers into c.out.
@@ -149,6 +157,7 @@ class StageModel {
   ModelOptions opt_;
   std::optional<Embedding<T, D>> embedding_;
   std::vector<TransformerLayer<T, D>> layers_;
+  std::vector<std::size_t> chunk_first_;  // chunk c: layers_[chunk_first_[c], chunk_first_[c+1])
   std::optional<RMSNorm<T, D>> final_norm_;
   UnitHookList hooks_;
   std::vector<std::unique_ptr<Context>> pool_;

@@ -67,7 +67,8 @@ StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seam
               "StageModel: the plan's layers [{}, {}) of {} do not fit the model's {} layers", plan_.layer_begin,
               plan_.layer_end, plan_.n_layers, cfg_.n_layers);
   bool any_moe = false;
-  for (std::int64_t i = plan_.layer_begin; i < plan_.layer_end; ++i) any_moe = any_moe || cfg_.is_moe_layer(i);
+  for (const auto& [a, b] : plan_.layer_ranges())
+    for (std::int64_t i = a; i < b; ++i) any_moe = any_moe || cfg_.is_moe_layer(i);
   if (any_moe)
     EXA_REQUIRE(cfg_.top_k >= 1 && cfg_.top_k <= cfg_.n_experts,
                 "StageModel: top_k {} must be in [1, n_experts = {}]", cfg_.top_k, cfg_.n_experts);
@@ -84,18 +85,22 @@ StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seam
   const AttentionShape ashape{plan_.heads, plan_.kv_heads, cfg_.head_dim()};
   const MoeShape mshape{cfg_.n_experts, cfg_.top_k, cfg_.n_shared_experts, plan_.d_expert, cfg_.capacity_factor,
                         kernels::RouterOptions{cfg_.norm_topk, cfg_.aux_coef, cfg_.z_coef}};
-  for (std::int64_t l = plan_.layer_begin; l < plan_.layer_end; ++l) {
-    auto attn = std::make_unique<AttentionBlock<T, D>>(l, ashape, cfg_.norm_eps, seams_.column, seams_.row,
-                                                       seams_.attention, fence, norm_rows);
-    std::unique_ptr<DenseMlp<T, D>> mlp;
-    std::unique_ptr<MoeBlock<T, D>> moe;
-    if (cfg_.is_moe_layer(l))
-      moe = std::make_unique<MoeBlock<T, D>>(l, mshape, cfg_.norm_eps, seams_.column, seams_.row, seams_.replicated,
-                                             seams_.dispatcher, fence, norm_rows, seams_.routing);
-    else
-      mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence,
-                                             norm_rows);
-    layers_.emplace_back(l, std::move(attn), std::move(mlp), std::move(moe));
+  chunk_first_.push_back(0);
+  for (const auto& [a, b] : plan_.layer_ranges()) {
+    for (std::int64_t l = a; l < b; ++l) {
+      auto attn = std::make_unique<AttentionBlock<T, D>>(l, ashape, cfg_.norm_eps, seams_.column, seams_.row,
+                                                         seams_.attention, fence, norm_rows);
+      std::unique_ptr<DenseMlp<T, D>> mlp;
+      std::unique_ptr<MoeBlock<T, D>> moe;
+      if (cfg_.is_moe_layer(l))
+        moe = std::make_unique<MoeBlock<T, D>>(l, mshape, cfg_.norm_eps, seams_.column, seams_.row, seams_.replicated,
+                                               seams_.dispatcher, fence, norm_rows, seams_.routing);
+      else
+        mlp = std::make_unique<DenseMlp<T, D>>(l, plan_.d_ff, cfg_.norm_eps, seams_.column, seams_.row, fence,
+                                               norm_rows);
+      layers_.emplace_back(l, std::move(attn), std::move(mlp), std::move(moe));
+    }
+    chunk_first_.push_back(layers_.size());
   }
   if (plan_.has_head()) final_norm_.emplace("norm.weight", cfg_.norm_eps, norm_rows);
 }
@@ -131,7 +136,7 @@ void StageModel<T, D>::set_router_bias(std::int64_t layer, const std::vector<flo
 }
 
 template <class T, class D>
-void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
+void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape, int chunk) const {
   const std::int64_t N = shape.N(), B = shape.B, Tn = shape.T, d = cfg_.d_model, H = plan_.heads,
                      Hkv = plan_.kv_heads, hd = cfg_.head_dim(), E = cfg_.n_experts, K = cfg_.top_k,
                      F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff, Fs = plan_.d_shared,
@@ -145,9 +150,11 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
   const std::int64_t Ns = plan_.stream_rows(N);  // residual stream, norms (sequence parallelism: this rank's rows)
   c = Context{};
   c.shape = shape;
-  c.layers.resize(layers_.size());
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    auto& lc = c.layers[i];
+  c.chunk = chunk;
+  const std::size_t first = chunk_first_[std::size_t(chunk)];
+  c.layers.resize(chunk_first_[std::size_t(chunk) + 1] - first);
+  for (std::size_t i = first; i < first + c.layers.size(); ++i) {
+    auto& lc = c.layers[i - first];
     lc.x = v2("x", Ns, d);
     lc.attn_rstd = v1("attn_rstd", Ns);
     lc.attn_xn = v2("attn_xn", Ns, d);
@@ -183,8 +190,8 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape) const {
     }
   }
   c.out = v2("h_final", Ns, d);
-  if (plan_.has_embedding()) c.tokens = typename Context::Ids("exa::model::tokens", N);
-  if (plan_.has_head()) {
+  if (chunk_has_embedding(chunk)) c.tokens = typename Context::Ids("exa::model::tokens", N);
+  if (chunk_has_head(chunk)) {
     c.targets = typename Context::Ids("exa::model::targets", N);
     c.hf = v2("hf", Ns, d);
     c.logits = v2("logits", N, V);
@@ -234,20 +241,22 @@ void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
 }
 
 template <class T, class D>
-typename StageModel<T, D>::Context& StageModel<T, D>::acquire(MicroBatchShape shape) {
+typename StageModel<T, D>::Context& StageModel<T, D>::acquire(MicroBatchShape shape, int chunk) {
+  EXA_REQUIRE(chunk >= 0 && chunk < n_chunks(), "StageModel: chunk {} is not one of this stage's {}", chunk,
+              n_chunks());
   EXA_REQUIRE(shape.B > 0 && shape.T > 0, "StageModel: empty micro-batch [{}, {}]", shape.B, shape.T);
   EXA_REQUIRE(!plan_.sequence_parallel || shape.N() % plan_.tp == 0,
               "StageModel: sequence parallelism splits the {} tokens of a micro-batch over tp = {} ranks: choose "
               "model.seq_len divisible by tp", shape.N(), plan_.tp);
   for (auto& p : pool_)
-    if (!p->live && p->shape == shape) return *p;
+    if (!p->live && p->shape == shape && p->chunk == chunk) return *p;
   for (auto& p : pool_)
     if (!p->live) {
-      allocate(*p, shape);
+      allocate(*p, shape, chunk);
       return *p;
     }
   pool_.push_back(std::make_unique<Context>());
-  allocate(*pool_.back(), shape);
+  allocate(*pool_.back(), shape, chunk);
   return *pool_.back();
 }
 
@@ -267,7 +276,8 @@ template <class T, class D>
 kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const Input& in,
                                                    std::vector<LayerRouting>* routing) {
   const std::int64_t N = c.shape.N();
-  if (embedding_) {
+  const std::size_t first = chunk_first_[std::size_t(c.chunk)];
+  if (chunk_has_embedding(c.chunk)) {
     hooks_.before_forward(0);
     ScopedRegion region("forward/embed", opt_.fence_phases);
     Kokkos::deep_copy(c.tokens, flat(in.tokens, "inputs"));
@@ -283,14 +293,15 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
     Kokkos::deep_copy(c.layers[0].x, in.hidden);
   }
   kernels::RouterLosses sum;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const std::int64_t l = layers_[i].index();
+  for (std::size_t i = 0; i < c.layers.size(); ++i) {
+    const auto& layer = layers_[first + i];
+    const std::int64_t l = layer.index();
     const auto& lw = w.layers[std::size_t(l)];
     hooks_.before_forward(static_cast<int>(l) + 1);
-    EXA_REQUIRE(lw.moe == layers_[i].is_moe(), "StageModel: weights of layer {} are {} but the model's layer is {}",
+    EXA_REQUIRE(lw.moe == layer.is_moe(), "StageModel: weights of layer {} are {} but the model's layer is {}",
                 l, lw.moe ? "MoE" : "dense", lw.moe ? "dense" : "MoE");
-    const V2 out = i + 1 < layers_.size() ? c.layers[i + 1].x : c.out;
-    const auto rl = layers_[i].forward(c.layers[i], lw, c.shape, rope_, out, scratch_, routing);
+    const V2 out = i + 1 < c.layers.size() ? c.layers[i + 1].x : c.out;
+    const auto rl = layer.forward(c.layers[i], lw, c.shape, rope_, out, scratch_, routing);
     sum.aux += rl.aux;
     sum.z += rl.z;
   }
@@ -308,17 +319,17 @@ template <class T, class D>
 typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const Input& in) {
   check_weights(w, "forward");
   MicroBatchShape shape = in.shape;
-  if (plan_.has_embedding()) shape = {std::int64_t(in.tokens.extent(0)), std::int64_t(in.tokens.extent(1))};
-  if (plan_.has_head())
+  if (chunk_has_embedding(in.chunk)) shape = {std::int64_t(in.tokens.extent(0)), std::int64_t(in.tokens.extent(1))};
+  if (chunk_has_head(in.chunk))
     EXA_REQUIRE(std::int64_t(in.targets.extent(0)) == shape.B && std::int64_t(in.targets.extent(1)) == shape.T,
                 "StageModel::forward: inputs [{}, {}] and targets [{}, {}] differ in shape", shape.B, shape.T,
                 in.targets.extent(0), in.targets.extent(1));
-  Context& c = acquire(shape);
+  Context& c = acquire(shape, in.chunk);
   ensure_scratch(shape);
   c.result = ForwardResult{};
   c.result.n_tokens = shape.N();
   const auto rl = run_layers(c, w, in, &c.result.routing);
-  if (final_norm_) {
+  if (chunk_has_head(c.chunk)) {
     ScopedRegion region("forward/head", opt_.fence_phases);
     load_targets(c, in.targets);
     hooks_.before_forward(head_unit());
@@ -346,7 +357,8 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
   ensure_scratch(c.shape);
   auto& s = scratch_;
   const std::int64_t Ns = plan_.stream_rows(c.shape.N());  // the boundary tensors' rows
-  if (final_norm_) {
+  const std::size_t first = chunk_first_[std::size_t(c.chunk)];
+  if (chunk_has_head(c.chunk)) {
     hooks_.before_backward(head_unit());
     {
       ScopedRegion region("backward/head", opt_.fence_phases);
@@ -360,14 +372,14 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
                 plan_.layer_begin, plan_.layer_end, Ns, cfg_.d_model, d_out.extent(0), d_out.extent(1));
     Kokkos::deep_copy(s.dres, d_out);
   }
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    const std::int64_t l = layers_[i].index();
+  for (std::size_t i = c.layers.size(); i-- > 0;) {
+    const std::int64_t l = layers_[first + i].index();
     hooks_.before_backward(static_cast<int>(l) + 1);
-    layers_[i].backward(c.layers[i], w.layers[std::size_t(l)], g.layers[std::size_t(l)], c.shape, rope_, loss_scale,
+    layers_[first + i].backward(c.layers[i], w.layers[std::size_t(l)], g.layers[std::size_t(l)], c.shape, rope_, loss_scale,
                         s);
     hooks_.after_backward(static_cast<int>(l) + 1);
   }
-  if (embedding_) {
+  if (chunk_has_embedding(c.chunk)) {
     hooks_.before_backward(0);
     {
       ScopedRegion region("backward/embed", opt_.fence_phases);

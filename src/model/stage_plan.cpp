@@ -27,6 +27,34 @@ StagePlan StagePlan::layers(const ModelConfig& cfg, std::int64_t l0, std::int64_
   return p;
 }
 
+StagePlan StagePlan::interleaved(const ModelConfig& cfg, std::int64_t rank, std::int64_t pp, std::int64_t v) {
+  EXA_REQUIRE(pp >= 1 && v >= 1 && 0 <= rank && rank < pp && cfg.n_layers % (pp * v) == 0,
+              "StagePlan: {} layers do not split into pp x v = {} x {} equal chunks (stage {})", cfg.n_layers, pp, v,
+              rank);
+  const std::int64_t n = cfg.n_layers / (pp * v);
+  StagePlan p = layers(cfg, rank * n, ((v - 1) * pp + rank + 1) * n);
+  if (v > 1)
+    for (std::int64_t c = 0; c < v; ++c) p.chunks.emplace_back((c * pp + rank) * n, (c * pp + rank + 1) * n);
+  return p;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> StagePlan::layer_ranges() const {
+  if (chunks.empty()) return {{layer_begin, layer_end}};
+  return chunks;
+}
+
+std::int64_t StagePlan::local_layers() const {
+  std::int64_t n = 0;
+  for (const auto& [a, b] : layer_ranges()) n += b - a;
+  return n;
+}
+
+bool StagePlan::holds_layer(std::int64_t l) const {
+  for (const auto& [a, b] : layer_ranges())
+    if (a <= l && l < b) return true;
+  return false;
+}
+
 StagePlan StagePlan::with_experts(std::int64_t begin, std::int64_t end) const {
   EXA_REQUIRE(expert_begin <= begin && begin < end && end <= expert_end,
               "StagePlan: experts [{}, {}) are not a non-empty range of [{}, {})", begin, end, expert_begin,
@@ -88,7 +116,7 @@ bool holds(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg)
   const int u = unit_of(spec.name, plan.n_layers);
   if (u == 0) return plan.has_embedding() || (cfg.tie_embeddings && plan.has_head());
   if (u == n_units(plan.n_layers) - 1) return plan.has_head();
-  return plan.layer_begin <= u - 1 && u - 1 < plan.layer_end;
+  return plan.holds_layer(u - 1);
 }
 
 Box local_box(const ParamSpec& spec, const StagePlan& plan, const ModelConfig& cfg) {

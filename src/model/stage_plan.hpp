@@ -6,6 +6,8 @@
 // or backward pass reads head counts, vocabulary or expert ranges from the
 // global ModelConfig.
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "model/model_config.hpp"
 #include "model/parameter_specs.hpp"
@@ -29,12 +31,20 @@ struct StagePlan {
   // Sequence parallelism (tp > 1): the residual stream, norms and their
   // outputs hold this rank's 1/tp of a micro-batch's rows.
   bool sequence_parallel = false;
+  // Interleaved pipeline (pipeline.virtual_stages = v > 1): the rank's v
+  // layer blocks ("chunks"), in order, [layer_begin, layer_end) spanning
+  // them. Empty: the one chunk [layer_begin, layer_end).
+  std::vector<std::pair<std::int64_t, std::int64_t>> chunks;
 
   // The whole model on one rank: the stage [0, L) with every head, column,
   // expert and vocabulary row.
   static StagePlan whole(const ModelConfig& cfg);
   // The whole-width stage [l0, l1) (pipeline stages without other splits).
   static StagePlan layers(const ModelConfig& cfg, std::int64_t l0, std::int64_t l1);
+  // The interleaved stage `rank` of `pp` with v chunks: chunk c holds layer
+  // block c*pp + rank of n_layers / (pp*v) layers. exa::Error unless pp*v
+  // divides the layers.
+  static StagePlan interleaved(const ModelConfig& cfg, std::int64_t rank, std::int64_t pp, std::int64_t v);
   // Expert parallelism: this plan holding only experts [begin, end).
   // exa::Error when the range is empty or outside [0, n_experts).
   StagePlan with_experts(std::int64_t begin, std::int64_t end) const;
@@ -47,7 +57,10 @@ struct StagePlan {
 
   bool has_embedding() const { return layer_begin == 0; }
   bool has_head() const { return layer_end == n_layers; }
-  std::int64_t local_layers() const { return layer_end - layer_begin; }
+  std::int64_t local_layers() const;
+  // The chunks' layer ranges (one: [layer_begin, layer_end)).
+  std::vector<std::pair<std::int64_t, std::int64_t>> layer_ranges() const;
+  bool holds_layer(std::int64_t l) const;
   std::int64_t local_experts() const { return expert_end - expert_begin; }
   // Rows of the residual stream for a micro-batch of n tokens.
   std::int64_t stream_rows(std::int64_t n) const { return sequence_parallel ? n / tp : n; }

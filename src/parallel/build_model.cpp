@@ -8,7 +8,7 @@
 namespace exa::parallel {
 
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                            const std::vector<std::int64_t>& layers_per_stage) {
+                            const std::vector<std::int64_t>& layers_per_stage, int virtual_stages) {
   const auto& s = grid.sizes();
   // Each dimension works alone and with dp and ep, and tp, cp and pp in
   // pairs; all three at once wait for a test that shows them composing.
@@ -17,7 +17,9 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
               "in pairs only (tp x cp, pp x tp, pp x cp) in this build; keep one of them at 1",
               s.tp, s.cp, s.pp);
   auto plan = model::StagePlan::whole(cfg);
-  if (s.pp > 1) {
+  if (s.pp > 1 && virtual_stages > 1) {
+    plan = model::StagePlan::interleaved(cfg, grid.coords().pp, s.pp, virtual_stages);
+  } else if (s.pp > 1) {
     const auto b = pipeline::stage_boundaries(cfg, s.pp, layers_per_stage);
     const auto k = std::size_t(grid.coords().pp);
     plan = model::StagePlan::layers(cfg, b[k], b[k + 1]);
@@ -34,7 +36,7 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                                                       model::ModelOptions opt, ExpertComm ec, TensorComm tc,
                                                       const context::ContextOptions& co, PipelineOptions po) {
-  auto plan = stage_plan(cfg, grid, po.layers_per_stage);
+  auto plan = stage_plan(cfg, grid, po.layers_per_stage, po.virtual_stages);
   plan.sequence_parallel = tc.sequence_parallel && plan.tp > 1;
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
   if (!plan.all_experts(cfg)) {

@@ -28,9 +28,11 @@ namespace exa::parallel {
 // a parallelism this build does not provide yet (tp, cp and pp together),
 // or when ep does not divide the experts or tp an extent it splits. Pipeline
 // parallelism (pp > 1) gives the rank its stage's layers: `layers_per_stage`
-// counts, or the balanced split (pipeline/stage_split.hpp) when empty.
+// counts, or the balanced split (pipeline/stage_split.hpp) when empty;
+// virtual_stages > 1 (the interleaved schedule) its v chunks instead
+// (model::StagePlan::interleaved).
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                            const std::vector<std::int64_t>& layers_per_stage = {});
+                            const std::vector<std::int64_t>& layers_per_stage = {}, int virtual_stages = 1);
 
 // How the expert all-to-all moves token rows: `backend` (the counts always
 // use MPI) and, with `hierarchical` (comm.hierarchical_a2a), in two stages
@@ -57,6 +59,7 @@ struct TensorComm {
 struct PipelineOptions {
   std::vector<std::int64_t> layers_per_stage;
   std::shared_ptr<pipeline::WeightGradQueue> deferred_weights;
+  int virtual_stages = 1;  // pipeline.virtual_stages (interleaved)
 };
 
 // Collective over the grid's Ep group when ep > 1, its Tp group when tp > 1

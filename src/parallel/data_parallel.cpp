@@ -35,7 +35,9 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.overlap = cfg.get_bool("comm.overlap");
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
   o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
-  o.layers_per_stage = pipeline::PipelineOptions::from_deck(cfg).layers_per_stage;
+  const auto po = pipeline::PipelineOptions::from_deck(cfg);
+  o.layers_per_stage = po.layers_per_stage;
+  o.virtual_stages = po.virtual_stages;
   return o;
 }
 
@@ -71,7 +73,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
 DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, DataParallelOptions opt)
     : opt_(opt),
       mcfg_(mcfg),
-      plan_(stage_plan(mcfg, grid, opt.layers_per_stage)),
+      plan_(stage_plan(mcfg, grid, opt.layers_per_stage, opt.virtual_stages)),
       data_size_(grid.size(comm::Group::Data)),
       data_rank_(grid.rank(comm::Group::Data)),
       split_(split(grid, mcfg, plan_, opt)),

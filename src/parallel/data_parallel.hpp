@@ -61,6 +61,7 @@ struct DataParallelOptions {
   // Pipeline parallelism: the layers of each stage (empty: balanced), which
   // decide the tensors this rank holds.
   std::vector<std::int64_t> layers_per_stage;
+  int virtual_stages = 1;  // pipeline.virtual_stages: interleaved chunks per stage
   // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
   // pipeline.layers_per_stage.
   static DataParallelOptions from_deck(const deck::Config& cfg);

@@ -19,7 +19,8 @@ struct MicroBatchOp {
   enum class Kind { Forward, Backward };
   Kind kind = Kind::Forward;
   int micro = 0;
-  bool operator==(const MicroBatchOp& o) const { return kind == o.kind && micro == o.micro; }
+  int chunk = 0;  // interleaved pipeline: the stage's model chunk (virtual stage); else 0
+  bool operator==(const MicroBatchOp& o) const { return kind == o.kind && micro == o.micro && chunk == o.chunk; }
 };
 
 class Schedule {
@@ -38,8 +39,9 @@ class SequentialSchedule final : public Schedule {
 };
 
 // exa::Error unless every micro-batch in [0, n_micro) runs one forward and,
-// later, one backward. Returns the most contexts alive at once.
-int check_schedule(const std::vector<MicroBatchOp>& ops, int n_micro, const std::string& name);
+// later, one backward, through each of `chunks` model chunks. Returns the
+// most contexts alive at once.
+int check_schedule(const std::vector<MicroBatchOp>& ops, int n_micro, const std::string& name, int chunks = 1);
 
 // Runs `schedule` for n_micro micro-batches:
 //   forward(j)  -> the context micro-batch j's backward will consume

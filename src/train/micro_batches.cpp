@@ -8,18 +8,23 @@ namespace exa::train {
 
 namespace {
 
-void add(MicroBatchTotals& t, const model::ForwardResult& r) {
+void add_losses(MicroBatchTotals& t, const model::ForwardResult& r) {
   t.loss += r.loss.loss;
   t.ce += r.loss.ce;
   t.aux += r.loss.aux;
   t.z += r.loss.z;
   t.imbalance = std::max(t.imbalance, r.max_imbalance());
+}
+
+void add(MicroBatchTotals& t, const model::ForwardResult& r) {
+  add_losses(t, r);
   t.moe.add(r.routing);
 }
 
 MicroBatchTotals run_pipeline(const MicroBatchStep& s, std::int64_t n_micro) {
   MicroBatchTotals t;
   auto& p = *s.pipeline;
+  std::vector<std::vector<model::LayerRouting>> routing(static_cast<std::size_t>(n_micro));
   parallel::pipeline::Pipeline::Step step{s.model, s.weights, s.grads, s.backward_seed,
                                           [&](int j) {
                                             ScopedRegion io(s.regions.io, s.regions.fence);
@@ -29,10 +34,17 @@ MicroBatchTotals run_pipeline(const MicroBatchStep& s, std::int64_t n_micro) {
                                             in.targets = s.batch.targets;
                                             return in;
                                           },
-                                          [&](int, const model::StageContext<float>& c) { add(t, c.result); },
+                                          [&](int j, const model::StageContext<float>& c) {
+                                            // An interleaved stage's chunks each route their own MoE
+                                            // layers: one micro-batch's, in chunk (= layer) order.
+                                            add_losses(t, c.result);
+                                            auto& r = routing[std::size_t(j)];
+                                            r.insert(r.end(), c.result.routing.begin(), c.result.routing.end());
+                                          },
                                           s.before_backward ? [&](int j, bool last) { s.before_backward(j, last); }
                                                             : std::function<void(int, bool)>()};
   t.pipeline = p.run(step, static_cast<int>(n_micro));
+  for (const auto& r : routing) t.moe.add(r);
   // The stages' parts of the losses (ce on the last, aux and z where the
   // MoE layers are) and loads: one fixed-size message each, on every stage.
   double parts[4] = {t.loss, t.ce, t.aux, t.z};

@@ -66,7 +66,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                     replace_.placement()},
                                    {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")},
                                    parallel::context::ContextOptions::from_deck(cfg),
-                                   {dp_.options().layers_per_stage, deferred_weights_})),
+                                   {dp_.options().layers_per_stage, deferred_weights_, dp_.options().virtual_stages})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
@@ -85,8 +85,10 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     pipe_ = std::make_unique<parallel::pipeline::Pipeline>(
         grid_, mcfg_, parallel::pipeline::PipelineOptions::from_deck(cfg), shape, deferred_weights_);
     const auto& p = model_->plan();
-    log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step; stage 0 holds layers [{}, {})",
-              pipe_->stages(), pipe_->schedule().name(), grad_accum_, p.layer_begin, p.layer_end);
+    std::string held;
+    for (const auto& [a, b] : p.layer_ranges()) held += fmt::format("{}[{}, {})", held.empty() ? "" : " ", a, b);
+    log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step; stage 0 holds layers {}",
+              pipe_->stages(), pipe_->schedule().name(), grad_accum_, held);
   }
   opt_.clipper().set_reduction(pipe_ ? pipe_->norm_reduction(dp_.norm_reduction(), dp_.store())
                                      : dp_.norm_reduction());
@@ -428,9 +430,11 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
       live.push_back(all[std::size_t(4 * k + 2)]);
       bytes.push_back(all[std::size_t(4 * k + 3)]);
     }
-    const double theory = parallel::pipeline::theoretical_bubble(pipe_->schedule().name(), P, int(grad_accum_));
+    const double theory =
+        parallel::pipeline::theoretical_bubble(pipe_->schedule().name(), P, int(grad_accum_), pipe_->chunks());
     const double worst = *std::max_element(bubble.begin(), bubble.end());
-    record["pipeline"] = {{"schedule", pipe_->schedule().name()}, {"stages", P}, {"micro_batches", grad_accum_},
+    record["pipeline"] = {{"schedule", pipe_->schedule().name()}, {"stages", P}, {"virtual_stages", pipe_->chunks()},
+                          {"micro_batches", grad_accum_},
                           {"bubble_theory", theory}, {"bubble", bubble}, {"compute_s", compute},
                           {"peak_contexts", live}, {"activation_bytes", bytes}};
     line += fmt::format(" | pp bubble {:.3f} (theory {:.3f})", worst, theory);

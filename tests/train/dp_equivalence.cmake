@@ -70,7 +70,8 @@ endif()
 
 # A pipeline layout must really have run as one, and its stages must have
 # kept the schedule's contexts: m (the micro-batches) alive at once on every
-# stage under gpipe, at most pp - stage under 1f1b (the last step's record).
+# stage under gpipe, at most pp - stage under 1f1b, the warm-up's chunk
+# forwards plus one under interleaved (the last step's record).
 if(EXTRA MATCHES "parallel\\.pp=([0-9]+)")
   set(pp ${CMAKE_MATCH_1})
   file(STRINGS ${WORK}/metrics.jsonl lines)
@@ -97,6 +98,15 @@ if(EXTRA MATCHES "parallel\\.pp=([0-9]+)")
     math(EXPR bound "${pp} - ${s}")
     if(sched STREQUAL "gpipe")
       set(bound ${m})
+    elseif(sched STREQUAL "interleaved")
+      # The warm-up's (pp - s - 1)*2 + (v - 1)*pp chunk forwards plus one,
+      # all m*v when m = pp.
+      string(JSON v GET "${last}" pipeline virtual_stages)
+      math(EXPR all "${m} * ${v}")
+      math(EXPR bound "(${pp} - ${s} - 1) * 2 + (${v} - 1) * ${pp} + 1")
+      if(m EQUAL pp OR all LESS bound)
+        set(bound ${all})
+      endif()
     elseif(m LESS bound)
       set(bound ${m})
     endif()

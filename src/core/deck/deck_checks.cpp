@@ -222,6 +222,77 @@ void check_parallel(const Config& c) {
   }
 }
 
+// Pipeline schedule and split: the interleaved schedule's chunks and
+// micro-batch groups, and pipeline.layers_per_stage's counts (also found by
+// --check, before any rank builds a stage).
+void check_pipeline(const Config& c) {
+  const auto pp = c.get_int("parallel.pp"), v = c.get_int("pipeline.virtual_stages");
+  const auto layers = c.get_int("model.n_layers"), accum = c.get_int("train.grad_accum");
+  const bool interleaved = c.get_string("pipeline.schedule") == "interleaved";
+  if (interleaved != (v > 1)) {
+    fail(c, {"pipeline.virtual_stages", "pipeline.schedule"},
+         interleaved ? fmt::format("pipeline.schedule = \"interleaved\" needs pipeline.virtual_stages >= 2 model "
+                                   "chunks per stage (got {}); set virtual_stages = 2, or schedule = \"1f1b\"",
+                                   v)
+                     : fmt::format("pipeline.virtual_stages = {} with pipeline.schedule = \"{}\": only the "
+                                   "interleaved schedule runs several model chunks per stage; set schedule = "
+                                   "\"interleaved\" or virtual_stages = 1",
+                                   v, c.get_string("pipeline.schedule")));
+  }
+  const auto per_stage = c.get_string("pipeline.layers_per_stage");
+  const bool explicit_split = per_stage != "auto" && per_stage.find_first_not_of(" \t") != std::string::npos;
+  if (pp > 1 && interleaved) {
+    if (layers % (pp * v) != 0) {
+      const auto ok = divisors(layers / pp,
+                               [&](std::int64_t w) { return w >= 2 && layers % (pp * w) == 0; });
+      fail(c, {"pipeline.virtual_stages", "parallel.pp", "model.n_layers"},
+           fmt::format("model.n_layers = {} is not divisible by parallel.pp*pipeline.virtual_stages = {}*{} = {}; "
+                       "the interleaved schedule gives every stage v chunks of equal size: {}",
+                       layers, pp, v, pp * v,
+                       ok.empty() ? fmt::format("make n_layers a multiple of {}", pp * v)
+                                  : "choose virtual_stages from " + ok));
+    }
+    if (accum < pp || accum % pp != 0) {
+      fail(c, {"train.grad_accum", "parallel.pp", "pipeline.schedule"},
+           fmt::format("pipeline.schedule = \"interleaved\" runs micro-batches in groups of the parallel.pp = {} "
+                       "stages, but train.grad_accum = {} is not a multiple of {}: set grad_accum to {}",
+                       pp, accum, pp, std::max(pp, (accum + pp - 1) / pp * pp)));
+    }
+    if (explicit_split) {
+      fail(c, {"pipeline.layers_per_stage", "pipeline.schedule"},
+           fmt::format("pipeline.layers_per_stage = \"{}\" with pipeline.schedule = \"interleaved\": the "
+                       "interleaved split is fixed (n_layers/(pp*v) layers a chunk); set layers_per_stage = \"auto\"",
+                       per_stage));
+    }
+  }
+  if (pp > 1 && explicit_split) {
+    std::vector<double> counts;
+    try {
+      counts = number_list(per_stage);
+    } catch (const Error& e) {
+      fail(c, {"pipeline.layers_per_stage"},
+           fmt::format("pipeline.layers_per_stage = \"{}\": {}", per_stage, e.what()));
+    }
+    double sum = 0;
+    for (const double n : counts) {
+      if (n < 1 || n != double(std::int64_t(n))) {
+        fail(c, {"pipeline.layers_per_stage"},
+             fmt::format("pipeline.layers_per_stage = \"{}\": '{}' is not a layer count >= 1; write one count "
+                         "per stage, e.g. \"3,1\"",
+                         per_stage, n));
+      }
+      sum += n;
+    }
+    if (std::int64_t(counts.size()) != pp || sum != double(layers)) {
+      fail(c, {"pipeline.layers_per_stage", "parallel.pp", "model.n_layers"},
+           fmt::format("pipeline.layers_per_stage = \"{}\" gives {} stages {} layers, but parallel.pp = {} and "
+                       "model.n_layers = {}; give pp counts summing to n_layers (or \"auto\" for the balanced "
+                       "split)",
+                       per_stage, counts.size(), sum, pp, layers));
+    }
+  }
+}
+
 void check_training(const Config& c) {
   const auto lr = c.get_float("optim.lr"), min_lr = c.get_float("optim.min_lr");
   if (min_lr > lr) {
@@ -292,6 +363,7 @@ void check_consistency(const Config& c) {
   check_model(c);
   check_moe(c);
   check_parallel(c);
+  check_pipeline(c);
   check_training(c);
 }
 

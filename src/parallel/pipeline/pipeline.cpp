@@ -26,6 +26,7 @@ PipelineOptions PipelineOptions::from_deck(const deck::Config& cfg) {
   o.layers_per_stage =
       parse_layers_per_stage(cfg.get_string("pipeline.layers_per_stage"), cfg.get_int("model.n_layers"),
                              static_cast<int>(cfg.get_int("parallel.pp")), cfg.locate({"pipeline.layers_per_stage"}));
+  o.virtual_stages = static_cast<int>(cfg.get_int("pipeline.virtual_stages"));
   return o;
 }
 
@@ -39,7 +40,7 @@ Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg,
       pp_(grid.comm(comm::Group::Pp)),
       tp_(grid.comm(comm::Group::Tp)),
       p2p_(comm::make_mpi_communicator(pp_)),
-      schedule_(make_schedule(opt_.schedule, stage_, stages_)),
+      schedule_(make_schedule(opt_.schedule, stage_, stages_, opt_.virtual_stages)),
       deferred_(std::move(weights)) {
   EXA_REQUIRE((opt_.schedule == "zb") == (deferred_ != nullptr),
               "pipeline: the zb schedule needs the model built with deferred weight gradients, and only it");
@@ -62,16 +63,19 @@ void Pipeline::post_receives(const Model& m, int n_micro) {
   // same TP rank of the next stage: whole, or its 1/tp of the rows under
   // sequence parallelism (context parallelism: of its T/cp zigzag rows).
   const std::int64_t N = m.plan().stream_rows(shape_.N()), d = cfg_.d_model;
+  const int slots = n_micro * chunks();
   auto grow = [&](std::vector<Model::V2>& v, const char* label) {
-    while (std::int64_t(v.size()) < n_micro) v.emplace_back(std::string("exa::pipeline::") + label, N, d);
+    while (std::int64_t(v.size()) < slots) v.emplace_back(std::string("exa::pipeline::") + label, N, d);
   };
   grow(act_in_, "act_in");
   grow(grad_in_, "grad_in");
   grow(grad_out_, "grad_out");
-  for (auto* r : {&act_recv_, &grad_recv_, &act_send_, &grad_send_}) r->resize(std::size_t(n_micro));
-  for (int j = 0; j < n_micro; ++j) {
-    if (!first()) act_recv_[std::size_t(j)] = p2p_->irecv(flat(act_in_[std::size_t(j)]), stage_ - 1, 2 * j);
-  }
+  for (auto* r : {&act_recv_, &grad_recv_, &act_send_, &grad_send_}) r->resize(std::size_t(slots));
+  for (int c = 0; c < chunks(); ++c)
+    for (int j = 0; j < n_micro; ++j) {
+      const int k = c * n_micro + j;
+      if (has_prev(c)) act_recv_[std::size_t(k)] = p2p_->irecv(flat(act_in_[std::size_t(k)]), prev_rank(), 2 * k);
+    }
 }
 
 void Pipeline::wait(comm::Request& r, double& waited) {
@@ -89,35 +93,47 @@ void Pipeline::wait(comm::Request& r, double& waited) {
 
 PipelineStats Pipeline::run(const Step& s, int n_micro) {
   const auto ops = schedule_->ops(n_micro);
-  check_schedule(ops, n_micro, schedule_->name());
+  check_schedule(ops, n_micro, schedule_->name(), chunks());
   PipelineStats st;
   const double t0 = wall_seconds();
   post_receives(s.model, n_micro);
-  for (int j = 0; j < n_micro; ++j)
-    if (!last()) grad_recv_[std::size_t(j)] = p2p_->irecv(flat(grad_in_[std::size_t(j)]), stage_ + 1, 2 * j + 1);
-  std::vector<Ctx*> alive(std::size_t(n_micro), nullptr);
+  // Slot k = chunk * n_micro + j holds micro-batch j's tensors at one of the
+  // stage's chunks; a message's tag is its receiver's slot (2k forward,
+  // 2k + 1 backward).
+  auto slot = [n_micro](int c, int j) { return c * n_micro + j; };
+  for (int c = 0; c < chunks(); ++c)
+    for (int j = 0; j < n_micro; ++j)
+      if (has_next(c)) {
+        const int k = slot(c, j);
+        grad_recv_[std::size_t(k)] = p2p_->irecv(flat(grad_in_[std::size_t(k)]), next_rank(), 2 * k + 1);
+      }
+  std::vector<Ctx*> alive(std::size_t(n_micro * chunks()), nullptr);
+  // The step's last backward, and each chunk's (data parallelism reduces
+  // a chunk's layers after its last backward).
   std::size_t last_backward = 0;
+  std::vector<std::size_t> chunk_last(std::size_t(chunks()), 0);
   for (std::size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].kind == MicroBatchOp::Kind::Backward) last_backward = i;
+    if (ops[i].kind == MicroBatchOp::Kind::Backward) last_backward = chunk_last[std::size_t(ops[i].chunk)] = i;
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    const int j = ops[i].micro;
-    const auto k = std::size_t(j);
+    const int j = ops[i].micro, c = ops[i].chunk;
+    const auto k = std::size_t(slot(c, j));
     if (ops[i].kind == MicroBatchOp::Kind::Forward) {
       Model::Input in;
-      if (first() || last()) in = s.input(j);
-      if (!first()) {
+      if (!has_prev(c) || !has_next(c)) in = s.input(j);
+      in.chunk = c;
+      if (has_prev(c)) {
         wait(act_recv_[k], st.wait_s);
         in.hidden = act_in_[k];
         in.shape = shape_;
       }
-      Ctx& c = s.model.forward(s.weights, in);
-      if (s.forwarded) s.forwarded(j, c);
-      if (!last()) act_send_[k] = p2p_->isend(flat(c.out), stage_ + 1, 2 * j);
-      alive[k] = &c;
+      Ctx& ctx = s.model.forward(s.weights, in);
+      if (s.forwarded) s.forwarded(j, ctx);
+      if (has_next(c)) act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * slot(next_chunk(c), j));
+      alive[k] = &ctx;
       st.peak_live = std::max(st.peak_live, s.model.live_contexts());
       st.peak_activation_bytes = std::max(st.peak_activation_bytes, s.model.activation_bytes());
     } else {
-      if (!last()) wait(grad_recv_[k], st.wait_s);
+      if (has_next(c)) wait(grad_recv_[k], st.wait_s);
       // The context's output must have left before backward gives the
       // context back (a later forward would overwrite it).
       wait(act_send_[k], st.wait_s);
@@ -128,9 +144,9 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         if (final_backward) deferred_->run_all();
         else deferred_->open(j);
       }
-      if (s.before_backward) s.before_backward(j, final_backward);
-      s.model.backward(*alive[k], s.weights, s.grads, s.backward_seed, last() ? Model::V2{} : grad_in_[k],
-                       first() ? Model::V2{} : grad_out_[k]);
+      if (s.before_backward) s.before_backward(j, i == chunk_last[std::size_t(c)]);
+      s.model.backward(*alive[k], s.weights, s.grads, s.backward_seed, has_next(c) ? grad_in_[k] : Model::V2{},
+                       has_prev(c) ? grad_out_[k] : Model::V2{});
       alive[k] = nullptr;
       if (deferred_) {
         deferred_->close();
@@ -138,7 +154,8 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
             std::max(st.peak_activation_bytes, s.model.activation_bytes() + deferred_->bytes());
         while (deferred_->pending() > std::size_t(stages_ - stage_)) deferred_->run_oldest();
       }
-      if (!first()) grad_send_[k] = p2p_->isend(flat(grad_out_[k]), stage_ - 1, 2 * j + 1);
+      if (has_prev(c))
+        grad_send_[k] = p2p_->isend(flat(grad_out_[k]), prev_rank(), 2 * slot(prev_chunk(c), j) + 1);
     }
   }
   for (auto& r : grad_send_) wait(r, st.wait_s);
@@ -150,24 +167,26 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
 void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void(int j, const Ctx& c)>& done) {
   post_receives(s.model, n_micro);
   double waited = 0;
-  for (int j = 0; j < n_micro; ++j) {
-    const auto k = std::size_t(j);
-    Model::Input in;
-    if (first() || last()) in = s.input(j);
-    if (!first()) {
-      wait(act_recv_[k], waited);
-      in.hidden = act_in_[k];
-      in.shape = shape_;
+  for (int j = 0; j < n_micro; ++j)
+    for (int c = 0; c < chunks(); ++c) {
+      const auto k = std::size_t(c * n_micro + j);
+      Model::Input in;
+      if (!has_prev(c) || !has_next(c)) in = s.input(j);
+      in.chunk = c;
+      if (has_prev(c)) {
+        wait(act_recv_[k], waited);
+        in.hidden = act_in_[k];
+        in.shape = shape_;
+      }
+      Ctx& ctx = s.model.forward(s.weights, in);
+      if (!has_next(c)) {
+        done(j, ctx);
+      } else {
+        act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * (next_chunk(c) * n_micro + j));
+        wait(act_send_[k], waited);
+      }
+      s.model.release(ctx);
     }
-    Ctx& c = s.model.forward(s.weights, in);
-    if (last()) {
-      done(j, c);
-    } else {
-      act_send_[k] = p2p_->isend(flat(c.out), stage_ + 1, 2 * j);
-      wait(act_send_[k], waited);
-    }
-    s.model.release(c);
-  }
 }
 
 void Pipeline::sum(double* x, int n) const { MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, pp_); }

@@ -8,6 +8,11 @@
 //   forward j   stage s-1 --[N,d] activation--> stage s       (tag 2j)
 //   backward j  stage s   <--[N,d] its gradient-- stage s+1   (tag 2j+1)
 //
+// Interleaved (v = pipeline.virtual_stages chunks per stage), micro-batch
+// j at chunk c is slot k = c*m + j, tags 2k and 2k+1 of the receiving
+// slot, and the last stage's chunk c sends on to the first stage's chunk
+// c+1 (its gradient comes back the same way).
+//
 // between the ranks of one Pp group: the same tp, cp and dp coordinates on
 // neighbouring stages. N is the rank's rows of a micro-batch: micro_batch
 // x seq_len / cp (its zigzag chunks), divided by tp under sequence
@@ -58,8 +63,10 @@ namespace exa::parallel::pipeline {
 struct PipelineOptions {
   std::string schedule = "1f1b";
   std::vector<std::int64_t> layers_per_stage;  // empty: the balanced split (stage_split.hpp)
+  int virtual_stages = 1;                      // interleaved: model chunks per stage
   // pipeline.schedule, pipeline.layers_per_stage (validated against
-  // parallel.pp and model.n_layers, errors naming the deck line).
+  // parallel.pp and model.n_layers, errors naming the deck line),
+  // pipeline.virtual_stages.
   static PipelineOptions from_deck(const deck::Config& cfg);
 };
 
@@ -90,6 +97,7 @@ class Pipeline {
   bool first() const { return stage_ == 0; }
   bool last() const { return stage_ == stages_ - 1; }
   const Schedule& schedule() const { return *schedule_; }
+  int chunks() const { return opt_.virtual_stages; }
   const PipelineOptions& options() const { return opt_; }
 
   struct Step {
@@ -127,6 +135,15 @@ class Pipeline {
 
  private:
   void post_receives(const Model& m, int n_micro);
+  // Chunk c's input comes from another (stage, chunk), not the embedding;
+  // its output goes on, not into the head. Interleaved, the last stage's
+  // chunk c feeds the first stage's chunk c + 1.
+  bool has_prev(int c) const { return stage_ > 0 || c > 0; }
+  bool has_next(int c) const { return stage_ < stages_ - 1 || c < chunks() - 1; }
+  int prev_rank() const { return stage_ > 0 ? stage_ - 1 : stages_ - 1; }
+  int next_rank() const { return stage_ < stages_ - 1 ? stage_ + 1 : 0; }
+  int prev_chunk(int c) const { return stage_ > 0 ? c : c - 1; }
+  int next_chunk(int c) const { return stage_ < stages_ - 1 ? c : c + 1; }
   void wait(comm::Request& r, double& waited);
 
   model::ModelConfig cfg_;
