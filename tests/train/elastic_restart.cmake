@@ -6,32 +6,20 @@
 # uninterrupted 2-rank run's loss to 1e-5 relative.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/elastic_run.cmake)
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
 
 run_checked(${MPIEXEC} -n 2 ${EXAMOE} ${ARGS} --set output.run_dir=${WORK}/reference)
 
-set(ENV{EXAMOE_FAULT_EXIT_AFTER_STEP} 3)
 # Rank 0 writes metrics.jsonl, so its step-3 record is there before it dies
 # (a dying rank 1 could race rank 0's write).
-set(ENV{EXAMOE_FAULT_RANK} 0)
-execute_process(COMMAND ${ELASTIC} --ranks 2 --mpiexec ${MPIEXEC} ${ARGS} --set checkpoint.every=2
-                        --set output.run_dir=${WORK}/elastic
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
-unset(ENV{EXAMOE_FAULT_EXIT_AFTER_STEP})
-unset(ENV{EXAMOE_FAULT_RANK})
-set(all "${out}\n${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "examoe-elastic exited ${rc}:\n${all}")
-endif()
+elastic_run_with_fault(3 0 "" 120 --ranks 2 --mpiexec ${MPIEXEC} ${ARGS} --set checkpoint.every=2
+                       --set output.run_dir=${WORK}/elastic)
 require_in("${all}" "EXAMOE_FAULT_EXIT_AFTER_STEP=3: rank 0 exiting abruptly" "the injected fault")
 require_in("${all}" "launching on 1 ranks (dp 1, grad_accum 2, global batch 4)" "the relaunch")
 
-file(STRINGS ${WORK}/elastic/elastic.jsonl records)
-list(LENGTH records n)
-if(NOT n EQUAL 1)
-  message(FATAL_ERROR "expected 1 restart record in elastic.jsonl, got ${n}:\n${records}")
-endif()
+elastic_records(1 "restart record" records)
 require_fields("${records}" "elastic.jsonl" old_ranks:2 new_ranks:1 new_grad_accum:2 last_step:3 resumed_step:2
                lost_steps:1)
 string(JSON downtime GET "${records}" downtime_s)

@@ -9,35 +9,21 @@
 # run's to 1e-5 relative, and each step is logged once.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/elastic_run.cmake)
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
 
 run_checked(${MPIEXEC} -n 2 ${EXAMOE} ${ARGS} --set output.run_dir=${WORK}/reference)
 
-set(ENV{EXAMOE_FAULT_EXIT_AFTER_STEP} 2)
-set(ENV{EXAMOE_FAULT_RANK} 1)
-set(ENV{EXAMOE_FAULT_SIGNAL} 9)
-execute_process(COMMAND ${ELASTIC} --ranks 2 --max-ranks 2 --grow-after-steps 1 --mpiexec ${MPIEXEC} ${ARGS}
-                        --set checkpoint.memory_every=1 --set checkpoint.memory_ranks_per_node=1
-                        --set checkpoint.memory_dir=${WORK}/shm --set output.run_dir=${WORK}/elastic
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 200)
-unset(ENV{EXAMOE_FAULT_EXIT_AFTER_STEP})
-unset(ENV{EXAMOE_FAULT_RANK})
-unset(ENV{EXAMOE_FAULT_SIGNAL})
-set(all "${out}\n${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "examoe-elastic exited ${rc}:\n${all}")
-endif()
+elastic_run_with_fault(2 1 9 200 --ranks 2 --max-ranks 2 --grow-after-steps 1 --mpiexec ${MPIEXEC} ${ARGS}
+                       --set checkpoint.memory_every=1 --set checkpoint.memory_ranks_per_node=1
+                       --set checkpoint.memory_dir=${WORK}/shm --set output.run_dir=${WORK}/elastic)
 require_in("${all}" "launching on 1 ranks (dp 1, grad_accum 2, global batch 4)" "the relaunch")
 require_in("${all}" "step 2 taken from tier 0" "the tier-0 resume")
 require_in("${all}" "its pieces come from its buddy's copy" "rank 1's pieces from its buddy's copy")
 require_in("${all}" "capacity is back (--grow-after-steps 1)" "the grow condition")
 
-file(STRINGS ${WORK}/elastic/elastic.jsonl records)
-list(LENGTH records n)
-if(NOT n EQUAL 2)
-  message(FATAL_ERROR "expected 2 records (a failure, a grow) in elastic.jsonl, got ${n}:\n${records}")
-endif()
+elastic_records(2 "records (a failure, a grow)" records)
 list(GET records 0 failure)
 list(GET records 1 grow_rec)
 require_fields("${failure}" "elastic.jsonl, the failure" old_ranks:2 new_ranks:1 last_step:2 resumed_step:2 lost_steps:0)
