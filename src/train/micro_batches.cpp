@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
 #include "core/profiling.hpp"
 
 namespace exa::train {
@@ -25,25 +26,37 @@ MicroBatchTotals run_pipeline(const MicroBatchStep& s, std::int64_t n_micro) {
   MicroBatchTotals t;
   auto& p = *s.pipeline;
   std::vector<std::vector<model::LayerRouting>> routing(static_cast<std::size_t>(n_micro));
-  parallel::pipeline::Pipeline::Step step{s.model, s.weights, s.grads, s.backward_seed,
-                                          [&](int j) {
-                                            ScopedRegion io(s.regions.io, s.regions.fence);
-                                            s.batch.upload(s.sample(j));
-                                            model::StageModel<float>::Input in;
-                                            in.tokens = s.batch.inputs;
-                                            in.targets = s.batch.targets;
-                                            return in;
-                                          },
-                                          [&](int j, const model::StageContext<float>& c) {
-                                            // An interleaved stage's chunks each route their own MoE
-                                            // layers: one micro-batch's, in chunk (= layer) order.
-                                            add_losses(t, c.result);
-                                            auto& r = routing[std::size_t(j)];
-                                            r.insert(r.end(), c.result.routing.begin(), c.result.routing.end());
-                                          },
-                                          s.before_backward ? [&](int j, bool last) { s.before_backward(j, last); }
-                                                            : std::function<void(int, bool)>()};
-  t.pipeline = p.run(step, static_cast<int>(n_micro));
+  // parallel.microbatches < grad_accum: the step's micro-batches go through
+  // in rounds, each a whole pipeline pass (fewer contexts alive, one bubble
+  // a round); the gradients accumulate over all of them, and data
+  // parallelism reduces after the final round's last backward only.
+  const int m = p.round_size(static_cast<int>(n_micro));
+  EXA_REQUIRE(n_micro % m == 0, "pipeline: rounds of {} micro-batches do not divide the step's {}", m, n_micro);
+  for (int first = 0; first < n_micro; first += m) {
+    const bool final_round = first + m >= n_micro;
+    parallel::pipeline::Pipeline::Step step{
+        s.model, s.weights, s.grads, s.backward_seed,
+        [&](int j) {
+          ScopedRegion io(s.regions.io, s.regions.fence);
+          s.batch.upload(s.sample(first + j));
+          model::StageModel<float>::Input in;
+          in.tokens = s.batch.inputs;
+          in.targets = s.batch.targets;
+          return in;
+        },
+        [&](int j, const model::StageContext<float>& c) {
+          // An interleaved stage's chunks each route their own MoE layers:
+          // one micro-batch's, in chunk (= layer) order.
+          add_losses(t, c.result);
+          auto& r = routing[std::size_t(first + j)];
+          r.insert(r.end(), c.result.routing.begin(), c.result.routing.end());
+        },
+        s.before_backward ? [&](int j, bool last) { s.before_backward(first + j, last && final_round); }
+                          : std::function<void(int, bool)>()};
+    const auto round = p.run(step, m);
+    if (first == 0) t.pipeline = round;
+    else t.pipeline.add_round(round);
+  }
   for (const auto& r : routing) t.moe.add(r);
   // The stages' parts of the losses (ce on the last, aux and z where the
   // MoE layers are) and loads: one fixed-size message each, on every stage.

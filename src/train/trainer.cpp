@@ -87,8 +87,10 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     const auto& p = model_->plan();
     std::string held;
     for (const auto& [a, b] : p.layer_ranges()) held += fmt::format("{}[{}, {})", held.empty() ? "" : " ", a, b);
-    log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step; stage 0 holds layers {}",
-              pipe_->stages(), pipe_->schedule().name(), grad_accum_, held);
+    const int m = pipe_->round_size(int(grad_accum_));
+    log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step{}; stage 0 holds layers {}",
+              pipe_->stages(), pipe_->schedule().name(), grad_accum_,
+              m < grad_accum_ ? fmt::format(" in {} rounds of {}", grad_accum_ / m, m) : std::string(), held);
   }
   opt_.clipper().set_reduction(pipe_ ? pipe_->norm_reduction(dp_.norm_reduction(), dp_.store())
                                      : dp_.norm_reduction());
@@ -430,11 +432,13 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
       live.push_back(all[std::size_t(4 * k + 2)]);
       bytes.push_back(all[std::size_t(4 * k + 3)]);
     }
-    const double theory =
-        parallel::pipeline::theoretical_bubble(pipe_->schedule().name(), P, int(grad_accum_), pipe_->chunks());
+    // Rounds of m micro-batches (parallel.microbatches): each fills and
+    // drains the pipeline, so the theory is a round's.
+    const int m = pipe_->round_size(int(grad_accum_));
+    const double theory = parallel::pipeline::theoretical_bubble(pipe_->schedule().name(), P, m, pipe_->chunks());
     const double worst = *std::max_element(bubble.begin(), bubble.end());
     record["pipeline"] = {{"schedule", pipe_->schedule().name()}, {"stages", P}, {"virtual_stages", pipe_->chunks()},
-                          {"micro_batches", grad_accum_},
+                          {"micro_batches", m}, {"rounds", grad_accum_ / m},
                           {"bubble_theory", theory}, {"bubble", bubble}, {"compute_s", compute},
                           {"peak_contexts", live}, {"activation_bytes", bytes}};
     line += fmt::format(" | pp bubble {:.3f} (theory {:.3f})", worst, theory);

@@ -252,11 +252,22 @@ void check_pipeline(const Config& c) {
                        ok.empty() ? fmt::format("make n_layers a multiple of {}", pp * v)
                                   : "choose virtual_stages from " + ok));
     }
-    if (accum < pp || accum % pp != 0) {
+    // A round (parallel.microbatches, all of grad_accum by default) is what
+    // the schedule groups.
+    const auto round = c.get_int("parallel.microbatches");
+    if (round == accum && (accum < pp || accum % pp != 0)) {
       fail(c, {"train.grad_accum", "parallel.pp", "pipeline.schedule"},
            fmt::format("pipeline.schedule = \"interleaved\" runs micro-batches in groups of the parallel.pp = {} "
                        "stages, but train.grad_accum = {} is not a multiple of {}: set grad_accum to {}",
                        pp, accum, pp, std::max(pp, (accum + pp - 1) / pp * pp)));
+    } else if (round < pp || round % pp != 0) {
+      const auto ok = divisors(accum, [&](std::int64_t v) { return v % pp == 0; });
+      fail(c, {"parallel.microbatches", "parallel.pp", "pipeline.schedule"},
+           fmt::format("pipeline.schedule = \"interleaved\" runs micro-batches in groups of the parallel.pp = {} "
+                       "stages, but its rounds of parallel.microbatches = {} are not a multiple of {}: {}",
+                       pp, round, pp,
+                       ok.empty() ? fmt::format("make train.grad_accum = {} a multiple of {} first", accum, pp)
+                                  : "choose microbatches from " + ok));
     }
     if (explicit_split) {
       fail(c, {"pipeline.layers_per_stage", "pipeline.schedule"},

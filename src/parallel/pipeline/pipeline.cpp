@@ -27,7 +27,15 @@ PipelineOptions PipelineOptions::from_deck(const deck::Config& cfg) {
       parse_layers_per_stage(cfg.get_string("pipeline.layers_per_stage"), cfg.get_int("model.n_layers"),
                              static_cast<int>(cfg.get_int("parallel.pp")), cfg.locate({"pipeline.layers_per_stage"}));
   o.virtual_stages = static_cast<int>(cfg.get_int("pipeline.virtual_stages"));
+  o.round = static_cast<int>(cfg.get_int("parallel.microbatches"));
   return o;
+}
+
+void PipelineStats::add_round(const PipelineStats& r) {
+  peak_live = std::max(peak_live, r.peak_live);
+  wait_s += r.wait_s;
+  step_s += r.step_s;
+  peak_activation_bytes = std::max(peak_activation_bytes, r.peak_activation_bytes);
 }
 
 Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg, PipelineOptions opt,

@@ -64,9 +64,12 @@ struct PipelineOptions {
   std::string schedule = "1f1b";
   std::vector<std::int64_t> layers_per_stage;  // empty: the balanced split (stage_split.hpp)
   int virtual_stages = 1;                      // interleaved: model chunks per stage
+  // parallel.microbatches: a step's micro-batches run in rounds of this
+  // many, each a whole fill and drain of the pipeline (0: one round).
+  int round = 0;
   // pipeline.schedule, pipeline.layers_per_stage (validated against
   // parallel.pp and model.n_layers, errors naming the deck line),
-  // pipeline.virtual_stages.
+  // pipeline.virtual_stages, parallel.microbatches.
   static PipelineOptions from_deck(const deck::Config& cfg);
 };
 
@@ -77,6 +80,8 @@ struct PipelineStats {
   double step_s = 0;     // the whole pass
   std::size_t peak_activation_bytes = 0;  // the model's context pool at its peak
   double bubble() const { return step_s > 0 ? wait_s / step_s : 0.0; }
+  // Another round of the same step: times add up, peaks are the larger.
+  void add_round(const PipelineStats& r);
 };
 
 class Pipeline {
@@ -99,6 +104,9 @@ class Pipeline {
   const Schedule& schedule() const { return *schedule_; }
   int chunks() const { return opt_.virtual_stages; }
   const PipelineOptions& options() const { return opt_; }
+  // Micro-batches per round of a step of n_micro (options().round, or all
+  // of them); a round runs through run() as a whole pipeline pass.
+  int round_size(int n_micro) const { return opt_.round > 0 && opt_.round < n_micro ? opt_.round : n_micro; }
 
   struct Step {
     Model& model;
@@ -112,7 +120,9 @@ class Pipeline {
     // Before micro-batch j's backward; last: no backward follows (may be empty).
     std::function<void(int j, bool last)> before_backward;
   };
-  // One step of n_micro micro-batches in the schedule's order.
+  // One round of n_micro micro-batches in the schedule's order (a step of
+  // several rounds calls it once a round, passing `last` to
+  // before_backward only in its final round).
   PipelineStats run(const Step& step, int n_micro);
   // Forward only (evaluation): each micro-batch through every stage; on the
   // last stage `done(j, c)` sees its context before it is released.
