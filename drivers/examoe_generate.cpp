@@ -1,6 +1,7 @@
 // examoe-generate: sample text from a checkpoint's model.
 //
 //   examoe-generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+//   mpiexec -n P examoe-generate --pp P --checkpoint DIR ...   # each rank holds 1/P of the layers
 //
 // Prints the prompt followed by the continuation (byte-level tokens) on
 // rank 0's stdout. The sampling lives in src/inference/generate.cpp.
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "examoe-generate: sample text from an ExaMoE checkpoint (byte-level tokens).\n"
       "  examoe-generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] "
-      "[--seed S]"};
+      "[--seed S] [--pp P]"};
   exa::inference::GenerateOptions opt;
   std::uint64_t seed = 0;
   app.add_option("--checkpoint", opt.checkpoint, "run directory, its ckpt/ directory or a step_<N> directory");
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", opt.top_k, "sample among the K most likely tokens; 0 = all")
       ->capture_default_str()
       ->check(exa::driver::at_least(0));
+  app.add_option("--pp", opt.pp,
+                 "pipeline stages: each rank loads and runs only its stage's layers (must divide the ranks)")
+      ->capture_default_str()
+      ->check(exa::driver::at_least(1));
   CLI::Option* seed_opt =
       app.add_option("--seed", seed, "random seed: the same seed gives the same text (default: a fresh one, printed)");
   if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe-generate"); rc >= 0) return rc;

@@ -11,6 +11,7 @@
 #include "model/parameter_specs.hpp"
 #include "model/router_bias.hpp"
 #include "model/weights.hpp"
+#include "parallel/pipeline/stage_split.hpp"
 
 namespace exa::inference {
 
@@ -67,18 +68,42 @@ deck::Config config_from_checkpoint(const io::CheckpointMeta& meta) {
   }
 }
 
-CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dropless) {
+CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dropless)
+    : CheckpointModel(path, comm, dropless, 0, 1) {}
+
+CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dropless, int stage, int stages) {
   // Rank-local metadata read (every rank sees the same files, so all succeed
   // or fail alike); the tensors are then read collectively.
   meta_ = io::inspect_checkpoint(path).meta;
   config_.emplace(config_from_checkpoint(meta_));
   mcfg_ = model::ModelConfig::from_deck(*config_);
   if (dropless) mcfg_.capacity_factor = 0.0;
-  store_ = std::make_unique<model::ParameterStore>(model::parameter_specs(mcfg_));
+  EXA_REQUIRE(stages >= 1 && stage >= 0 && stage < stages, "CheckpointModel: stage {} is not one of {}", stage,
+              stages);
+  EXA_REQUIRE(stages <= mcfg_.n_layers,
+              "checkpoint {} holds a model of {} layers, which cannot be split over {} pipeline stages: use at "
+              "most {}",
+              meta_.directory, mcfg_.n_layers, stages, mcfg_.n_layers);
+  auto specs = model::parameter_specs(mcfg_);
+  if (stages == 1) {
+    plan_ = model::StagePlan::whole(mcfg_);
+    store_ = std::make_unique<model::ParameterStore>(std::move(specs));
+  } else {
+    const auto bounds = parallel::pipeline::stage_boundaries(mcfg_, stages, {});
+    plan_ = model::StagePlan::layers(mcfg_, bounds[std::size_t(stage)], bounds[std::size_t(stage) + 1]);
+    // Another stage's tensors get empty boxes: nothing of them is read.
+    std::vector<model::Shard> shards;
+    for (const auto& spec : specs) {
+      const model::Box box = model::local_box(spec, plan_, mcfg_);
+      shards.push_back(model::Shard{0, box.numel(), box});
+    }
+    store_ = std::make_unique<model::ParameterStore>(std::move(specs), std::move(shards));
+  }
   const std::string dir = meta_.directory;
   meta_ = io::load_checkpoint(dir, *store_, nullptr, comm);
-  model_ = std::make_unique<model::Transformer<float>>(mcfg_);
-  w_ = model::bind_values(mcfg_, *store_);
+  model_ = stages == 1 ? std::make_unique<model::Transformer<float>>(mcfg_)
+                       : std::make_unique<model::Transformer<float>>(mcfg_, plan_);
+  w_ = model::bind_values(mcfg_, plan_, *store_);
   // Trained with aux-loss-free balancing: route with its biases, as training did.
   if (const auto it = meta_.state.find(model::kRouterBiasState); it != meta_.state.end()) {
     model::RouterBias bias(mcfg_);

@@ -23,6 +23,7 @@
 #include "io/checkpoint/checkpoint.hpp"
 #include "model/model_config.hpp"
 #include "model/parameter_store.hpp"
+#include "model/stage_plan.hpp"
 #include "model/transformer.hpp"
 
 namespace exa::inference {
@@ -39,6 +40,13 @@ class CheckpointModel {
   // generation wants that, since with capacity the tokens after a position
   // could influence it through expert capacity.
   CheckpointModel(const std::string& path, MPI_Comm comm, bool dropless = false);
+  // Only pipeline stage `stage` of `stages` (generation through a pipeline
+  // of ranks, each holding its layers' tensors alone): the layers split as
+  // training splits them by default, balancing the counted FLOPs and
+  // parameter bytes (parallel/pipeline/stage_split.hpp); the first stage
+  // holds the embedding, the last the final norm and LM head. exa::Error
+  // when the model has fewer layers than stages.
+  CheckpointModel(const std::string& path, MPI_Comm comm, bool dropless, int stage, int stages);
   CheckpointModel(const CheckpointModel&) = delete;
   CheckpointModel& operator=(const CheckpointModel&) = delete;
 
@@ -48,12 +56,15 @@ class CheckpointModel {
   // The step directory that was read.
   const std::string& directory() const { return meta_.directory; }
   model::Transformer<float>& model() { return *model_; }
+  // The layers this rank holds (the whole model unless built as a stage).
+  const model::StagePlan& plan() const { return plan_; }
   const model::Weights<float, Device>& weights() const { return w_; }
 
  private:
   io::CheckpointMeta meta_;
   std::optional<deck::Config> config_;
   model::ModelConfig mcfg_;
+  model::StagePlan plan_;
   std::unique_ptr<model::ParameterStore> store_;
   std::unique_ptr<model::Transformer<float>> model_;
   model::Weights<float, Device> w_;

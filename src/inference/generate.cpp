@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "comm/communicator.hpp"
+#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/philox.hpp"
 #include "core/profiling.hpp"
@@ -62,7 +64,25 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
               "--temperature must be 0 (greedy) or more, not {}", opt.temperature);
   EXA_REQUIRE(opt.top_k >= 0, "--top-k must be 0 (no limit) or more, not {}", opt.top_k);
 
-  CheckpointModel m(opt.checkpoint, comm, /*dropless=*/true);
+  // --pp P: ranks [s*R, (s+1)*R) hold stage s (R = ranks / P replicas,
+  // which all compute the same text); the window's hidden state goes from
+  // stage to stage, the last samples and tells every stage the token.
+  const int world = comm_size(comm), rank = comm_rank(comm);
+  EXA_REQUIRE(opt.pp >= 1 && world % opt.pp == 0,
+              "--pp {} does not divide the {} ranks: run examoe-generate on a multiple of the pipeline stages "
+              "(mpiexec -n {})",
+              opt.pp, world, opt.pp);
+  const int replicas = world / opt.pp, stage = rank / replicas;
+  const bool first = stage == 0, last = stage == opt.pp - 1;
+  MPI_Comm pipe = MPI_COMM_NULL;
+  MPI_Comm_split(comm, rank % replicas, stage, &pipe);
+  struct FreeComm {
+    MPI_Comm& c;
+    ~FreeComm() { MPI_Comm_free(&c); }
+  } free_pipe{pipe};
+  const auto p2p = comm::make_mpi_communicator(pipe);
+
+  CheckpointModel m(opt.checkpoint, comm, /*dropless=*/true, stage, opt.pp);
   const auto& mc = m.model_config();
   EXA_REQUIRE(mc.vocab_size == io::kByteVocab,
               "checkpoint {} has model.vocab_size = {}, but examoe-generate works with byte-level tokens "
@@ -77,22 +97,42 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
 
   Kokkos::View<std::int32_t**, Layout, Device> in("exa::generate::inputs", 1, Tw);
   View2<float> logits("exa::generate::logits", 1, mc.vocab_size);
+  View2<float> hidden;  // the previous stage's output, on every stage but the first
+  if (!first) hidden = View2<float>("exa::generate::hidden", Tw, mc.d_model);
+  using Flat = Kokkos::View<float*, Layout, Device, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   auto h_in = Kokkos::create_mirror_view(in);
   auto h_logits = Kokkos::create_mirror_view(logits);
   std::vector<float> row(static_cast<std::size_t>(mc.vocab_size));
   const PhiloxKey key = philox_key(opt.seed, "examoe-generate");
+  auto& model = m.model();
 
   std::string out = opt.prompt;
   ScopedRegion region("generate", true);
   for (std::int64_t i = 0; i < opt.max_new_tokens; ++i) {
     const std::int64_t n = static_cast<std::int64_t>(tokens.size());
     const std::int64_t len = std::min(n, Tw);  // the context: the last len tokens
-    for (std::int64_t t = 0; t < Tw; ++t) h_in(0, t) = t < len ? tokens[static_cast<std::size_t>(n - len + t)] : 0;
-    Kokkos::deep_copy(in, h_in);
-    m.model().next_logits(m.weights(), in, logits, len - 1);
-    Kokkos::deep_copy(h_logits, logits);
-    for (std::int64_t v = 0; v < mc.vocab_size; ++v) row[static_cast<std::size_t>(v)] = h_logits(0, v);
-    const std::int32_t next = sample_token(row, opt.temperature, opt.top_k, philox_uniform(key, std::uint64_t(i)));
+    model::StageModel<float>::Input x;
+    if (first) {
+      for (std::int64_t t = 0; t < Tw; ++t) h_in(0, t) = t < len ? tokens[static_cast<std::size_t>(n - len + t)] : 0;
+      Kokkos::deep_copy(in, h_in);
+      x.tokens = in;
+    } else {
+      p2p->irecv(Flat(hidden.data(), hidden.size()), stage - 1).wait();
+      x.hidden = hidden;
+      x.shape = {1, Tw};
+    }
+    std::int32_t next = 0;
+    if (last) {
+      model.next_logits(m.weights(), x, logits, len - 1);
+      Kokkos::deep_copy(h_logits, logits);
+      for (std::int64_t v = 0; v < mc.vocab_size; ++v) row[static_cast<std::size_t>(v)] = h_logits(0, v);
+      next = sample_token(row, opt.temperature, opt.top_k, philox_uniform(key, std::uint64_t(i)));
+    } else {
+      auto& c = model.forward(m.weights(), x);
+      p2p->isend(Flat(c.out.data(), c.out.size()), stage + 1).wait();
+      model.release(c);
+    }
+    if (opt.pp > 1) MPI_Bcast(&next, 1, MPI_INT32_T, opt.pp - 1, pipe);
     tokens.push_back(next);
     out.push_back(static_cast<char>(static_cast<unsigned char>(next)));
   }

@@ -30,6 +30,10 @@ struct GenerateOptions {
   double temperature = 0.8;
   std::int64_t top_k = 40;
   std::uint64_t seed = 0;
+  // Pipeline stages (--pp): each rank loads and runs only its stage's
+  // layers, so a model that needs several ranks to train generates on them
+  // too. It must divide the ranks; the text is the same as on one rank.
+  int pp = 1;
 };
 
 // Samples one token from `logits` (V entries) as described above, using the
@@ -37,9 +41,9 @@ struct GenerateOptions {
 std::int32_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, double u);
 
 // Prompt + continuation as bytes. Collective over `comm` (every rank loads
-// the model and computes the same text). exa::Error for an empty prompt, a
-// negative temperature, top_k or max_new_tokens, or a model whose vocabulary
-// is not bytes.
+// the model, or its pipeline stage of it, and they compute the same text). exa::Error for an empty prompt, a
+// negative temperature, top_k or max_new_tokens, a pp that does not divide
+// the ranks or exceeds the layers, or a model whose vocabulary is not bytes.
 std::string generate(const GenerateOptions& opt, MPI_Comm comm);
 
 }  // namespace exa::inference

@@ -129,6 +129,10 @@ class StageModel {
   // each sequence. Causal, so later tokens do not influence them (with
   // capacity_factor > 0 they can, through expert capacity).
   void next_logits(const W& w, const Tokens& inputs, const V2& out, std::int64_t pos = -1);
+  // The same on the stage that holds the head (generation through a
+  // pipeline): `in` as forward() takes it, without targets (tokens when the
+  // stage holds the embedding too, else the previous stage's output).
+  void next_logits(const W& w, const Input& in, const V2& out, std::int64_t pos = -1);
 
   int n_chunks() const { return static_cast<int>(chunk_first_.size()) - 1; }
   bool chunk_has_embedding(int chunk) const { return embedding_ && chunk == 0; }

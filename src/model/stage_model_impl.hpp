@@ -433,19 +433,29 @@ void StageModel<T, D>::next_logits(const W& w, const Tokens& inputs, const V2& o
   EXA_REQUIRE(embedding_ && final_norm_,
               "StageModel::next_logits needs the whole model (this stage holds layers [{}, {}))", plan_.layer_begin,
               plan_.layer_end);
+  Input in;
+  in.tokens = inputs;
+  next_logits(w, in, out, pos);
+}
+
+template <class T, class D>
+void StageModel<T, D>::next_logits(const W& w, const Input& in, const V2& out, std::int64_t pos) {
+  EXA_REQUIRE(final_norm_ && n_chunks() == 1,
+              "StageModel::next_logits needs the stage that holds the LM head in one chunk (this stage holds "
+              "layers [{}, {}))",
+              plan_.layer_begin, plan_.layer_end);
   check_weights(w, "next_logits");
   EXA_REQUIRE(!plan_.sequence_parallel, "StageModel::next_logits: generation runs without sequence parallelism");
-  const std::int64_t B = inputs.extent(0), Tn = inputs.extent(1);
+  const MicroBatchShape shape =
+      embedding_ ? MicroBatchShape{std::int64_t(in.tokens.extent(0)), std::int64_t(in.tokens.extent(1))} : in.shape;
+  const std::int64_t B = shape.B, Tn = shape.T;
   if (pos < 0) pos = Tn - 1;
   EXA_REQUIRE(pos < Tn, "StageModel::next_logits: position {} is beyond the {} tokens given", pos, Tn);
   EXA_REQUIRE(std::int64_t(out.extent(0)) == B && std::int64_t(out.extent(1)) == cfg_.vocab_size,
               "StageModel::next_logits: out is {}x{}, expected {}x{}", out.extent(0), out.extent(1), B,
               cfg_.vocab_size);
-  const MicroBatchShape shape{B, Tn};
   Context& c = acquire(shape);
   ensure_scratch(shape);
-  Input in;
-  in.tokens = inputs;
   run_layers(c, w, in, nullptr);
   ScopedRegion region("forward/head", opt_.fence_phases);
   V2 h("exa::model::next_h", B, cfg_.d_model), hn("exa::model::next_hn", B, cfg_.d_model);

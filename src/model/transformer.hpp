@@ -30,6 +30,10 @@ class Transformer : public StageModel<T, D> {
   using Base::forward;
 
   explicit Transformer(const ModelConfig& cfg, ModelOptions opt = {}) : Base(cfg, opt) {}
+  // One pipeline stage of it (plan: StagePlan::layers), with the local
+  // seams: generation and evaluation through a pipeline of ranks.
+  Transformer(const ModelConfig& cfg, const StagePlan& plan, ModelOptions opt = {})
+      : Base(cfg, plan, Seams<T, D>::local(plan, opt.attention_tiles), opt) {}
 
   // Loss of the micro-batch inputs [B,T] -> targets [B,T] (target < 0:
   // ignored). Keeps the activations for backward(). B and T may change from
@@ -61,6 +65,10 @@ class Transformer : public StageModel<T, D> {
   void next_logits(const W& w, const Tokens& inputs, const V2& out, std::int64_t pos = -1) {
     drop();
     Base::next_logits(w, inputs, out, pos);
+  }
+  void next_logits(const W& w, const typename Base::Input& in, const V2& out, std::int64_t pos = -1) {
+    drop();
+    Base::next_logits(w, in, out, pos);
   }
 
   // After forward(): the full logits [B*T,V] (row n = b*T + t). backward()

@@ -1,6 +1,6 @@
 # One step of the driver tests (see CMakeLists.txt here):
 #
-#   cmake -DMODE=<train|eval|convert|generate|errors|check|plot|eval_np2> -DEXAMOE=<exe> -DGENERATE=<exe>
+#   cmake -DMODE=<train|eval|convert|generate|errors|check|plot|eval_np2|generate_pp2> -DEXAMOE=<exe> -DGENERATE=<exe>
 #         -DWORK=<scratch dir> -DSRC=<source tree> [-DPYTHON=<python3>] [-DLAUNCHER=mpiexec|-n|2]
 #         -P drivers_test.cmake
 #
@@ -213,6 +213,27 @@ elseif(MODE STREQUAL "generate")
   # Without --seed a fresh one is drawn and reported on stderr.
   run(s 0 ${GENERATE} --checkpoint ${run} --prompt "x" --max-new-tokens 2)
   require_has("${s_ERR}" "examoe-generate: seed " "${s_REPORT}")
+
+elseif(MODE STREQUAL "generate_pp2")
+  # Generation through a pipeline of 2 ranks, each holding its stage's
+  # layers (a 3-layer model with tied embeddings, so the last stage's head
+  # reads its own copy, and a dense layer): the same text as one rank.
+  set(pprun ${WORK}/pp_run)
+  file(REMOVE_RECURSE ${pprun})
+  run(t 0 ${EXAMOE} ${SRC}/input/tiny.toml ${train_sets} --set model.n_layers=3 --set model.tie_embeddings=true
+      --set moe.moe_every=2 --set train.steps=2 --set checkpoint.every=2 --set output.run_dir=${pprun})
+  foreach(mode "--temperature;0" "--temperature;0.8;--top-k;20;--seed;7")
+    set(args --checkpoint ${pprun} --prompt "The hacker " --max-new-tokens 24 ${mode})
+    run(one 0 ${GENERATE} ${args})
+    run(two 0 ${launcher} ${GENERATE} ${args} --pp 2)
+    if(NOT one_OUT STREQUAL two_OUT OR NOT one_OUT MATCHES "^The hacker ")
+      message(FATAL_ERROR "--pp 2 gave other text than one rank (${mode}):\n[${one_OUT}]\n[${two_OUT}]\n${two_REPORT}")
+    endif()
+  endforeach()
+  expect_error("examoe-generate: error: --pp 3 does not divide the 2 ranks"
+               ${launcher} ${GENERATE} --checkpoint ${pprun} --prompt "x" --pp 3 --seed 1)
+  expect_error("holds a model of 1 layers, which cannot be split over 2 pipeline stages: use at most 1"
+               ${launcher} ${GENERATE} --checkpoint ${run} --prompt "x" --pp 2 --seed 1)
 
 elseif(MODE STREQUAL "errors")
   expect_error("examoe: error: checkpoint ${WORK}/no_such_run does not exist"
