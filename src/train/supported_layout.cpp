@@ -42,22 +42,6 @@ void require_supported_layout(const deck::Config& cfg, bool on_run_node) {
               "at times each rank picks alone; set parallel.sequence_parallel = false or pipeline.schedule = "
               "\"1f1b\"",
               cfg.locate({"pipeline.schedule", "parallel.sequence_parallel"}), cfg.get_int("parallel.tp"));
-  // interleaved: a stage's chunks run in the schedule's order, not the
-  // layers'; ZeRO 2/3 reduce and gather unit by unit in layer order, and the
-  // chunked stage is tested with data and expert parallelism only.
-  if (cfg.get_int("parallel.pp") > 1 && cfg.get_string("pipeline.schedule") == "interleaved") {
-    EXA_REQUIRE(cfg.get_int("parallel.zero") <= 1,
-                "{} pipeline.schedule = \"interleaved\" needs parallel.zero <= 1 (got {}): ZeRO 2/3 reduce and "
-                "gather each layer in layer order, which the stage's chunks do not follow; use parallel.zero = 0 "
-                "or 1, or pipeline.schedule = \"1f1b\"",
-                cfg.locate({"pipeline.schedule", "parallel.zero"}), cfg.get_int("parallel.zero"));
-    EXA_REQUIRE(cfg.get_int("parallel.tp") == 1 && cfg.get_int("parallel.cp") == 1,
-                "{} pipeline.schedule = \"interleaved\" with parallel.tp = {} and parallel.cp = {} is not "
-                "available in this build yet: the interleaved schedule composes with data and expert parallelism; "
-                "set tp = cp = 1 or pipeline.schedule = \"1f1b\"",
-                cfg.locate({"pipeline.schedule", "parallel.tp", "parallel.cp"}), cfg.get_int("parallel.tp"),
-                cfg.get_int("parallel.cp"));
-  }
   EXA_REQUIRE(cfg.get_string("comm.compression") == "none",
               "{} comm.compression = \"{}\" is not available in this build yet; set comm.compression = \"none\"",
               cfg.locate({"comm.compression"}), cfg.get_string("comm.compression"));
