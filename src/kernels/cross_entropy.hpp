@@ -10,6 +10,9 @@
 // Pass the global n_valid when the mean runs over several ranks' tokens.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
@@ -48,25 +51,71 @@ KOKKOS_INLINE_FUNCTION double ce_row_lse(const Member& team, const LV& logits, i
   return double(mx) + kx::log(s);
 }
 
-// The same on the host, from a contiguous row: the max in 16 lanes (exact
-// in any order), then the sum of exp(l - max) in 16 lanes of T per block
-// of kCeBlock elements, each block's lanes added into a double. Summing in
-// float within a block (at most 64 terms <= 1 per lane) bounds the sum's
-// error by 4e-6 relative (~1e-7 typically) and keeps the loop on full
-// float vectors (host_exp_nonpositive, as l - max <= 0): widening
-// every exp to double (the portable kernel's sum) costs the conversions
-// and four accumulators per vector in a loop already bound by the exp.
+// The same on the host, from a contiguous row, as max and sum (lse = max +
+// log(sum)): the caller takes the logs of several rows at once, as a libm
+// call clobbers every vector register and the exp loop's constants would be
+// reloaded after each row's log. The max runs over integer keys in 16 lanes:
+// GCC does not vectorise a float `a > m ? a : m` reduction without
+// -ffinite-math-only and leaves it scalar, an integer max it does. The sum
+// of exp(l - max) runs in 16 lanes of T per block of kCeBlock elements,
+// each block's lanes added into a double. Summing in float within a block
+// (at most 64 terms <= 1 per lane) bounds the sum's error by 4e-6 relative
+// (~1e-7 typically) and keeps the loop on full float vectors
+// (host_exp_nonpositive, as l - max <= 0): widening every exp to double (the
+// portable kernel's sum) costs the conversions and four accumulators per
+// vector in a loop already bound by the exp.
 constexpr index_t kCeBlock = 1024;
+
+// An integer with the order of T's values (-0 below +0, NaN of either sign
+// beyond the infinity of that sign): two's complement read of the bits, with
+// the magnitude bits of negative values flipped.
 template <class T>
-inline double ce_row_lse_host(const T* row, index_t V) {
-  T m[16];
-  for (int l = 0; l < 16; ++l) m[l] = row[0];
+using ce_key_t = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+template <class T>
+inline ce_key_t<T> ce_order_key(T x) {
+  using K = ce_key_t<T>;
+  K b;
+  std::memcpy(&b, &x, sizeof b);
+  return b < 0 ? K(b ^ std::numeric_limits<K>::max()) : b;
+}
+template <class T>
+inline T ce_from_order_key(ce_key_t<T> k) {
+  using K = ce_key_t<T>;
+  const K b = k < 0 ? K(k ^ std::numeric_limits<K>::max()) : k;
+  T x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+template <class T>
+struct CeRowSum {
+  T max;
+  double sum;  // of exp(l - max)
+};
+
+template <class T>
+inline CeRowSum<T> ce_row_sum_host(const T* row, index_t V) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "ce_row_sum_host: float or double logits");
+  using K = ce_key_t<T>;
+  K m[16];
+  for (int l = 0; l < 16; ++l) m[l] = ce_order_key(row[0]);
   index_t j = 0;
   for (; j + 16 <= V; j += 16)
-    for (int l = 0; l < 16; ++l) m[l] = row[j + l] > m[l] ? row[j + l] : m[l];
-  T mx = m[0];
-  for (int l = 1; l < 16; ++l) mx = m[l] > mx ? m[l] : mx;
-  for (; j < V; ++j) mx = row[j] > mx ? row[j] : mx;
+    for (int l = 0; l < 16; ++l) {
+      const K k = ce_order_key(row[j + l]);
+      m[l] = k > m[l] ? k : m[l];
+    }
+  for (; j < V; ++j) {
+    const K k = ce_order_key(row[j]);
+    m[0] = k > m[0] ? k : m[0];
+  }
+  // Trees of constant-length loops, not 15-deep chains (a loop over the
+  // halving length is not unrolled first, and blocks the vectoriser).
+  for (int l = 0; l < 8; ++l) m[l] = m[l + 8] > m[l] ? m[l + 8] : m[l];
+  for (int l = 0; l < 4; ++l) m[l] = m[l + 4] > m[l] ? m[l + 4] : m[l];
+  for (int l = 0; l < 2; ++l) m[l] = m[l + 2] > m[l] ? m[l + 2] : m[l];
+  m[0] = m[1] > m[0] ? m[1] : m[0];
+  const T mx = ce_from_order_key<T>(m[0]);
   double s = 0;
   for (index_t j0 = 0; j0 < V; j0 += kCeBlock) {
     const index_t n = V - j0 < kCeBlock ? V - j0 : kCeBlock;
@@ -76,10 +125,17 @@ inline double ce_row_lse_host(const T* row, index_t V) {
     for (; k + 16 <= n; k += 16)
       for (int l = 0; l < 16; ++l) acc[l] += host_exp_nonpositive(T(b[k + l]) - mx);
     for (; k < n; ++k) acc[0] += host_exp_nonpositive(T(b[k]) - mx);
-    for (int l = 0; l < 16; ++l) s += double(acc[l]);
+    for (int l = 0; l < 8; ++l) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; ++l) acc[l] += acc[l + 4];
+    for (int l = 0; l < 2; ++l) acc[l] += acc[l + 2];
+    s += double(acc[0] + acc[1]);
   }
-  return double(mx) + std::log(s);
+  return {mx, s};
 }
+
+// Rows per work item of the host forward: the logs of this many rows run
+// together after their sums.
+constexpr index_t kCeRows = 16;
 
 // Runs on the caller's instance (of the logits' space, from which targets
 // must be accessible anyway).
@@ -111,15 +167,23 @@ CrossEntropySum cross_entropy_forward_sum(const LV& logits, const TV& targets, c
   double total = 0;
   if constexpr (detail::host_exec<Exec>) {
     if (detail::rows_contiguous(logits)) {
+      using T = typename LV::non_const_value_type;
       const auto* pl = logits.data();
       const index_t V = logits.extent(1), sl = logits.stride(0);
+      const index_t groups = (n_rows + detail::kCeRows - 1) / detail::kCeRows;
       Kokkos::parallel_reduce(
-          "exa::cross_entropy::forward", Kokkos::RangePolicy<Exec>(exec, 0, n_rows),
-          [=](const index_t n, double& acc) {
-            const double l = detail::ce_row_lse_host(pl + n * sl, V);
-            lse(n) = TL(l);
-            const std::int64_t t = targets(n);
-            if (t >= 0) acc += l - double(pl[n * sl + t]);
+          "exa::cross_entropy::forward", Kokkos::RangePolicy<Exec>(exec, 0, groups),
+          [=](const index_t g, double& acc) {
+            const index_t n0 = g * detail::kCeRows;
+            const index_t n1 = n0 + detail::kCeRows < n_rows ? n0 + detail::kCeRows : n_rows;
+            detail::CeRowSum<T> rs[detail::kCeRows];
+            for (index_t n = n0; n < n1; ++n) rs[n - n0] = detail::ce_row_sum_host(pl + n * sl, V);
+            for (index_t n = n0; n < n1; ++n) {
+              const double l = double(rs[n - n0].max) + std::log(rs[n - n0].sum);
+              lse(n) = TL(l);
+              const std::int64_t t = targets(n);
+              if (t >= 0) acc += l - double(pl[n * sl + t]);
+            }
           },
           total);
       out.loss_sum = total;

@@ -6,7 +6,9 @@
 // than one 8192-element chunk.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "harness/backend.hpp"
@@ -160,6 +162,53 @@ TEST(HostFastPaths, CrossEntropyLongRowsMatchPortable) {
   auto hlse = Kokkos::create_mirror_view(lse);
   Kokkos::deep_copy(hlse, lse);
   EXPECT_NEAR(hlse(5), 0.25 + std::log(double(V)), 1e-5);  // equal logits: max + log V
+}
+
+// Rows that a wrong row max (the fast path's integer-key max, its 16 lanes
+// and tail) would turn into overflowing exps: the max alone in the tail
+// and 150 above the rest, all-negative rows (one near -1e4, one whose max
+// is its first logit), -inf logits, signed zeros, a NaN (an ignored row,
+// NaN both ways); 37 rows cross the forward's 16-row groups.
+TEST(HostFastPaths, CrossEntropyEdgeRowsMatchPortable) {
+  const index_t N = 37, V = 53;
+  R2<float> logits("logits", N, V);
+  R1<std::int32_t> targets("targets", N);
+  R1<float> lse("lse", N), lse_l("lse_l", N);
+  fill_uniform(logits, 13, -6.0, 6.0);
+  auto hl = Kokkos::create_mirror_view(logits);
+  Kokkos::deep_copy(hl, logits);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (index_t j = 0; j < V; ++j) {
+    hl(0, j) = j == V - 1 ? 150.0f : hl(0, j);
+    hl(1, j) = j % 7 == 2 ? -inf : hl(1, j);
+    hl(2, j) = -1.0e4f + 50.0f * hl(2, j) / 6.0f;
+    hl(3, j) = j == 10 ? -0.0f : j == 20 ? 0.0f : -3.0f;
+    hl(4, j) = j == 40 ? 100.0f : -hl(4, j) * hl(4, j);
+    hl(5, j) = j == 0 ? -0.5f : -1.0f - std::abs(hl(5, j));
+  }
+  hl(6, 17) = std::numeric_limits<float>::quiet_NaN();
+  Kokkos::deep_copy(logits, hl);
+  auto ht = Kokkos::create_mirror_view(targets);
+  for (index_t n = 0; n < N; ++n) ht(n) = n == 6 || n % 4 == 3 ? -1 : (n * 11) % V;
+  Kokkos::deep_copy(targets, ht);
+
+  const auto fast = ek::cross_entropy_forward_sum(logits, targets, lse);
+  const auto portable = ek::cross_entropy_forward_sum(left_copy(logits), targets, lse_l);
+  EXPECT_EQ(fast.n_valid, portable.n_valid);
+  EXPECT_NEAR(fast.loss_sum, portable.loss_sum, 1e-6 * std::abs(portable.loss_sum));
+  auto hf = Kokkos::create_mirror_view(lse);
+  auto hp = Kokkos::create_mirror_view(lse_l);
+  Kokkos::deep_copy(hf, lse);
+  Kokkos::deep_copy(hp, lse_l);
+  for (index_t n = 0; n < N; ++n) {
+    if (n == 6) {
+      EXPECT_TRUE(std::isnan(hf(n)) && std::isnan(hp(n))) << hf(n) << " " << hp(n);
+      continue;
+    }
+    EXPECT_NEAR(hf(n), hp(n), 1e-6 * std::max(1.0f, std::abs(hp(n)))) << "row " << n;
+  }
+  EXPECT_NEAR(hf(0), 150.0, 1e-5);
+  EXPECT_NEAR(hf(4), 100.0, 1e-5);
 }
 
 TEST(HostFastPaths, PermuteAndUnpermuteMatchPortable) {
