@@ -16,6 +16,7 @@
 #include "io/token_shard.hpp"
 #include "io/token_text.hpp"
 #include "inference/checkpoint_model.hpp"
+#include "inference/pipeline_ranks.hpp"
 
 namespace exa::inference {
 
@@ -73,7 +74,11 @@ io::TokenStore read_token_file(const std::string& path, std::int64_t vocab, cons
 EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
   EXA_REQUIRE(opt.batch >= 0, "--batch must be at least 1, not {}", opt.batch);
   EXA_REQUIRE(opt.seq_len >= 0, "--seq-len must be at least 1, not {}", opt.seq_len);
-  CheckpointModel m(opt.checkpoint, comm);
+  // --pp P: each replica's stages pass every batch's hidden state along;
+  // a stage goes on to its next batch once the previous one has left, so
+  // the stages work on successive batches at once.
+  const PipelineRanks ranks(comm, opt.pp);
+  CheckpointModel m(opt.checkpoint, comm, false, ranks.stage(), ranks.stages());
   const auto& mc = m.model_config();
   const std::int64_t T = opt.seq_len > 0 ? opt.seq_len : mc.seq_len;
   const std::int64_t B = opt.batch > 0 ? opt.batch : std::max<std::int64_t>(1, m.config().get_int("train.micro_batch"));
@@ -86,32 +91,51 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
 
   const std::int64_t full = (N - 1) / T, tail = (N - 1) % T;
   const std::int64_t W = full + (tail > 0 ? 1 : 0);
-  const std::int64_t P = comm_size(comm), r = comm_rank(comm);
+  const std::int64_t P = ranks.replicas(), r = ranks.replica();
   const std::int64_t lo = W * r / P, hi = W * (r + 1) / P;
 
   using Tok = Kokkos::View<std::int32_t**, Layout, Device>;
   Tok in, tg;
   View1<float> ce;
+  View2<float> hidden;
   double sum = 0;
   std::int64_t count = 0;
+  auto& model = m.model();
   auto run_batch = [&](std::int64_t first, std::int64_t nb, std::int64_t len) {
     if (std::int64_t(in.extent(0)) != nb || std::int64_t(in.extent(1)) != len) {
       in = Tok("exa::eval::inputs", nb, len);
       tg = Tok("exa::eval::targets", nb, len);
       ce = View1<float>("exa::eval::ce", nb * len);
+      if (!ranks.first()) hidden = View2<float>("exa::eval::hidden", nb * len, mc.d_model);
     }
-    auto hi_in = Kokkos::create_mirror_view(in);
-    auto hi_tg = Kokkos::create_mirror_view(tg);
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const std::int64_t start = (first + b) * T;
-      tokens.copy(start, len, &hi_in(b, 0));
-      tokens.copy(start + 1, len, &hi_tg(b, 0));
+    model::StageModel<float>::Input x;
+    if (ranks.first() || ranks.last()) {
+      auto hi_in = Kokkos::create_mirror_view(in);
+      auto hi_tg = Kokkos::create_mirror_view(tg);
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const std::int64_t start = (first + b) * T;
+        tokens.copy(start, len, &hi_in(b, 0));
+        tokens.copy(start + 1, len, &hi_tg(b, 0));
+      }
+      Kokkos::deep_copy(in, hi_in);
+      Kokkos::deep_copy(tg, hi_tg);
     }
-    Kokkos::deep_copy(in, hi_in);
-    Kokkos::deep_copy(tg, hi_tg);
-    const auto s = m.model().eval(m.weights(), in, tg, ce);
-    sum += s.loss_sum;
-    count += s.n_valid;
+    if (ranks.first()) {
+      x.tokens = in;
+    } else {
+      ranks.recv_prev(hidden);
+      x.hidden = hidden;
+      x.shape = {nb, len};
+    }
+    if (ranks.last()) {
+      const auto s = model.eval(m.weights(), x, tg, ce);
+      sum += s.loss_sum;
+      count += s.n_valid;
+    } else {
+      auto& c = model.forward(m.weights(), x);
+      ranks.send_next(c.out);
+      model.release(c);
+    }
   };
   {
     ScopedRegion region("eval", true);
@@ -119,6 +143,7 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
     for (std::int64_t w = lo; w < full_hi; w += B) run_batch(w, std::min(B, full_hi - w), T);
     if (tail > 0 && lo <= full && full < hi) run_batch(full, 1, tail);
   }
+  // Only the last stages counted.
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
   MPI_Allreduce(MPI_IN_PLACE, &count, 1, MPI_INT64_T, MPI_SUM, comm);
   EXA_ASSERT(count == N - 1);

@@ -14,6 +14,8 @@
 // Under MPI the windows are split into contiguous blocks, one per rank; each
 // rank holds the whole model and the per-rank sums are allreduced, so the
 // result does not depend on the rank count (up to the order of the sums).
+// With pp > 1 stages (EvalOptions::pp) the blocks go to the ranks / pp
+// pipelines (inference/pipeline_ranks.hpp), each rank holding its stage.
 #include <mpi.h>
 
 #include <cstdint>
@@ -36,6 +38,9 @@ struct EvalOptions {
   std::string tokens_file;
   std::int64_t batch = 0;    // windows per forward pass; 0 = the checkpoint's train.micro_batch
   std::int64_t seq_len = 0;  // T; 0 = the model's seq_len
+  // Pipeline stages (--pp): each rank loads and runs only its stage's
+  // layers; the windows are split over the ranks / pp replicas.
+  int pp = 1;
 };
 
 struct EvalReport {

@@ -4,13 +4,12 @@
 #include <cmath>
 #include <numeric>
 
-#include "comm/communicator.hpp"
-#include "comm/mpi_env.hpp"
 #include "core/error.hpp"
 #include "core/philox.hpp"
 #include "core/profiling.hpp"
 #include "io/token_text.hpp"
 #include "inference/checkpoint_model.hpp"
+#include "inference/pipeline_ranks.hpp"
 
 namespace exa::inference {
 
@@ -64,25 +63,11 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
               "--temperature must be 0 (greedy) or more, not {}", opt.temperature);
   EXA_REQUIRE(opt.top_k >= 0, "--top-k must be 0 (no limit) or more, not {}", opt.top_k);
 
-  // --pp P: ranks [s*R, (s+1)*R) hold stage s (R = ranks / P replicas,
-  // which all compute the same text); the window's hidden state goes from
-  // stage to stage, the last samples and tells every stage the token.
-  const int world = comm_size(comm), rank = comm_rank(comm);
-  EXA_REQUIRE(opt.pp >= 1 && world % opt.pp == 0,
-              "--pp {} does not divide the {} ranks: run examoe-generate on a multiple of the pipeline stages "
-              "(mpiexec -n {})",
-              opt.pp, world, opt.pp);
-  const int replicas = world / opt.pp, stage = rank / replicas;
-  const bool first = stage == 0, last = stage == opt.pp - 1;
-  MPI_Comm pipe = MPI_COMM_NULL;
-  MPI_Comm_split(comm, rank % replicas, stage, &pipe);
-  struct FreeComm {
-    MPI_Comm& c;
-    ~FreeComm() { MPI_Comm_free(&c); }
-  } free_pipe{pipe};
-  const auto p2p = comm::make_mpi_communicator(pipe);
-
-  CheckpointModel m(opt.checkpoint, comm, /*dropless=*/true, stage, opt.pp);
+  // --pp P: each stage runs its layers on the window; the last samples and
+  // tells every stage of its pipeline the token.
+  const PipelineRanks ranks(comm, opt.pp);
+  const bool first = ranks.first(), last = ranks.last();
+  CheckpointModel m(opt.checkpoint, comm, /*dropless=*/true, ranks.stage(), ranks.stages());
   const auto& mc = m.model_config();
   EXA_REQUIRE(mc.vocab_size == io::kByteVocab,
               "checkpoint {} has model.vocab_size = {}, but examoe-generate works with byte-level tokens "
@@ -99,7 +84,6 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
   View2<float> logits("exa::generate::logits", 1, mc.vocab_size);
   View2<float> hidden;  // the previous stage's output, on every stage but the first
   if (!first) hidden = View2<float>("exa::generate::hidden", Tw, mc.d_model);
-  using Flat = Kokkos::View<float*, Layout, Device, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   auto h_in = Kokkos::create_mirror_view(in);
   auto h_logits = Kokkos::create_mirror_view(logits);
   std::vector<float> row(static_cast<std::size_t>(mc.vocab_size));
@@ -117,7 +101,7 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
       Kokkos::deep_copy(in, h_in);
       x.tokens = in;
     } else {
-      p2p->irecv(Flat(hidden.data(), hidden.size()), stage - 1).wait();
+      ranks.recv_prev(hidden);
       x.hidden = hidden;
       x.shape = {1, Tw};
     }
@@ -129,10 +113,10 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
       next = sample_token(row, opt.temperature, opt.top_k, philox_uniform(key, std::uint64_t(i)));
     } else {
       auto& c = model.forward(m.weights(), x);
-      p2p->isend(Flat(c.out.data(), c.out.size()), stage + 1).wait();
+      ranks.send_next(c.out);
       model.release(c);
     }
-    if (opt.pp > 1) MPI_Bcast(&next, 1, MPI_INT32_T, opt.pp - 1, pipe);
+    if (ranks.stages() > 1) MPI_Bcast(&next, 1, MPI_INT32_T, ranks.stages() - 1, ranks.comm());
     tokens.push_back(next);
     out.push_back(static_cast<char>(static_cast<unsigned char>(next)));
   }

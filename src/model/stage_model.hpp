@@ -125,6 +125,10 @@ class StageModel {
   // of valid targets. Routing (and capacity) as in forward. Live contexts
   // are not disturbed.
   kernels::CrossEntropySum eval(const W& w, const Tokens& inputs, const Tokens& targets, const V1& ce);
+  // The same on the stage that holds the head (evaluation through a
+  // pipeline): `in` as forward() takes it, tokens on a stage that holds the
+  // embedding too, else the previous stage's output.
+  kernels::CrossEntropySum eval(const W& w, const Input& in, const Tokens& targets, const V1& ce);
   // Generation (whole model): logits [B,V] of position pos (default T-1) of
   // each sequence. Causal, so later tokens do not influence them (with
   // capacity_factor > 0 they can, through expert capacity).

@@ -405,17 +405,26 @@ kernels::CrossEntropySum StageModel<T, D>::eval(const W& w, const Tokens& inputs
                                                 const V1& ce) {
   EXA_REQUIRE(embedding_ && final_norm_, "StageModel::eval needs the whole model (this stage holds layers [{}, {}))",
               plan_.layer_begin, plan_.layer_end);
-  EXA_REQUIRE(inputs.extent(0) == targets.extent(0) && inputs.extent(1) == targets.extent(1),
-              "StageModel::eval: inputs [{}, {}] and targets [{}, {}] differ in shape", inputs.extent(0),
-              inputs.extent(1), targets.extent(0), targets.extent(1));
+  Input in;
+  in.tokens = inputs;
+  return eval(w, in, targets, ce);
+}
+
+template <class T, class D>
+kernels::CrossEntropySum StageModel<T, D>::eval(const W& w, const Input& in, const Tokens& targets, const V1& ce) {
+  EXA_REQUIRE(final_norm_ && n_chunks() == 1,
+              "StageModel::eval needs the stage that holds the LM head in one chunk (this stage holds layers [{}, {}))",
+              plan_.layer_begin, plan_.layer_end);
+  const MicroBatchShape shape =
+      embedding_ ? MicroBatchShape{std::int64_t(in.tokens.extent(0)), std::int64_t(in.tokens.extent(1))} : in.shape;
+  EXA_REQUIRE(std::int64_t(targets.extent(0)) == shape.B && std::int64_t(targets.extent(1)) == shape.T,
+              "StageModel::eval: inputs [{}, {}] and targets [{}, {}] differ in shape", shape.B, shape.T,
+              targets.extent(0), targets.extent(1));
   check_weights(w, "eval");
-  const MicroBatchShape shape{std::int64_t(inputs.extent(0)), std::int64_t(inputs.extent(1))};
   Context& c = acquire(shape);
   ensure_scratch(shape);
   EXA_REQUIRE(std::int64_t(ce.extent(0)) == shape.N(), "StageModel::eval: ce has {} entries, the batch {} tokens",
               ce.extent(0), shape.N());
-  Input in;
-  in.tokens = inputs;
   run_layers(c, w, in, nullptr);
   ScopedRegion region("forward/head", opt_.fence_phases);
   load_targets(c, targets);

@@ -62,6 +62,11 @@ class Transformer : public StageModel<T, D> {
     drop();
     return Base::eval(w, inputs, targets, ce);
   }
+  kernels::CrossEntropySum eval(const W& w, const typename Base::Input& in, const Tokens& targets,
+                                const typename Base::V1& ce) {
+    drop();
+    return Base::eval(w, in, targets, ce);
+  }
   void next_logits(const W& w, const Tokens& inputs, const V2& out, std::int64_t pos = -1) {
     drop();
     Base::next_logits(w, inputs, out, pos);

@@ -1,6 +1,6 @@
 # One step of the driver tests (see CMakeLists.txt here):
 #
-#   cmake -DMODE=<train|eval|convert|generate|errors|check|plot|eval_np2|generate_pp2> -DEXAMOE=<exe> -DGENERATE=<exe>
+#   cmake -DMODE=<train|eval|convert|generate|errors|check|plot|eval_np2|pp2> -DEXAMOE=<exe> -DGENERATE=<exe>
 #         -DWORK=<scratch dir> -DSRC=<source tree> [-DPYTHON=<python3>] [-DLAUNCHER=mpiexec|-n|2]
 #         -P drivers_test.cmake
 #
@@ -214,8 +214,8 @@ elseif(MODE STREQUAL "generate")
   run(s 0 ${GENERATE} --checkpoint ${run} --prompt "x" --max-new-tokens 2)
   require_has("${s_ERR}" "examoe-generate: seed " "${s_REPORT}")
 
-elseif(MODE STREQUAL "generate_pp2")
-  # Generation through a pipeline of 2 ranks, each holding its stage's
+elseif(MODE STREQUAL "pp2")
+  # Evaluation and generation through a pipeline of 2 ranks, each holding its stage's
   # layers (a 3-layer model with tied embeddings, so the last stage's head
   # reads its own copy, and a dense layer): the same text as one rank.
   set(pprun ${WORK}/pp_run)
@@ -230,6 +230,22 @@ elseif(MODE STREQUAL "generate_pp2")
       message(FATAL_ERROR "--pp 2 gave other text than one rank (${mode}):\n[${one_OUT}]\n[${two_OUT}]\n${two_REPORT}")
     endif()
   endforeach()
+  # examoe eval --pp 2: the 1-rank cross-entropy (the stages pass each
+  # batch on; the tail window is shorter), and 2 stages on 1 rank refused.
+  set(ckpt ${pprun})
+  set(l2 "${launcher}")
+  set(launcher "")
+  eval_json(one ${sample} --batch 3)
+  set(launcher "${l2}")
+  eval_json(two ${sample} --batch 3 --pp 2)
+  micro(m1 ${one_CE})
+  micro(m2 ${two_CE})
+  math(EXPR d "${m1} - ${m2}")
+  if(d GREATER 2 OR d LESS -2)
+    message(FATAL_ERROR "examoe eval --pp 2 gives ce ${two_CE}, 1 rank ${one_CE}")
+  endif()
+  expect_error("examoe: error: --pp 2 does not divide the 1 ranks"
+               ${EXAMOE} eval --checkpoint ${pprun} --tokens ${sample} --pp 2)
   expect_error("examoe-generate: error: --pp 3 does not divide the 2 ranks"
                ${launcher} ${GENERATE} --checkpoint ${pprun} --prompt "x" --pp 3 --seed 1)
   expect_error("holds a model of 1 layers, which cannot be split over 2 pipeline stages: use at most 1"

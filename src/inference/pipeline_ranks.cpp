@@ -1,0 +1,38 @@
+#include "inference/pipeline_ranks.hpp"
+
+#include "comm/mpi_env.hpp"
+#include "core/error.hpp"
+
+namespace exa::inference {
+
+namespace {
+
+using Flat = Kokkos::View<float*, Layout, Device, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+Flat flat(const View2<float>& x) { return Flat(x.data(), x.size()); }
+
+}  // namespace
+
+PipelineRanks::PipelineRanks(MPI_Comm comm, int pp) {
+  const int world = comm_size(comm), rank = comm_rank(comm);
+  EXA_REQUIRE(pp >= 1 && world % pp == 0,
+              "--pp {} does not divide the {} ranks: run on a multiple of the pipeline stages (mpiexec -n {})", pp,
+              world, pp);
+  stages_ = pp;
+  replicas_ = world / pp;
+  stage_ = rank / replicas_;
+  replica_ = rank % replicas_;
+  MPI_Comm_split(comm, replica_, stage_, &pipe_);
+  p2p_ = comm::make_mpi_communicator(pipe_);
+}
+
+PipelineRanks::~PipelineRanks() {
+  p2p_.reset();
+  if (pipe_ != MPI_COMM_NULL) MPI_Comm_free(&pipe_);
+}
+
+void PipelineRanks::send_next(const View2<float>& x) const { p2p_->isend(flat(x), stage_ + 1).wait(); }
+
+void PipelineRanks::recv_prev(const View2<float>& x) const { p2p_->irecv(flat(x), stage_ - 1).wait(); }
+
+}  // namespace exa::inference
