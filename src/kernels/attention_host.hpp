@@ -30,9 +30,17 @@
 //   dQ_t = scale dS K                              gemm
 //   dK += scale dS^T Q_t                           gemm
 //
-// The gemm calls are issued from the host, one after another (KokkosBlas::gemm
-// may not be called inside a parallel region); the element loops are
-// RangePolicy parallel_for over rows in the views' (host) execution space.
+// On one host thread (Serial, or OpenMP with one thread) the gemm calls are
+// issued from the host, one after another (KokkosBlas::gemm may not be
+// called inside a parallel region), and the element loops are RangePolicy
+// parallel_for over rows. With several host threads and a BLAS TPL, the
+// (b, kv head) pairs are independent tasks instead: a parallel_for over
+// them, each task on one thread with its own scratch (a UniqueToken slot),
+// calling the BLAS directly (an OpenMP BLAS runs single-threaded inside a
+// parallel region) and running its element loops inline. The products per
+// head are small (T x hd, hd = 64), so a BLAS split over threads per call
+// scaled poorly (1.3-1.4x on 2 threads against 1.7x for the expert FFNs);
+// whole heads per thread keep every thread on its own products.
 // No profiling region is pushed here: the bench's profiler treats every
 // region other than exa::gemm* / exa::grouped_linear* as a phase, so the
 // kernels and gemms stay attributed to the caller's forward/attn and
@@ -41,6 +49,7 @@
 #include <limits>
 
 #include "kernels/gemm.hpp"
+#include "kernels/host_tasks.hpp"
 
 namespace exa::kernels::attention_detail {
 
@@ -49,12 +58,57 @@ template <class Like, class T>
 using HostMat = Kokkos::View<T**, Kokkos::LayoutRight, typename Like::device_type,
                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+// How a (b, kv head) task runs its loops and products: inline on its own
+// thread with a direct (single-threaded) BLAS call (`serial`), or as
+// parallel_for / the gemm wrapper on `exec` (one task at a time).
+template <class Exec, class T>
+struct HostRunner {
+  Exec exec;
+  bool serial = false;
+
+  template <class F>
+  void rows(const char* label, int n, const F& f) const {
+    if (serial) {
+      for (int r = 0; r < n; ++r) f(r);
+    } else {
+      Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, n), f);
+    }
+  }
+
+  // C = alpha op(A) op(B) + beta C, row-major views with unit column stride.
+  template <class M>
+  void gemm(char ta, char tb, T alpha, const M& A, const M& B, T beta, const M& C) const {
+    if (!serial) {
+      kernels::gemm(ta, tb, alpha, A, B, beta, C, exec);
+      return;
+    }
+    const int m = int(C.extent(0)), n = int(C.extent(1));
+    const int k = (ta == 'N') ? int(A.extent(1)) : int(A.extent(0));
+    serial_gemm<T>(ta, tb, m, n, k, alpha, A.data(), int(A.stride(0)), B.data(), int(B.stride(0)), beta, C.data(),
+                   int(C.stride(0)));
+  }
+};
+
+// Runs task(t, runner, slot) for t in [0, n): as host tasks (host_tasks.hpp)
+// on a multi-thread host space, else in order on the calling thread with
+// slot 0 and the parallel_for / gemm-wrapper runner.
+template <class T, class Exec, class F>
+void host_task_loop(const Exec& exec, const char* label, int n, const F& task) {
+  if (!host_tasks(exec)) {
+    const HostRunner<Exec, T> run{exec, false};
+    for (int t = 0; t < n; ++t) task(t, run, 0);
+    return;
+  }
+  const HostRunner<Exec, T> run{exec, true};
+  host_parallel_tasks(exec, label, n, [=](const int t, const int slot) { task(t, run, slot); });
+}
+
 // Copy head `h` of x [B,T,H,hd] at batch b into contiguous dst [T,hd]
 // (T is x's own row count: Tk for k and v).
-template <class Exec, class X, class T>
-void host_gather_head(const Exec& exec, const char* label, const X& x, int b, int h, T* dst) {
+template <class R, class X, class T>
+void host_gather_head(const R& run, const char* label, const X& x, int b, int h, T* dst) {
   const int Tn = static_cast<int>(x.extent(1)), hd = static_cast<int>(x.extent(3));
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, Tn), [=](const int i) {
+  run.rows(label, Tn, [=](const int i) {
     const auto* src = &x(b, i, h, 0);
     T* d = dst + static_cast<std::size_t>(i) * hd;
     for (int c = 0; c < hd; ++c) d[c] = T(src[c]);
@@ -62,11 +116,10 @@ void host_gather_head(const Exec& exec, const char* label, const X& x, int b, in
 }
 
 // Copy contiguous src [rows,hd] into rows i0.. of head h of x [B,T,H,hd] at batch b.
-template <class Exec, class X, class T>
-void host_scatter_head(const Exec& exec, const char* label, const T* src, int rows, const X& x, int b, int i0,
-                       int h) {
+template <class R, class X, class T>
+void host_scatter_head(const R& run, const char* label, const T* src, int rows, const X& x, int b, int i0, int h) {
   const int hd = static_cast<int>(x.extent(3));
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, rows), [=](const int r) {
+  run.rows(label, rows, [=](const int r) {
     auto* d = &x(b, i0 + r, h, 0);
     const T* s = src + static_cast<std::size_t>(r) * hd;
     for (int c = 0; c < hd; ++c) d[c] = s[c];
@@ -79,11 +132,11 @@ inline int host_block(const AttentionTiles& t, int Tn) {
 }
 
 // Zero rows i0 .. i0+m-1 of head h of x [B,T,H,hd] at batch b.
-template <class Exec, class X>
-void host_zero_rows(const Exec& exec, const char* label, const X& x, int b, int i0, int m, int h) {
+template <class R, class X>
+void host_zero_rows(const R& run, const char* label, const X& x, int b, int i0, int m, int h) {
   using T = scalar_of<X>;
   const int hd = static_cast<int>(x.extent(3));
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
+  run.rows(label, m, [=](const int r) {
     auto* d = &x(b, i0 + r, h, 0);
     for (int c = 0; c < hd; ++c) d[c] = T(0);
   });
@@ -92,7 +145,6 @@ void host_zero_rows(const Exec& exec, const char* label, const X& x, int b, int 
 template <class Q, class K, class V, class O, class L>
 void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse, const AttentionTiles& tiles,
                   AttentionOffsets pos = {}, const exec_of<O>& exec = exec_of<O>{}) {
-  using Exec = exec_of<O>;
   using T = scalar_of<O>;
   using M = HostMat<O, T>;
   using Buf = Kokkos::View<T*, typename O::device_type>;
@@ -106,69 +158,70 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const std::size_t th = static_cast<std::size_t>(Tn) * hd;
   const std::size_t thk = static_cast<std::size_t>(Tk) * hd;
+  const std::size_t per = th + 2 * thk + static_cast<std::size_t>(bq) * Tk + static_cast<std::size_t>(bq) * hd;
   Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_fwd_scratch"),
-          th + 2 * thk + static_cast<std::size_t>(bq) * Tk + static_cast<std::size_t>(bq) * hd);
-  T* Qc = buf.data();
-  T* Kc = Qc + th;
-  T* Vc = Kc + thk;
-  T* Sc = Vc + thk;
-  T* Oc = Sc + static_cast<std::size_t>(bq) * Tk;
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h) {
-      const int g = h / rep;
-      if (h % rep == 0) {
-        host_gather_head(exec, "exa::attention::host_gather_kv", k, b, g, Kc);
-        host_gather_head(exec, "exa::attention::host_gather_kv", v, b, g, Vc);
-      }
-      host_gather_head(exec, "exa::attention::host_gather_q", q, b, h, Qc);
+          per * std::size_t(host_task_slots(exec)));
+  T* const base = buf.data();
+  const int Hkv = H / rep;
+  // Task (b, g): kv head g of sequence b and its query heads.
+  host_task_loop<T>(exec, "exa::attention::host_forward_tasks", B * Hkv, [=](const int task, const auto& run,
+                                                                              const int slot) {
+    const int b = task / Hkv, g = task % Hkv;
+    T* Qc = base + per * std::size_t(slot);
+    T* Kc = Qc + th;
+    T* Vc = Kc + thk;
+    T* Sc = Vc + thk;
+    T* Oc = Sc + static_cast<std::size_t>(bq) * Tk;
+    host_gather_head(run, "exa::attention::host_gather_kv", k, b, g, Kc);
+    host_gather_head(run, "exa::attention::host_gather_kv", v, b, g, Vc);
+    for (int h = g * rep; h < (g + 1) * rep; ++h) {
+      host_gather_head(run, "exa::attention::host_gather_q", q, b, h, Qc);
       for (int i0 = 0; i0 < Tn; i0 += bq) {
         const int m = bq < Tn - i0 ? bq : Tn - i0;
         const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
         if (n == 0) {  // no row of the tile sees a key
-          host_zero_rows(exec, "exa::attention::host_zero_out", out, b, i0, m, h);
-          Kokkos::parallel_for(
-              "exa::attention::host_empty_lse", Kokkos::RangePolicy<Exec>(exec, 0, m),
-              [=](const int r) { lse(b, h, i0 + r) = -std::numeric_limits<T>::infinity(); });
+          host_zero_rows(run, "exa::attention::host_zero_out", out, b, i0, m, h);
+          run.rows("exa::attention::host_empty_lse", m,
+                   [=](const int r) { lse(b, h, i0 + r) = -std::numeric_limits<T>::infinity(); });
           continue;
         }
         const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
         const M Kn(Kc, n, hd), Vn(Vc, n, hd);
         const M S(Sc, m, n), Ot(Oc, m, hd);
-        gemm('N', 'T', scale, Qt, Kn, T(0), S, exec);
-        Kokkos::parallel_for(
-            "exa::attention::host_softmax", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
-              const int i = i0 + r;
-              const int ni = visible_keys(i, shift, Tk);
-              T* s = Sc + static_cast<std::size_t>(r) * n;
-              if (ni == 0) {  // the row sees no key: P row 0, so out row 0
-                for (int j = 0; j < n; ++j) s[j] = T(0);
-                lse(b, h, i) = -std::numeric_limits<T>::infinity();
-                return;
-              }
-              T mx = s[0];
-              for (int j = 1; j < ni; ++j) mx = s[j] > mx ? s[j] : mx;
-              T sum = 0;
-              for (int j = 0; j < ni; ++j) {
-                const T p = std::exp(s[j] - mx);
-                s[j] = p;
-                sum += p;
-              }
-              const T inv = T(1) / sum;
-              for (int j = 0; j < ni; ++j) s[j] *= inv;
-              for (int j = ni; j < n; ++j) s[j] = T(0);
-              lse(b, h, i) = mx + std::log(sum);
-            });
-        gemm('N', 'N', T(1), S, Vn, T(0), Ot, exec);
-        host_scatter_head(exec, "exa::attention::host_scatter_out", Oc, m, out, b, i0, h);
+        run.gemm('N', 'T', scale, Qt, Kn, T(0), S);
+        run.rows("exa::attention::host_softmax", m, [=](const int r) {
+          const int i = i0 + r;
+          const int ni = visible_keys(i, shift, Tk);
+          T* s = Sc + static_cast<std::size_t>(r) * n;
+          if (ni == 0) {  // the row sees no key: P row 0, so out row 0
+            for (int j = 0; j < n; ++j) s[j] = T(0);
+            lse(b, h, i) = -std::numeric_limits<T>::infinity();
+            return;
+          }
+          T mx = s[0];
+          for (int j = 1; j < ni; ++j) mx = s[j] > mx ? s[j] : mx;
+          T sum = 0;
+          for (int j = 0; j < ni; ++j) {
+            const T p = std::exp(s[j] - mx);
+            s[j] = p;
+            sum += p;
+          }
+          const T inv = T(1) / sum;
+          for (int j = 0; j < ni; ++j) s[j] *= inv;
+          for (int j = ni; j < n; ++j) s[j] = T(0);
+          lse(b, h, i) = mx + std::log(sum);
+        });
+        run.gemm('N', 'N', T(1), S, Vn, T(0), Ot);
+        host_scatter_head(run, "exa::attention::host_scatter_out", Oc, m, out, b, i0, h);
       }
     }
+  });
 }
 
 template <class DO, class Q, class K, class V, class O, class L, class DQ, class DK, class DV>
 void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const DQ& dq,
                    const DK& dk, const DV& dv, const AttentionTiles& tiles, AttentionOffsets pos = {},
                    const exec_of<DQ>& exec = exec_of<DQ>{}) {
-  using Exec = exec_of<DQ>;
   using T = scalar_of<DQ>;
   using M = HostMat<DQ, T>;
   using Buf = Kokkos::View<T*, typename DQ::device_type>;
@@ -186,91 +239,92 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   const std::size_t thk = static_cast<std::size_t>(Tk) * hd;
   const std::size_t tile_s = static_cast<std::size_t>(bq) * Tk;
   // Q, dO [T,hd]; K, V, dK, dV [Tk,hd]; P, dP [bq,Tk]; dQ tile [bq,hd]; D [T].
+  const std::size_t per = 2 * th + 4 * thk + 2 * tile_s + static_cast<std::size_t>(bq) * hd + Tn;
   Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_bwd_scratch"),
-          2 * th + 4 * thk + 2 * tile_s + static_cast<std::size_t>(bq) * hd + Tn);
-  T* Qc = buf.data();
-  T* DOc = Qc + th;
-  T* Kc = DOc + th;
-  T* Vc = Kc + thk;
-  T* DKc = Vc + thk;
-  T* DVc = DKc + thk;
-  T* Pc = DVc + thk;
-  T* DPc = Pc + tile_s;
-  T* DQc = DPc + tile_s;
-  T* Dc = DQc + static_cast<std::size_t>(bq) * hd;
-  // dK/dV scratch rows [r0, r1) set to zero.
-  auto zero_dkdv = [&](int r0, int r1) {
-    Kokkos::parallel_for(
-        "exa::attention::host_zero_dkdv", Kokkos::RangePolicy<Exec>(exec, 0, r1 - r0), [=](const int r) {
-          T* a = DKc + static_cast<std::size_t>(r0 + r) * hd;
-          T* c = DVc + static_cast<std::size_t>(r0 + r) * hd;
-          for (int e = 0; e < hd; ++e) {
-            a[e] = T(0);
-            c[e] = T(0);
-          }
-        });
-  };
-  for (int b = 0; b < B; ++b)
-    for (int g = 0; g < Hkv; ++g) {
-      host_gather_head(exec, "exa::attention::host_gather_kv", k, b, g, Kc);
-      host_gather_head(exec, "exa::attention::host_gather_kv", v, b, g, Vc);
-      // dK/dV rows [0, reached) hold contributions (every head of the group
-      // reaches the same keys, tile by tile).
-      int reached = 0;
-      for (int hr = 0; hr < rep; ++hr) {
-        const int h = g * rep + hr;
-        host_gather_head(exec, "exa::attention::host_gather_q", q, b, h, Qc);
-        host_gather_head(exec, "exa::attention::host_gather_dout", dout, b, h, DOc);
-        Kokkos::parallel_for(
-            "exa::attention::host_delta", Kokkos::RangePolicy<Exec>(exec, 0, Tn),
-            [=](const int i) { Dc[i] = dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), hd); });
-        for (int i0 = 0; i0 < Tn; i0 += bq) {
-          const int m = bq < Tn - i0 ? bq : Tn - i0;
-          const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
-          // The first contribution to dK/dV rows overwrites: the group's first
-          // head zeroes the rows [reached, n) that this tile reaches first,
-          // then every tile accumulates (beta 1).
-          if (hr == 0 && n > reached) {
-            zero_dkdv(reached, n);
-            reached = n;
-          }
-          if (n == 0) {  // no row of the tile sees a key
-            host_zero_rows(exec, "exa::attention::host_zero_dq", dq, b, i0, m, h);
-            continue;
-          }
-          const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
-          const M DOt(DOc + static_cast<std::size_t>(i0) * hd, m, hd);
-          const M Kn(Kc, n, hd), Vn(Vc, n, hd), DKn(DKc, n, hd), DVn(DVc, n, hd);
-          const M P(Pc, m, n), DP(DPc, m, n), DQt(DQc, m, hd);
-          gemm('N', 'T', scale, Qt, Kn, T(0), P, exec);
-          Kokkos::parallel_for(
-              "exa::attention::host_probs", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
-                const int i = i0 + r;
-                const int ni = visible_keys(i, shift, Tk);
-                T* p = Pc + static_cast<std::size_t>(r) * n;
-                const T l = lse(b, h, i);  // not read for a row that sees no key (it may be -inf)
-                for (int j = 0; j < ni; ++j) p[j] = std::exp(p[j] - l);
-                for (int j = ni; j < n; ++j) p[j] = T(0);
-              });
-          gemm('T', 'N', T(1), P, DOt, T(1), DVn, exec);
-          gemm('N', 'T', T(1), DOt, Vn, T(0), DP, exec);
-          Kokkos::parallel_for(
-              "exa::attention::host_dscores", Kokkos::RangePolicy<Exec>(exec, 0, m), [=](const int r) {
-                const int i = i0 + r;
-                const T* p = Pc + static_cast<std::size_t>(r) * n;
-                T* d = DPc + static_cast<std::size_t>(r) * n;
-                const T di = Dc[i];
-                for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks unseen keys
-              });
-          gemm('N', 'N', scale, DP, Kn, T(0), DQt, exec);
-          gemm('T', 'N', scale, DP, Qt, T(1), DKn, exec);
-          host_scatter_head(exec, "exa::attention::host_scatter_dq", DQc, m, dq, b, i0, h);
+          per * std::size_t(host_task_slots(exec)));
+  T* const base = buf.data();
+  // Task (b, g): kv head g of sequence b, its dK/dV summed over the group's
+  // query heads in order.
+  host_task_loop<T>(exec, "exa::attention::host_backward_tasks", B * Hkv, [=](const int task, const auto& run,
+                                                                               const int slot) {
+    const int b = task / Hkv, g = task % Hkv;
+    T* Qc = base + per * std::size_t(slot);
+    T* DOc = Qc + th;
+    T* Kc = DOc + th;
+    T* Vc = Kc + thk;
+    T* DKc = Vc + thk;
+    T* DVc = DKc + thk;
+    T* Pc = DVc + thk;
+    T* DPc = Pc + tile_s;
+    T* DQc = DPc + tile_s;
+    T* Dc = DQc + static_cast<std::size_t>(bq) * hd;
+    // dK/dV scratch rows [r0, r1) set to zero.
+    auto zero_dkdv = [&](int r0, int r1) {
+      run.rows("exa::attention::host_zero_dkdv", r1 - r0, [=](const int r) {
+        T* a = DKc + static_cast<std::size_t>(r0 + r) * hd;
+        T* c = DVc + static_cast<std::size_t>(r0 + r) * hd;
+        for (int e = 0; e < hd; ++e) {
+          a[e] = T(0);
+          c[e] = T(0);
         }
+      });
+    };
+    host_gather_head(run, "exa::attention::host_gather_kv", k, b, g, Kc);
+    host_gather_head(run, "exa::attention::host_gather_kv", v, b, g, Vc);
+    // dK/dV rows [0, reached) hold contributions (every head of the group
+    // reaches the same keys, tile by tile).
+    int reached = 0;
+    for (int hr = 0; hr < rep; ++hr) {
+      const int h = g * rep + hr;
+      host_gather_head(run, "exa::attention::host_gather_q", q, b, h, Qc);
+      host_gather_head(run, "exa::attention::host_gather_dout", dout, b, h, DOc);
+      run.rows("exa::attention::host_delta", Tn,
+               [=](const int i) { Dc[i] = dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), hd); });
+      for (int i0 = 0; i0 < Tn; i0 += bq) {
+        const int m = bq < Tn - i0 ? bq : Tn - i0;
+        const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
+        // The first contribution to dK/dV rows overwrites: the group's first
+        // head zeroes the rows [reached, n) that this tile reaches first,
+        // then every tile accumulates (beta 1).
+        if (hr == 0 && n > reached) {
+          zero_dkdv(reached, n);
+          reached = n;
+        }
+        if (n == 0) {  // no row of the tile sees a key
+          host_zero_rows(run, "exa::attention::host_zero_dq", dq, b, i0, m, h);
+          continue;
+        }
+        const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
+        const M DOt(DOc + static_cast<std::size_t>(i0) * hd, m, hd);
+        const M Kn(Kc, n, hd), Vn(Vc, n, hd), DKn(DKc, n, hd), DVn(DVc, n, hd);
+        const M P(Pc, m, n), DP(DPc, m, n), DQt(DQc, m, hd);
+        run.gemm('N', 'T', scale, Qt, Kn, T(0), P);
+        run.rows("exa::attention::host_probs", m, [=](const int r) {
+          const int i = i0 + r;
+          const int ni = visible_keys(i, shift, Tk);
+          T* p = Pc + static_cast<std::size_t>(r) * n;
+          const T l = lse(b, h, i);  // not read for a row that sees no key (it may be -inf)
+          for (int j = 0; j < ni; ++j) p[j] = std::exp(p[j] - l);
+          for (int j = ni; j < n; ++j) p[j] = T(0);
+        });
+        run.gemm('T', 'N', T(1), P, DOt, T(1), DVn);
+        run.gemm('N', 'T', T(1), DOt, Vn, T(0), DP);
+        run.rows("exa::attention::host_dscores", m, [=](const int r) {
+          const int i = i0 + r;
+          const T* p = Pc + static_cast<std::size_t>(r) * n;
+          T* d = DPc + static_cast<std::size_t>(r) * n;
+          const T di = Dc[i];
+          for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks unseen keys
+        });
+        run.gemm('N', 'N', scale, DP, Kn, T(0), DQt);
+        run.gemm('T', 'N', scale, DP, Qt, T(1), DKn);
+        host_scatter_head(run, "exa::attention::host_scatter_dq", DQc, m, dq, b, i0, h);
       }
-      if (reached < Tk) zero_dkdv(reached, Tk);  // keys that no query sees
-      host_scatter_head(exec, "exa::attention::host_scatter_dk", DKc, Tk, dk, b, 0, g);
-      host_scatter_head(exec, "exa::attention::host_scatter_dv", DVc, Tk, dv, b, 0, g);
     }
+    if (reached < Tk) zero_dkdv(reached, Tk);  // keys that no query sees
+    host_scatter_head(run, "exa::attention::host_scatter_dk", DKc, Tk, dk, b, 0, g);
+    host_scatter_head(run, "exa::attention::host_scatter_dv", DVc, Tk, dv, b, 0, g);
+  });
 }
 
 }  // namespace exa::kernels::attention_detail
