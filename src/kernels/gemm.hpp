@@ -212,6 +212,90 @@ inline void order_tasks(std::vector<GroupTask>& t) {
   std::stable_sort(t.begin(), t.end(), [](const GroupTask& a, const GroupTask& b) { return a.cost > b.cost; });
 }
 
+// grouped_linear_forward as host tasks: row chunks of every group, each a
+// single-threaded product. false (nothing done) unless host_tasks(exec).
+template <class XV, class WV, class YV>
+bool grouped_forward_tasks(const XV& X, const WV& W, const std::vector<index_t>& offsets, const YV& Y,
+                           bool accumulate, const exec_of<YV>& exec) {
+  if (!host_tasks(exec) || !host_rows_contiguous(X, W, Y)) return false;
+  const index_t E = W.extent(0);
+  using T = typename YV::non_const_value_type;
+  const index_t in = X.extent(1), out = Y.extent(1);
+  const index_t chunk = group_chunk(offsets[E], exec.concurrency());
+  std::vector<GroupTask> tasks;
+  for (index_t e = 0; e < E; ++e)
+    for (index_t r = offsets[e]; r < offsets[e + 1]; r += chunk) {
+      const index_t r1 = r + chunk < offsets[e + 1] ? r + chunk : offsets[e + 1];
+      tasks.push_back({e, r, r1, 0, 0, false, double(r1 - r)});
+    }
+  order_tasks(tasks);
+  const GroupTask* pt = tasks.data();
+  const T* px = X.data();
+  const T* pw = W.data();
+  T* py = Y.data();
+  const int ldx = int(X.stride(0)), ldy = int(Y.stride(0)), ldw = int(W.stride(1));
+  const std::size_t we = W.stride(0);
+  host_parallel_tasks(exec, "exa::grouped_linear::forward_tasks", int(tasks.size()), [=](const int i, int) {
+    const auto& t = pt[i];
+    serial_gemm<T>('N', 'T', int(t.r1 - t.r0), int(out), int(in), T(1), px + t.r0 * ldx, ldx, pw + t.e * we, ldw,
+                   accumulate ? T(1) : T(0), py + t.r0 * ldy, ldy);
+  });
+  return true;
+}
+
+// grouped_linear_backward as host tasks: row chunks of each group's dX
+// and, of a like cost, row ranges of each dW[e] (dY[:, o0:o1]^T X over the
+// group's rows). false (nothing done) unless host_tasks(exec).
+template <class XV, class WV, class DYV, class DXV, class DWV>
+bool grouped_backward_tasks(const XV& X, const WV& W, const DYV& dY, const std::vector<index_t>& offsets,
+                            const DXV& dX, const DWV& dW, bool accumulate_dW, bool accumulate_dx,
+                            const exec_of<DWV>& exec) {
+  const bool want_dx = dX.data() != nullptr;
+  if (!host_tasks(exec) || !host_rows_contiguous(X, W, dY, dW) || (want_dx && !host_rows_contiguous(dX)))
+    return false;
+  const index_t E = W.extent(0);
+  using T = typename DWV::non_const_value_type;
+  const index_t in = X.extent(1), out = dY.extent(1);
+  const index_t chunk = group_chunk(offsets[E], exec.concurrency());
+  std::vector<GroupTask> tasks;
+  for (index_t e = 0; e < E; ++e) {
+    const index_t n = offsets[e + 1] - offsets[e];
+    if (want_dx)
+      for (index_t r = offsets[e]; r < offsets[e + 1]; r += chunk) {
+        const index_t r1 = r + chunk < offsets[e + 1] ? r + chunk : offsets[e + 1];
+        tasks.push_back({e, r, r1, 0, 0, false, double(r1 - r)});
+      }
+    if (n == 0 && accumulate_dW) continue;
+    const index_t pieces = n == 0 ? 1 : (n + chunk - 1) / chunk;
+    for (index_t p = 0; p < pieces; ++p) {
+      const index_t o0 = out * p / pieces, o1 = out * (p + 1) / pieces;
+      if (o1 > o0)
+        tasks.push_back({e, offsets[e], offsets[e + 1], o0, o1, true, double(n) * double(o1 - o0) / double(out)});
+    }
+  }
+  order_tasks(tasks);
+  const GroupTask* pt = tasks.data();
+  const T* px = X.data();
+  const T* pw = W.data();
+  const T* pdy = dY.data();
+  T* pdx = want_dx ? dX.data() : nullptr;
+  T* pdw = dW.data();
+  const int ldx = int(X.stride(0)), lddy = int(dY.stride(0)), ldw = int(W.stride(1)), lddw = int(dW.stride(1));
+  const int lddx = want_dx ? int(dX.stride(0)) : 1;
+  const std::size_t we = W.stride(0), dwe = dW.stride(0);
+  host_parallel_tasks(exec, "exa::grouped_linear::backward_tasks", int(tasks.size()), [=](const int i, int) {
+    const auto& t = pt[i];
+    if (t.dw) {
+      serial_gemm<T>('T', 'N', int(t.o1 - t.o0), int(in), int(t.r1 - t.r0), T(1), pdy + t.r0 * lddy + t.o0, lddy,
+                     px + t.r0 * ldx, ldx, accumulate_dW ? T(1) : T(0), pdw + t.e * dwe + t.o0 * lddw, lddw);
+    } else {
+      serial_gemm<T>('N', 'N', int(t.r1 - t.r0), int(in), int(out), T(1), pdy + t.r0 * lddy, lddy, pw + t.e * we,
+                     ldw, accumulate_dx ? T(1) : T(0), pdx + t.r0 * lddx, lddx);
+    }
+  });
+  return true;
+}
+
 }  // namespace detail
 
 // Grouped-by-expert linear: rows offsets[e] .. offsets[e+1] of X belong to
@@ -228,31 +312,11 @@ void grouped_linear_forward(const XV& X, const WV& W, const std::vector<index_t>
   EXA_REQUIRE(index_t(Y.extent(0)) >= offsets[E],
               "exa::grouped_linear_forward: Y has {} rows, offsets[E] = {}", Y.extent(0), offsets[E]);
   Kokkos::Profiling::pushRegion("exa::grouped_linear::forward");
-  if (host_tasks(exec) && detail::host_rows_contiguous(X, W, Y)) {
-    // Row chunks of every group as host tasks, each a single-threaded product.
-    using T = typename YV::non_const_value_type;
-    const index_t in = X.extent(1), out = Y.extent(1);
-    const index_t chunk = detail::group_chunk(offsets[E], exec.concurrency());
-    std::vector<detail::GroupTask> tasks;
-    for (index_t e = 0; e < E; ++e)
-      for (index_t r = offsets[e]; r < offsets[e + 1]; r += chunk) {
-        const index_t r1 = r + chunk < offsets[e + 1] ? r + chunk : offsets[e + 1];
-        tasks.push_back({e, r, r1, 0, 0, false, double(r1 - r)});
-      }
-    detail::order_tasks(tasks);
-    const detail::GroupTask* pt = tasks.data();
-    const T* px = X.data();
-    const T* pw = W.data();
-    T* py = Y.data();
-    const int ldx = int(X.stride(0)), ldy = int(Y.stride(0)), ldw = int(W.stride(1));
-    const std::size_t we = W.stride(0);
-    host_parallel_tasks(exec, "exa::grouped_linear::forward_tasks", int(tasks.size()), [=](const int i, int) {
-      const auto& t = pt[i];
-      serial_gemm<T>('N', 'T', int(t.r1 - t.r0), int(out), int(in), T(1), px + t.r0 * ldx, ldx, pw + t.e * we, ldw,
-                     accumulate ? T(1) : T(0), py + t.r0 * ldy, ldy);
-    });
-    Kokkos::Profiling::popRegion();
-    return;
+  if constexpr (host_task_space<exec_of<YV>>) {
+    if (detail::grouped_forward_tasks(X, W, offsets, Y, accumulate, exec)) {
+      Kokkos::Profiling::popRegion();
+      return;
+    }
   }
   for (index_t e = 0; e < E; ++e) {
     const auto rows = Kokkos::make_pair(offsets[e], offsets[e + 1]);
@@ -280,49 +344,11 @@ void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std:
               dY.extent(0), offsets[E]);
   const bool want_dx = dX.data() != nullptr;
   Kokkos::Profiling::pushRegion("exa::grouped_linear::backward");
-  if (host_tasks(exec) && detail::host_rows_contiguous(X, W, dY, dW) && (!want_dx || detail::host_rows_contiguous(dX))) {
-    // Row chunks of each group's dX and, of a like cost, row ranges of each
-    // dW[e] (dY[:, o0:o1]^T X over the group's rows) as host tasks.
-    using T = typename DWV::non_const_value_type;
-    const index_t in = X.extent(1), out = dY.extent(1);
-    const index_t chunk = detail::group_chunk(offsets[E], exec.concurrency());
-    std::vector<detail::GroupTask> tasks;
-    for (index_t e = 0; e < E; ++e) {
-      const index_t n = offsets[e + 1] - offsets[e];
-      if (want_dx)
-        for (index_t r = offsets[e]; r < offsets[e + 1]; r += chunk) {
-          const index_t r1 = r + chunk < offsets[e + 1] ? r + chunk : offsets[e + 1];
-          tasks.push_back({e, r, r1, 0, 0, false, double(r1 - r)});
-        }
-      if (n == 0 && accumulate_dW) continue;
-      const index_t pieces = n == 0 ? 1 : (n + chunk - 1) / chunk;
-      for (index_t p = 0; p < pieces; ++p) {
-        const index_t o0 = out * p / pieces, o1 = out * (p + 1) / pieces;
-        if (o1 > o0) tasks.push_back({e, offsets[e], offsets[e + 1], o0, o1, true, double(n) * double(o1 - o0) / double(out)});
-      }
+  if constexpr (host_task_space<exec_of<DWV>>) {
+    if (detail::grouped_backward_tasks(X, W, dY, offsets, dX, dW, accumulate_dW, accumulate_dx, exec)) {
+      Kokkos::Profiling::popRegion();
+      return;
     }
-    detail::order_tasks(tasks);
-    const detail::GroupTask* pt = tasks.data();
-    const T* px = X.data();
-    const T* pw = W.data();
-    const T* pdy = dY.data();
-    T* pdx = want_dx ? dX.data() : nullptr;
-    T* pdw = dW.data();
-    const int ldx = int(X.stride(0)), lddy = int(dY.stride(0)), ldw = int(W.stride(1)), lddw = int(dW.stride(1));
-    const int lddx = want_dx ? int(dX.stride(0)) : 1;
-    const std::size_t we = W.stride(0), dwe = dW.stride(0);
-    host_parallel_tasks(exec, "exa::grouped_linear::backward_tasks", int(tasks.size()), [=](const int i, int) {
-      const auto& t = pt[i];
-      if (t.dw) {
-        serial_gemm<T>('T', 'N', int(t.o1 - t.o0), int(in), int(t.r1 - t.r0), T(1), pdy + t.r0 * lddy + t.o0, lddy,
-                       px + t.r0 * ldx, ldx, accumulate_dW ? T(1) : T(0), pdw + t.e * dwe + t.o0 * lddw, lddw);
-      } else {
-        serial_gemm<T>('N', 'N', int(t.r1 - t.r0), int(in), int(out), T(1), pdy + t.r0 * lddy, lddy, pw + t.e * we,
-                       ldw, accumulate_dx ? T(1) : T(0), pdx + t.r0 * lddx, lddx);
-      }
-    });
-    Kokkos::Profiling::popRegion();
-    return;
   }
   for (index_t e = 0; e < E; ++e) {
     const auto rows = Kokkos::make_pair(offsets[e], offsets[e + 1]);

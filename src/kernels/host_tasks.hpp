@@ -22,10 +22,15 @@
 
 namespace exa::kernels {
 
+// Host execution spaces only: callers test it with `if constexpr` so that a
+// device space never instantiates the host-lambda task loop.
+template <class Exec>
+constexpr bool host_task_space = Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible;
+
 template <class Exec>
 bool host_tasks(const Exec& exec) {
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
-  return Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible && exec.concurrency() > 1;
+  return host_task_space<Exec> && exec.concurrency() > 1;
 #else
   (void)exec;
   return false;
@@ -59,12 +64,12 @@ int host_task_slots(const Exec& exec) {
 template <class Exec, class F>
 void host_parallel_tasks(const Exec& exec, const char* label, int n, const F& task) {
   Kokkos::Experimental::UniqueToken<Exec> token(exec);
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>(exec, 0, n).set_chunk_size(1),
-                       [=](const int t) {
-                         const int slot = token.acquire();
-                         task(t, slot);
-                         token.release(slot);
-                       });
+  using Policy = Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Dynamic>>;
+  Kokkos::parallel_for(label, Policy(exec, 0, n).set_chunk_size(1), [=](const int t) {
+    const int slot = token.acquire();
+    task(t, slot);
+    token.release(slot);
+  });
 }
 
 }  // namespace exa::kernels
