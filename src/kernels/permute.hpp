@@ -349,6 +349,22 @@ void unpermute_backward(const DY& dy, const YP& yp, const G& gates, const R2& ro
           const int r = row_of(n, j);
           if (r >= 0) dyp(r, c) = T(gates(n, j)) * T(dy(n, c));
         });
+  if constexpr (detail::host_exec<Exec>) {
+    // A team per (n, j) costs a team launch and a scalar reduction per
+    // 512-element dot product on the host: 40% of the copy rate.
+    if (N > 0 && K > 0 && detail::rows_contiguous(dy, yp)) {
+      const auto* pdy = dy.data();
+      const auto* pyp = yp.data();
+      const index_t sy = dy.stride(0), sp = yp.stride(0);
+      Kokkos::parallel_for("exa::unpermute::backward_gates", Kokkos::RangePolicy<Exec>(exec, 0, N), [=](const index_t n) {
+        for (int j = 0; j < K; ++j) {
+          const int r = row_of(n, j);
+          dgates(n, j) = r < 0 ? TG(0) : detail::dot16<TG>(pdy + n * sy, pyp + index_t(r) * sp, d);
+        }
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::unpermute::backward_gates", Kokkos::TeamPolicy<Exec>(exec, static_cast<int>(N * K), Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
