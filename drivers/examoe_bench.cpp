@@ -5,7 +5,7 @@
 // one thread) and the ratio of the two. The last stdout line is one JSON object with it all.
 //
 //   examoe-bench DECK.toml [--set k=v]... [--steps 5] [--warmup 2] [--no-torch]
-//                [--no-kernels] [--python /usr/bin/python3] [--torch-script PATH]
+//                [--no-kernels] [--blas-threads N] [--python /usr/bin/python3] [--torch-script PATH]
 //                [--workdir DIR] [--export-batches DIR [--export-ranks N]]
 //
 // --export-batches DIR writes DIR/cfg.json and DIR/tokens.bin (the batches
@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", opt.warmup, "untimed steps before (default 2)")->check(exa::driver::at_least(0));
   app.add_flag("--no-torch", no_torch, "skip the PyTorch comparison");
   app.add_flag("--no-kernels", no_kernels, "skip the per-kernel table (Kokkos Tools callbacks)");
+  app.add_option("--blas-threads", opt.blas_threads,
+                 "ExaMoE's OpenBLAS threads (default 1, as the one-thread PyTorch side; set it to OMP_NUM_THREADS "
+                 "with --no-torch to profile 1 rank x N threads as the trainer runs it; 0 = the library's own)")
+      ->check(exa::driver::at_least(0));
   app.add_option("--python", opt.python, "interpreter for the PyTorch side (default /usr/bin/python3)");
   app.add_option("--torch-script", opt.torch_script, "default: <source>/tests/reference/bench_torch.py");
   app.add_option("--workdir", opt.workdir, "where cfg.json and tokens.bin for PyTorch go (kept; default: a "

@@ -28,10 +28,11 @@ std::string blas_config() {
   return s;
 }
 
-int pin_blas_threads() {
+int pin_blas_threads(int n) {
   using SetFn = void (*)(int);
   using GetFn = int (*)();
-  if (auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+  if (n > 0)
+    if (auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(n);
   if (auto get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) return get();
   return 0;
 }

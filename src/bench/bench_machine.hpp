@@ -11,9 +11,10 @@ namespace exa::bench {
 double load_average();
 // "OpenBLAS 0.3.21 ... core=Haswell" when this process's BLAS is OpenBLAS, else "".
 std::string blas_config();
-// OpenBLAS threads: pinned to 1 (one core, as the PyTorch side) when this
-// process's BLAS is OpenBLAS; returns the count in effect (0 = unknown BLAS).
-int pin_blas_threads();
+// OpenBLAS threads: pinned to `n` (default 1: one core, as the PyTorch
+// side; 0 leaves the library's own setting) when this process's BLAS is
+// OpenBLAS; returns the count in effect (0 = unknown BLAS).
+int pin_blas_threads(int n = 1);
 // Warns when OpenBLAS runs its generic kernels on a CPU with AVX2 or AVX-512
 // (`blas` is blas_config()'s string).
 void warn_generic_blas(const std::string& blas);

@@ -30,7 +30,7 @@ BenchResult run_bench(const deck::Config& cfg, const BenchOptions& opt) {
   r.steps = opt.steps;
   r.warmup = opt.warmup;
   r.exec_space = default_exec_space();
-  r.blas_threads = pin_blas_threads();
+  r.blas_threads = pin_blas_threads(opt.blas_threads);
   r.blas = blas_config();
   warn_generic_blas(r.blas);
   r.load_before = load_average();
