@@ -1,11 +1,13 @@
 #include "train/trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_env.hpp"
@@ -460,6 +462,14 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
   // node failure would end the job, with no clean-up and no final save.
   // EXAMOE_FAULT_RANK=N limits it to world rank N (a node failure takes out
   // some ranks, not all).
+  // EXAMOE_FAULT_STEP_DELAY_S=x: x seconds of sleep after every step, so
+  // that a signal test's signal lands in a run that a fast machine would
+  // otherwise finish first (80 small steps took 0.2 s on an AVX-512 core).
+  static const double delay = [] {
+    const char* d = std::getenv("EXAMOE_FAULT_STEP_DELAY_S");
+    return d != nullptr ? std::atof(d) : 0.0;
+  }();
+  if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   static const char* when = std::getenv("EXAMOE_FAULT_EXIT_AFTER_STEP");
   static const char* who = std::getenv("EXAMOE_FAULT_RANK");
   if (when == nullptr || std::atoll(when) != steps_done) return;

@@ -43,7 +43,9 @@ deck=$src/input/tiny.toml
   fail "the uninterrupted run failed"
 
 # Debian's MPICH speaks PMI-1/2: srun's pmi2 plugin serves both.
-job=$(SLURM_MPI_TYPE=pmi2 EXAMOE="$exe" sbatch --parsable --chdir="$work" --output="$work/job.out" \
+# The job's steps sleep 50 ms each (EXAMOE_FAULT_STEP_DELAY_S, exported to
+# the ranks), so that the signal lands before a fast machine finishes.
+job=$(SLURM_MPI_TYPE=pmi2 EXAMOE="$exe" EXAMOE_FAULT_STEP_DELAY_S=0.05 sbatch --parsable --chdir="$work" --output="$work/job.out" \
         --ntasks=2 --nodes=1 "$src/scripts/batch/slurm-cpu.sbatch" "$deck" "${common[@]}" \
         --set output.run_dir="$work/run") || fail "sbatch failed"
 echo "submitted job $job"

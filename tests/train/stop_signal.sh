@@ -15,13 +15,16 @@ rm -rf "$work"
 mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; for f in "$work"/*.log; do echo "--- $f"; cat "$f"; done >&2; exit 1; }
 
-# Enough steps that the run is still going when the signal lands (the
-# signal is sent after the first step record; each step takes milliseconds).
+# The signal is sent after the first step record; each step takes
+# milliseconds, so the signalled run is slowed down (below).
 common=("$deck" "$@" --set train.steps=80 --set checkpoint.every=0 --set resilience.timeout_s=60)
 "$mpiexec" -n 2 "$exe" "${common[@]}" --set output.run_dir="$work/ref" >"$work/ref.log" 2>&1 ||
   fail "the uninterrupted run failed"
 
-"$mpiexec" -n 2 "$exe" "${common[@]}" --set output.run_dir="$work/run" >"$work/run.log" 2>&1 &
+# The signalled run sleeps 50 ms after each step, so that it is still going
+# when the signal lands however fast the machine (the losses do not change).
+EXAMOE_FAULT_STEP_DELAY_S=0.05 "$mpiexec" -n 2 "$exe" "${common[@]}" --set output.run_dir="$work/run" \
+  >"$work/run.log" 2>&1 &
 job=$!
 pid_of() { sed -n 's/^pid=//p' "$work/run/.heartbeat/rank-$1" 2>/dev/null; }
 deadline=$((SECONDS + 120))
