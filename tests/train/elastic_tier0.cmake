@@ -15,6 +15,10 @@ file(REMOVE_RECURSE ${WORK})
 
 run_checked(${MPIEXEC} -n 2 ${EXAMOE} ${ARGS} --set output.run_dir=${WORK}/reference)
 
+# The grow is a signal from the supervisor after a step record: 100 ms of
+# sleep after each step keeps the job running until it lands (a fast core
+# finishes the remaining steps in milliseconds).
+set(ENV{EXAMOE_FAULT_STEP_DELAY_S} 0.1)
 elastic_run_with_fault(2 1 9 200 --ranks 2 --max-ranks 2 --grow-after-steps 1 --mpiexec ${MPIEXEC} ${ARGS}
                        --set checkpoint.memory_every=1 --set checkpoint.memory_ranks_per_node=1
                        --set checkpoint.memory_dir=${WORK}/shm --set output.run_dir=${WORK}/elastic)
