@@ -36,6 +36,7 @@
 
 #include "core/error.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 #include "kernels/host_tasks.hpp"
 
 // KokkosBlas::gemm(space, transA, ...) is used from Kokkos Kernels 4.0 on
@@ -202,11 +203,6 @@ inline index_t group_chunk(index_t rows, int threads) {
   return c < 64 ? 64 : c;
 }
 
-template <class... V>
-bool host_rows_contiguous(const V&... v) {
-  return ((v.stride(std::size_t(V::rank) - 1) == 1) && ...);
-}
-
 // Largest first, so that the last tasks handed out are the short ones.
 inline void order_tasks(std::vector<GroupTask>& t) {
   std::stable_sort(t.begin(), t.end(), [](const GroupTask& a, const GroupTask& b) { return a.cost > b.cost; });
@@ -217,7 +213,7 @@ inline void order_tasks(std::vector<GroupTask>& t) {
 template <class XV, class WV, class YV>
 bool grouped_forward_tasks(const XV& X, const WV& W, const std::vector<index_t>& offsets, const YV& Y,
                            bool accumulate, const exec_of<YV>& exec) {
-  if (!host_tasks(exec) || !host_rows_contiguous(X, W, Y)) return false;
+  if (!host_tasks(exec) || !rows_contiguous(X, W, Y)) return false;
   const index_t E = W.extent(0);
   using T = typename YV::non_const_value_type;
   const index_t in = X.extent(1), out = Y.extent(1);
@@ -251,7 +247,7 @@ bool grouped_backward_tasks(const XV& X, const WV& W, const DYV& dY, const std::
                             const DXV& dX, const DWV& dW, bool accumulate_dW, bool accumulate_dx,
                             const exec_of<DWV>& exec) {
   const bool want_dx = dX.data() != nullptr;
-  if (!host_tasks(exec) || !host_rows_contiguous(X, W, dY, dW) || (want_dx && !host_rows_contiguous(dX)))
+  if (!host_tasks(exec) || !rows_contiguous(X, W, dY, dW) || (want_dx && !rows_contiguous(dX)))
     return false;
   const index_t E = W.extent(0);
   using T = typename DWV::non_const_value_type;

@@ -35,11 +35,11 @@ void for_host_chunks(const char* label, const Exec& exec, index_t total, const F
   });
 }
 
-// True when each rank-2 View's rows are contiguous (column stride 1; any
-// row stride), so that a row is a plain array.
+// True when each View's rows are contiguous (unit stride in its last
+// dimension; any other strides), so that a row is a plain array.
 template <class... Vs>
 bool rows_contiguous(const Vs&... vs) {
-  return ((vs.extent(1) <= 1 || vs.stride(1) == 1) && ...);
+  return ((vs.extent(std::size_t(Vs::rank) - 1) <= 1 || vs.stride(std::size_t(Vs::rank) - 1) == 1) && ...);
 }
 
 // exp for the host loops. For float, Cephes' expf (exp(r) * 2^n with
