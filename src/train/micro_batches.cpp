@@ -53,9 +53,7 @@ MicroBatchTotals run_pipeline(const MicroBatchStep& s, std::int64_t n_micro) {
         },
         s.before_backward ? [&](int j, bool last) { s.before_backward(first + j, last && final_round); }
                           : std::function<void(int, bool)>()};
-    const auto round = p.run(step, m);
-    if (first == 0) t.pipeline = round;
-    else t.pipeline.add_round(round);
+    t.pipeline.add_round(p.run(step, m));
   }
   for (const auto& r : routing) t.moe.add(r);
   // The stages' parts of the losses (ce on the last, aux and z where the

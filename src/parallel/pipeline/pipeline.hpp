@@ -80,7 +80,8 @@ struct PipelineStats {
   double step_s = 0;     // the whole pass
   std::size_t peak_activation_bytes = 0;  // the model's context pool at its peak
   double bubble() const { return step_s > 0 ? wait_s / step_s : 0.0; }
-  // Another round of the same step: times add up, peaks are the larger.
+  // Another round of the same step (or the first, into a default one):
+  // times add up, peaks are the larger.
   void add_round(const PipelineStats& r);
 };
 
