@@ -56,8 +56,6 @@ class CheckpointModel {
   // The step directory that was read.
   const std::string& directory() const { return meta_.directory; }
   model::Transformer<float>& model() { return *model_; }
-  // The layers this rank holds (the whole model unless built as a stage).
-  const model::StagePlan& plan() const { return plan_; }
   const model::Weights<float, Device>& weights() const { return w_; }
 
  private:

@@ -108,7 +108,6 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
       ce = View1<float>("exa::eval::ce", nb * len);
       if (!ranks.first()) hidden = View2<float>("exa::eval::hidden", nb * len, mc.d_model);
     }
-    model::StageModel<float>::Input x;
     if (ranks.first() || ranks.last()) {
       auto hi_in = Kokkos::create_mirror_view(in);
       auto hi_tg = Kokkos::create_mirror_view(tg);
@@ -120,21 +119,13 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
       Kokkos::deep_copy(in, hi_in);
       Kokkos::deep_copy(tg, hi_tg);
     }
-    if (ranks.first()) {
-      x.tokens = in;
-    } else {
-      ranks.recv_prev(hidden);
-      x.hidden = hidden;
-      x.shape = {nb, len};
-    }
+    const auto x = ranks.input(in, hidden, {nb, len});
     if (ranks.last()) {
       const auto s = model.eval(m.weights(), x, tg, ce);
       sum += s.loss_sum;
       count += s.n_valid;
     } else {
-      auto& c = model.forward(m.weights(), x);
-      ranks.send_next(c.out);
-      model.release(c);
+      ranks.forward_and_send(model, m.weights(), x);
     }
   };
   {

@@ -95,16 +95,11 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
   for (std::int64_t i = 0; i < opt.max_new_tokens; ++i) {
     const std::int64_t n = static_cast<std::int64_t>(tokens.size());
     const std::int64_t len = std::min(n, Tw);  // the context: the last len tokens
-    model::StageModel<float>::Input x;
     if (first) {
       for (std::int64_t t = 0; t < Tw; ++t) h_in(0, t) = t < len ? tokens[static_cast<std::size_t>(n - len + t)] : 0;
       Kokkos::deep_copy(in, h_in);
-      x.tokens = in;
-    } else {
-      ranks.recv_prev(hidden);
-      x.hidden = hidden;
-      x.shape = {1, Tw};
     }
+    const auto x = ranks.input(in, hidden, {1, Tw});
     std::int32_t next = 0;
     if (last) {
       model.next_logits(m.weights(), x, logits, len - 1);
@@ -112,9 +107,7 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
       for (std::int64_t v = 0; v < mc.vocab_size; ++v) row[static_cast<std::size_t>(v)] = h_logits(0, v);
       next = sample_token(row, opt.temperature, opt.top_k, philox_uniform(key, std::uint64_t(i)));
     } else {
-      auto& c = model.forward(m.weights(), x);
-      ranks.send_next(c.out);
-      model.release(c);
+      ranks.forward_and_send(model, m.weights(), x);
     }
     if (ranks.stages() > 1) MPI_Bcast(&next, 1, MPI_INT32_T, ranks.stages() - 1, ranks.comm());
     tokens.push_back(next);

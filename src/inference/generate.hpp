@@ -41,9 +41,10 @@ struct GenerateOptions {
 std::int32_t sample_token(const std::vector<float>& logits, double temperature, std::int64_t top_k, double u);
 
 // Prompt + continuation as bytes. Collective over `comm` (every rank loads
-// the model, or its pipeline stage of it, and they compute the same text). exa::Error for an empty prompt, a
-// negative temperature, top_k or max_new_tokens, a pp that does not divide
-// the ranks or exceeds the layers, or a model whose vocabulary is not bytes.
+// the model, or its pipeline stage of it, and all compute the same text).
+// exa::Error for an empty prompt, a negative temperature, top_k or
+// max_new_tokens, a pp that does not divide the ranks or exceeds the
+// layers, or a model whose vocabulary is not bytes.
 std::string generate(const GenerateOptions& opt, MPI_Comm comm);
 
 }  // namespace exa::inference

@@ -31,8 +31,24 @@ PipelineRanks::~PipelineRanks() {
   if (pipe_ != MPI_COMM_NULL) MPI_Comm_free(&pipe_);
 }
 
-void PipelineRanks::send_next(const View2<float>& x) const { p2p_->isend(flat(x), stage_ + 1).wait(); }
+PipelineRanks::Input PipelineRanks::input(const model::StageModel<float>::Tokens& tokens, const View2<float>& hidden,
+                                          model::MicroBatchShape shape) const {
+  Input x;
+  if (first()) {
+    x.tokens = tokens;
+  } else {
+    p2p_->irecv(flat(hidden), stage_ - 1).wait();
+    x.hidden = hidden;
+    x.shape = shape;
+  }
+  return x;
+}
 
-void PipelineRanks::recv_prev(const View2<float>& x) const { p2p_->irecv(flat(x), stage_ - 1).wait(); }
+void PipelineRanks::forward_and_send(model::Transformer<float>& m, const model::Weights<float, Device>& w,
+                                     const Input& x) const {
+  auto& c = m.forward(w, x);
+  p2p_->isend(flat(c.out), stage_ + 1).wait();
+  m.release(c);
+}
 
 }  // namespace exa::inference

@@ -11,6 +11,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/types.hpp"
+#include "model/transformer.hpp"
 
 namespace exa::inference {
 
@@ -32,9 +33,16 @@ class PipelineRanks {
   // The replica's pipeline: rank = stage.
   MPI_Comm comm() const { return pipe_; }
 
-  // Blocking: x to the next stage; x (already sized) from the previous.
-  void send_next(const View2<float>& x) const;
-  void recv_prev(const View2<float>& x) const;
+  // One batch through this stage, the protocol evaluation and generation
+  // share. input(): `tokens` on the first stage; elsewhere the previous
+  // stage's output [shape.N(), d], received (blocking) into `hidden`.
+  // forward_and_send(): an inner stage's layers on `x`, the output sent
+  // (blocking) to the next stage; the head stage runs its own last step
+  // (eval or next_logits) instead.
+  using Input = model::StageModel<float>::Input;
+  Input input(const model::StageModel<float>::Tokens& tokens, const View2<float>& hidden,
+              model::MicroBatchShape shape) const;
+  void forward_and_send(model::Transformer<float>& m, const model::Weights<float, Device>& w, const Input& x) const;
 
  private:
   int stage_ = 0, stages_ = 1, replica_ = 0, replicas_ = 1;
