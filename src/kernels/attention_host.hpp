@@ -29,6 +29,8 @@
 //   dS = P (dP - D),  D_i = dO_i . O_i
 //   dQ_t = scale dS K                              gemm
 //   dK += scale dS^T Q_t                           gemm
+// The exps are host_loops.hpp's branch-free polynomial, which the row loops
+// vectorise (libm's exp is a call per score).
 //
 // On one host thread (Serial, or OpenMP with one thread) the gemm calls are
 // issued from the host, one after another (KokkosBlas::gemm may not be
@@ -49,6 +51,7 @@
 #include <limits>
 
 #include "kernels/gemm.hpp"
+#include "kernels/host_loops.hpp"
 #include "kernels/host_tasks.hpp"
 
 namespace exa::kernels::attention_detail {
@@ -200,12 +203,8 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
           }
           T mx = s[0];
           for (int j = 1; j < ni; ++j) mx = s[j] > mx ? s[j] : mx;
-          T sum = 0;
-          for (int j = 0; j < ni; ++j) {
-            const T p = std::exp(s[j] - mx);
-            s[j] = p;
-            sum += p;
-          }
+          for (int j = 0; j < ni; ++j) s[j] = detail::host_exp_nonpositive(s[j] - mx);
+          const T sum = detail::sum16(s, ni);
           const T inv = T(1) / sum;
           for (int j = 0; j < ni; ++j) s[j] *= inv;
           for (int j = ni; j < n; ++j) s[j] = T(0);
@@ -304,7 +303,7 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           const int ni = visible_keys(i, shift, Tk);
           T* p = Pc + static_cast<std::size_t>(r) * n;
           const T l = lse(b, h, i);  // not read for a row that sees no key (it may be -inf)
-          for (int j = 0; j < ni; ++j) p[j] = std::exp(p[j] - l);
+          for (int j = 0; j < ni; ++j) p[j] = detail::host_exp(p[j] - l);
           for (int j = ni; j < n; ++j) p[j] = T(0);
         });
         run.gemm('T', 'N', T(1), P, DOt, T(1), DVn);

@@ -122,4 +122,17 @@ inline T dot16(const A* a, const B* b, index_t n) {
   return s;
 }
 
+// sum_j a[j] over 16 running partial sums, as dot16.
+template <class T>
+inline T sum16(const T* a, index_t n) {
+  T acc[16] = {};
+  index_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[j + l];
+  T s = 0;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  for (; j < n; ++j) s += a[j];
+  return s;
+}
+
 }  // namespace exa::kernels::detail
