@@ -6,6 +6,7 @@
 // through (column/row Linears like the dense MLP).
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/profiling.hpp"
@@ -24,17 +25,29 @@
 namespace exa::model {
 
 namespace moe_detail {
-// y += x elementwise on [N,d] (a free function: CUDA extended lambdas may not
-// live in private members).
-template <class YV, class XV>
-void add_inplace(const YV& y, const XV& x) {
-  using Exec = exec_of<YV>;
-  const index_t n = y.extent(0), d = y.extent(1);
+// out = a + b elementwise on [N,d] (a free function: CUDA extended lambdas
+// may not live in private members). One pass where a copy then an add
+// made two; contiguous views, the usual case, run as a flat loop that
+// vectorises, others by (row, column).
+template <class OV, class AV, class BV>
+void residual_sum(const OV& out, const AV& a, const BV& b) {
+  using Exec = exec_of<OV>;
+  using T = typename OV::non_const_value_type;
+  const index_t n = out.extent(0), d = out.extent(1);
+  if (out.span_is_contiguous() && a.span_is_contiguous() && b.span_is_contiguous() &&
+      std::is_same_v<typename OV::array_layout, typename AV::array_layout> &&
+      std::is_same_v<typename OV::array_layout, typename BV::array_layout>) {
+    T* po = out.data();
+    const auto* pa = a.data();
+    const auto* pb = b.data();
+    Kokkos::parallel_for(
+        "exa::model::residual_sum", Kokkos::RangePolicy<Exec>(0, n * d),
+        KOKKOS_LAMBDA(const index_t i) { po[i] = pa[i] + pb[i]; });
+    return;
+  }
   Kokkos::parallel_for(
-      "exa::model::add_inplace", Kokkos::RangePolicy<Exec>(0, n * d), KOKKOS_LAMBDA(const index_t i) {
-        const index_t r = i / d, c = i % d;
-        y(r, c) += x(r, c);
-      });
+      "exa::model::residual_sum", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {n, d}),
+      KOKKOS_LAMBDA(const index_t r, const index_t c) { out(r, c) = a(r, c) + b(r, c); });
 }
 
 // ps[e] = sum_n probs(n, e) (double).
@@ -131,8 +144,7 @@ class MoeBlock {
       const auto cap = ModelConfig::capacity_for(shape_.capacity_factor, N, shape_.top_k, shape_.n_experts);
       c.exchange.layer = layer_;
       dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y);
-      Kokkos::deep_copy(out, c.x_mid);
-      moe_detail::add_inplace(out, moe_y);
+      moe_detail::residual_sum(out, c.x_mid, moe_y);
     }
     if (shape_.n_shared > 0) {
       ScopedRegion r("forward/moe/shared", fence_);
