@@ -14,9 +14,23 @@
 # OPENBLAS_CORETYPE=SkylakeX (Haswell) and says so on stderr as
 # "[TAG] ... for WHO ...". PYTHON (default /usr/bin/python3) loads
 # libopenblas.so.0 to ask OpenBLAS which core it picked.
+#
+# When OPENBLAS_CORETYPE is already set (a site's or a container's
+# environment may set it), it is kept, and the script says which kernels
+# OpenBLAS would have chosen without it when they differ: on an AVX-512
+# CPU a Haswell setting halves the sgemm rate, for both frameworks, which
+# moves MFU and the ratio (README, "Performance").
 exa_blas_coretype() {
   local tag=$1 who=$2 python=${3:-/usr/bin/python3}
-  if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${BLAS_AUTODETECT:-0}" != 1 ]; then
+  if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+    local own
+    own=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 "$python" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" \
+          2>&1 | sed -n 's/^Core: //p' || true)
+    if [ -n "$own" ] && [ "$own" != "$OPENBLAS_CORETYPE" ]; then
+      echo "[$tag] OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE comes from the environment and is kept for $who;" \
+           "OpenBLAS alone would choose $own here (env -u OPENBLAS_CORETYPE to measure that)" >&2
+    fi
+  elif [ "${BLAS_AUTODETECT:-0}" != 1 ]; then
     local core flags want=""
     core=$(OPENBLAS_VERBOSE=2 "$python" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" 2>&1 | sed -n 's/^Core: //p' || true)
     flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
