@@ -4,10 +4,10 @@
 // copies are element loops.
 //
 // q, k, v are [B,T,H,hd], so one head's rows are strided (row stride H*hd).
-// Each head's Q (and K/V of its kv head) is first copied into contiguous
-// [T,hd] scratch, so every gemm operand is a plain LayoutRight matrix that
-// Kokkos Kernels hands straight to BLAS; the copies are O(T hd) against the
-// O(T^2 hd) products.
+// The products read and write the heads in place, as BLAS matrices with
+// that leading dimension (HostMat below): no copy of Q, K, V, dO into
+// scratch and none of O, dQ, dK, dV out of it (those copies took ~20 ms
+// of a 1.3 s one-core bench step). Only the scores live in scratch.
 //
 // Queries are processed in tiles of `host_block_q` rows. A tile [i0,i1) only
 // needs the keys [0,n) that its last row sees (n = visible_keys(i1 - 1), i1
@@ -19,10 +19,10 @@
 //   S[m,n] = scale Q_t K[0:n]^T                    gemm
 //   P = softmax over the keys row i sees           lse_i = max + log(sum)
 //   O_t = P V[0:n]                                 gemm
-// Backward, per (b, kv head g): dK_g, dV_g accumulate in contiguous scratch
-// over the query heads of the group and their query tiles in a fixed order
-// (gemm with beta = 1), then are copied out; no atomics, bit-reproducible for
-// a given BLAS and thread count. Per (h, tile):
+// Backward, per (b, kv head g): dK_g, dV_g accumulate in place over the
+// query heads of the group and their query tiles in a fixed order (gemm
+// with beta = 1); no atomics, bit-reproducible for a given BLAS and thread
+// count. Per (h, tile):
 //   P  = exp(scale Q_t K^T - lse) (0 for the keys row i does not see)
 //   dV += P^T dO_t                                 gemm
 //   dP = dO_t V^T                                  gemm
@@ -33,9 +33,11 @@
 // vectorise (libm's exp is a call per score).
 //
 // On one host thread (Serial, or OpenMP with one thread) the gemm calls are
-// issued from the host, one after another (KokkosBlas::gemm may not be
-// called inside a parallel region), and the element loops are RangePolicy
-// parallel_for over rows. With several host threads and a BLAS TPL, the
+// issued from the host, one after another, and the element loops are
+// RangePolicy parallel_for over rows. With a BLAS TPL the products call
+// the host BLAS directly (strided operands are not a View layout that
+// Kokkos Kernels hands to it); without one, KokkosBlas::gemm on
+// LayoutStride views. With several host threads and a BLAS TPL, the
 // (b, kv head) pairs are independent tasks instead: a parallel_for over
 // them, each task on one thread with its own scratch (a UniqueToken slot),
 // calling the BLAS directly (an OpenMP BLAS runs single-threaded inside a
@@ -49,6 +51,7 @@
 // backward/attn phases.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/gemm.hpp"
 #include "kernels/host_loops.hpp"
@@ -56,14 +59,27 @@
 
 namespace exa::kernels::attention_detail {
 
-// Contiguous row-major scratch/matrix in the memory of view type Like.
-template <class Like, class T>
-using HostMat = Kokkos::View<T**, Kokkos::LayoutRight, typename Like::device_type,
-                             Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+// A row-major matrix in host memory: rows x cols, row stride ld, unit
+// column stride (a head of a [B,T,H,hd] view, or scores scratch).
+template <class T>
+struct HostMat {
+  T* p;
+  int rows, cols, ld;
+};
+
+// Rows [i0, i0 + rows) of head h of x [B,T,H,hd] at batch b.
+template <class X>
+HostMat<typename X::value_type> head_rows(const X& x, int b, int h, int i0, int rows) {
+  return {&x(b, i0, h, 0), rows, int(x.extent(3)), int(x.stride(1))};
+}
+template <class T, class... Vs>
+constexpr bool same_scalar() {
+  return (std::is_same_v<std::remove_const_t<typename Vs::value_type>, T> && ...);
+}
 
 // How a (b, kv head) task runs its loops and products: inline on its own
 // thread with a direct (single-threaded) BLAS call (`serial`), or as
-// parallel_for / the gemm wrapper on `exec` (one task at a time).
+// parallel_for / one BLAS call at a time on `exec`.
 template <class Exec, class T>
 struct HostRunner {
   Exec exec;
@@ -78,17 +94,29 @@ struct HostRunner {
     }
   }
 
-  // C = alpha op(A) op(B) + beta C, row-major views with unit column stride.
-  template <class M>
-  void gemm(char ta, char tb, T alpha, const M& A, const M& B, T beta, const M& C) const {
-    if (!serial) {
-      kernels::gemm(ta, tb, alpha, A, B, beta, C, exec);
+  // C = alpha op(A) op(B) + beta C (A, B: HostMat<T> or HostMat<const T>).
+  template <class MA, class MB>
+  void gemm(char ta, char tb, T alpha, const MA& A, const MB& B, T beta, const HostMat<T>& C) const {
+    const int m = C.rows, n = C.cols;
+    const int k = (ta == 'N') ? A.cols : A.rows;
+    if (serial) {
+      serial_gemm<T>(ta, tb, m, n, k, alpha, A.p, A.ld, B.p, B.ld, beta, C.p, C.ld);
       return;
     }
-    const int m = int(C.extent(0)), n = int(C.extent(1));
-    const int k = (ta == 'N') ? int(A.extent(1)) : int(A.extent(0));
-    serial_gemm<T>(ta, tb, m, n, k, alpha, A.data(), int(A.stride(0)), B.data(), int(B.stride(0)), beta, C.data(),
-                   int(C.stride(0)));
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+    // The region the gemm wrapper pushes: the bench's profiler counts it as gemm.
+    exec.fence();
+    Kokkos::Profiling::pushRegion("exa::gemm");
+    serial_gemm<T>(ta, tb, m, n, k, alpha, A.p, A.ld, B.p, B.ld, beta, C.p, C.ld);
+    Kokkos::Profiling::popRegion();
+#else
+    using D = Kokkos::Device<Exec, Kokkos::HostSpace>;
+    using U = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    using CM = Kokkos::View<const T**, Kokkos::LayoutStride, D, U>;
+    using MM = Kokkos::View<T**, Kokkos::LayoutStride, D, U>;
+    auto lay = [](const auto& x) { return Kokkos::LayoutStride(x.rows, x.ld, x.cols, 1); };
+    kernels::gemm(ta, tb, alpha, CM(A.p, lay(A)), CM(B.p, lay(B)), beta, MM(C.p, lay(C)), exec);
+#endif
   }
 };
 
@@ -104,29 +132,6 @@ void host_task_loop(const Exec& exec, const char* label, int n, const F& task) {
   }
   const HostRunner<Exec, T> run{exec, true};
   host_parallel_tasks(exec, label, n, [=](const int t, const int slot) { task(t, run, slot); });
-}
-
-// Copy head `h` of x [B,T,H,hd] at batch b into contiguous dst [T,hd]
-// (T is x's own row count: Tk for k and v).
-template <class R, class X, class T>
-void host_gather_head(const R& run, const char* label, const X& x, int b, int h, T* dst) {
-  const int Tn = static_cast<int>(x.extent(1)), hd = static_cast<int>(x.extent(3));
-  run.rows(label, Tn, [=](const int i) {
-    const auto* src = &x(b, i, h, 0);
-    T* d = dst + static_cast<std::size_t>(i) * hd;
-    for (int c = 0; c < hd; ++c) d[c] = T(src[c]);
-  });
-}
-
-// Copy contiguous src [rows,hd] into rows i0.. of head h of x [B,T,H,hd] at batch b.
-template <class R, class X, class T>
-void host_scatter_head(const R& run, const char* label, const T* src, int rows, const X& x, int b, int i0, int h) {
-  const int hd = static_cast<int>(x.extent(3));
-  run.rows(label, rows, [=](const int r) {
-    auto* d = &x(b, i0 + r, h, 0);
-    const T* s = src + static_cast<std::size_t>(r) * hd;
-    for (int c = 0; c < hd; ++c) d[c] = s[c];
-  });
 }
 
 inline int host_block(const AttentionTiles& t, int Tn) {
@@ -149,8 +154,8 @@ template <class Q, class K, class V, class O, class L>
 void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse, const AttentionTiles& tiles,
                   AttentionOffsets pos = {}, const exec_of<O>& exec = exec_of<O>{}) {
   using T = scalar_of<O>;
-  using M = HostMat<O, T>;
   using Buf = Kokkos::View<T*, typename O::device_type>;
+  static_assert(same_scalar<T, Q, K, V>(), "exa::kernels::attention_forward: q, k, v and out must hold one type");
   const Shape sh = check_shapes(q, k, v);
   EXA_REQUIRE(same_shape4(out, q) && lse_shape_ok(q, lse),
               "exa::kernels::attention_forward: out must be shaped like q and lse [B,H,T]");
@@ -159,9 +164,7 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
   const int bq = host_block(tiles, Tn);
   const index_t shift = pos.q_offset - pos.k_offset;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
-  const std::size_t th = static_cast<std::size_t>(Tn) * hd;
-  const std::size_t thk = static_cast<std::size_t>(Tk) * hd;
-  const std::size_t per = th + 2 * thk + static_cast<std::size_t>(bq) * Tk + static_cast<std::size_t>(bq) * hd;
+  const std::size_t per = static_cast<std::size_t>(bq) * Tk;  // scores
   Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_fwd_scratch"),
           per * std::size_t(host_task_slots(exec)));
   T* const base = buf.data();
@@ -170,15 +173,8 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
   host_task_loop<T>(exec, "exa::attention::host_forward_tasks", B * Hkv, [=](const int task, const auto& run,
                                                                               const int slot) {
     const int b = task / Hkv, g = task % Hkv;
-    T* Qc = base + per * std::size_t(slot);
-    T* Kc = Qc + th;
-    T* Vc = Kc + thk;
-    T* Sc = Vc + thk;
-    T* Oc = Sc + static_cast<std::size_t>(bq) * Tk;
-    host_gather_head(run, "exa::attention::host_gather_kv", k, b, g, Kc);
-    host_gather_head(run, "exa::attention::host_gather_kv", v, b, g, Vc);
+    T* Sc = base + per * std::size_t(slot);
     for (int h = g * rep; h < (g + 1) * rep; ++h) {
-      host_gather_head(run, "exa::attention::host_gather_q", q, b, h, Qc);
       for (int i0 = 0; i0 < Tn; i0 += bq) {
         const int m = bq < Tn - i0 ? bq : Tn - i0;
         const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
@@ -188,10 +184,8 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
                    [=](const int r) { lse(b, h, i0 + r) = -std::numeric_limits<T>::infinity(); });
           continue;
         }
-        const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
-        const M Kn(Kc, n, hd), Vn(Vc, n, hd);
-        const M S(Sc, m, n), Ot(Oc, m, hd);
-        run.gemm('N', 'T', scale, Qt, Kn, T(0), S);
+        const HostMat<T> S{Sc, m, n, n};
+        run.gemm('N', 'T', scale, head_rows(q, b, h, i0, m), head_rows(k, b, g, 0, n), T(0), S);
         run.rows("exa::attention::host_softmax", m, [=](const int r) {
           const int i = i0 + r;
           const int ni = visible_keys(i, shift, Tk);
@@ -210,8 +204,7 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
           for (int j = ni; j < n; ++j) s[j] = T(0);
           lse(b, h, i) = mx + std::log(sum);
         });
-        run.gemm('N', 'N', T(1), S, Vn, T(0), Ot);
-        host_scatter_head(run, "exa::attention::host_scatter_out", Oc, m, out, b, i0, h);
+        run.gemm('N', 'N', T(1), S, head_rows(v, b, g, 0, n), T(0), head_rows(out, b, h, i0, m));
       }
     }
   });
@@ -222,8 +215,9 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
                    const DK& dk, const DV& dv, const AttentionTiles& tiles, AttentionOffsets pos = {},
                    const exec_of<DQ>& exec = exec_of<DQ>{}) {
   using T = scalar_of<DQ>;
-  using M = HostMat<DQ, T>;
   using Buf = Kokkos::View<T*, typename DQ::device_type>;
+  static_assert(same_scalar<T, DO, Q, K, V, O, DK, DV>(),
+                "exa::kernels::attention_backward: every [B,T,H,hd] view must hold one type");
   const Shape sh = check_shapes(q, k, v);
   EXA_REQUIRE(same_shape4(dout, q) && same_shape4(out, q) && same_shape4(dq, q) && same_shape4(dk, k) &&
                   same_shape4(dv, k) && lse_shape_ok(q, lse),
@@ -234,11 +228,9 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   const int bq = host_block(tiles, Tn);
   const index_t shift = pos.q_offset - pos.k_offset;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
-  const std::size_t th = static_cast<std::size_t>(Tn) * hd;
-  const std::size_t thk = static_cast<std::size_t>(Tk) * hd;
   const std::size_t tile_s = static_cast<std::size_t>(bq) * Tk;
-  // Q, dO [T,hd]; K, V, dK, dV [Tk,hd]; P, dP [bq,Tk]; dQ tile [bq,hd]; D [T].
-  const std::size_t per = 2 * th + 4 * thk + 2 * tile_s + static_cast<std::size_t>(bq) * hd + Tn;
+  // P, dP [bq,Tk]; D [T].
+  const std::size_t per = 2 * tile_s + Tn;
   Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_bwd_scratch"),
           per * std::size_t(host_task_slots(exec)));
   T* const base = buf.data();
@@ -247,36 +239,19 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   host_task_loop<T>(exec, "exa::attention::host_backward_tasks", B * Hkv, [=](const int task, const auto& run,
                                                                                const int slot) {
     const int b = task / Hkv, g = task % Hkv;
-    T* Qc = base + per * std::size_t(slot);
-    T* DOc = Qc + th;
-    T* Kc = DOc + th;
-    T* Vc = Kc + thk;
-    T* DKc = Vc + thk;
-    T* DVc = DKc + thk;
-    T* Pc = DVc + thk;
+    T* Pc = base + per * std::size_t(slot);
     T* DPc = Pc + tile_s;
-    T* DQc = DPc + tile_s;
-    T* Dc = DQc + static_cast<std::size_t>(bq) * hd;
-    // dK/dV scratch rows [r0, r1) set to zero.
+    T* Dc = DPc + tile_s;
+    // dK/dV rows [r0, r1) of kv head g set to zero.
     auto zero_dkdv = [&](int r0, int r1) {
-      run.rows("exa::attention::host_zero_dkdv", r1 - r0, [=](const int r) {
-        T* a = DKc + static_cast<std::size_t>(r0 + r) * hd;
-        T* c = DVc + static_cast<std::size_t>(r0 + r) * hd;
-        for (int e = 0; e < hd; ++e) {
-          a[e] = T(0);
-          c[e] = T(0);
-        }
-      });
+      host_zero_rows(run, "exa::attention::host_zero_dkdv", dk, b, r0, r1 - r0, g);
+      host_zero_rows(run, "exa::attention::host_zero_dkdv", dv, b, r0, r1 - r0, g);
     };
-    host_gather_head(run, "exa::attention::host_gather_kv", k, b, g, Kc);
-    host_gather_head(run, "exa::attention::host_gather_kv", v, b, g, Vc);
     // dK/dV rows [0, reached) hold contributions (every head of the group
     // reaches the same keys, tile by tile).
     int reached = 0;
     for (int hr = 0; hr < rep; ++hr) {
       const int h = g * rep + hr;
-      host_gather_head(run, "exa::attention::host_gather_q", q, b, h, Qc);
-      host_gather_head(run, "exa::attention::host_gather_dout", dout, b, h, DOc);
       run.rows("exa::attention::host_delta", Tn,
                [=](const int i) { Dc[i] = dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), hd); });
       for (int i0 = 0; i0 < Tn; i0 += bq) {
@@ -293,10 +268,10 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           host_zero_rows(run, "exa::attention::host_zero_dq", dq, b, i0, m, h);
           continue;
         }
-        const M Qt(Qc + static_cast<std::size_t>(i0) * hd, m, hd);
-        const M DOt(DOc + static_cast<std::size_t>(i0) * hd, m, hd);
-        const M Kn(Kc, n, hd), Vn(Vc, n, hd), DKn(DKc, n, hd), DVn(DVc, n, hd);
-        const M P(Pc, m, n), DP(DPc, m, n), DQt(DQc, m, hd);
+        const auto Qt = head_rows(q, b, h, i0, m);
+        const auto DOt = head_rows(dout, b, h, i0, m);
+        const auto Kn = head_rows(k, b, g, 0, n);
+        const HostMat<T> P{Pc, m, n, n}, DP{DPc, m, n, n};
         run.gemm('N', 'T', scale, Qt, Kn, T(0), P);
         run.rows("exa::attention::host_probs", m, [=](const int r) {
           const int i = i0 + r;
@@ -306,8 +281,8 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           for (int j = 0; j < ni; ++j) p[j] = detail::host_exp(p[j] - l);
           for (int j = ni; j < n; ++j) p[j] = T(0);
         });
-        run.gemm('T', 'N', T(1), P, DOt, T(1), DVn);
-        run.gemm('N', 'T', T(1), DOt, Vn, T(0), DP);
+        run.gemm('T', 'N', T(1), P, DOt, T(1), head_rows(dv, b, g, 0, n));
+        run.gemm('N', 'T', T(1), DOt, head_rows(v, b, g, 0, n), T(0), DP);
         run.rows("exa::attention::host_dscores", m, [=](const int r) {
           const int i = i0 + r;
           const T* p = Pc + static_cast<std::size_t>(r) * n;
@@ -315,14 +290,11 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           const T di = Dc[i];
           for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks unseen keys
         });
-        run.gemm('N', 'N', scale, DP, Kn, T(0), DQt);
-        run.gemm('T', 'N', scale, DP, Qt, T(1), DKn);
-        host_scatter_head(run, "exa::attention::host_scatter_dq", DQc, m, dq, b, i0, h);
+        run.gemm('N', 'N', scale, DP, Kn, T(0), head_rows(dq, b, h, i0, m));
+        run.gemm('T', 'N', scale, DP, Qt, T(1), head_rows(dk, b, g, 0, n));
       }
     }
     if (reached < Tk) zero_dkdv(reached, Tk);  // keys that no query sees
-    host_scatter_head(run, "exa::attention::host_scatter_dk", DKc, Tk, dk, b, 0, g);
-    host_scatter_head(run, "exa::attention::host_scatter_dv", DVc, Tk, dv, b, 0, g);
   });
 }
 
