@@ -244,8 +244,14 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
     T* Dc = DPc + tile_s;
     // dK/dV rows [r0, r1) of kv head g set to zero.
     auto zero_dkdv = [&](int r0, int r1) {
-      host_zero_rows(run, "exa::attention::host_zero_dkdv", dk, b, r0, r1 - r0, g);
-      host_zero_rows(run, "exa::attention::host_zero_dkdv", dv, b, r0, r1 - r0, g);
+      run.rows("exa::attention::host_zero_dkdv", r1 - r0, [=](const int r) {
+        T* a = &dk(b, r0 + r, g, 0);
+        T* c = &dv(b, r0 + r, g, 0);
+        for (int e = 0; e < hd; ++e) {
+          a[e] = T(0);
+          c[e] = T(0);
+        }
+      });
     };
     // dK/dV rows [0, reached) hold contributions (every head of the group
     // reaches the same keys, tile by tile).
