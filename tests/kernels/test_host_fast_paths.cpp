@@ -211,6 +211,26 @@ TEST(HostFastPaths, CrossEntropyEdgeRowsMatchPortable) {
   EXPECT_NEAR(hf(4), 100.0, 1e-5);
 }
 
+// Rows shorter than, equal to and just past the explicit-vector LSE's
+// widths (16 and 32 lanes on AVX-512, 8 and 16 on AVX2): the tail loops and
+// masks alone, and a vector plus one logit.
+TEST(HostFastPaths, CrossEntropyShortRowsMatchPortable) {
+  for (const index_t V : {1, 5, 8, 15, 16, 17, 31, 32, 33, 48}) {
+    const index_t N = 7;
+    R2<float> logits("logits", N, V);
+    R1<std::int32_t> targets("targets", N);
+    R1<float> lse("lse", N), lse_l("lse_l", N);
+    fill_uniform(logits, 17 + std::uint64_t(V), -9.0, 9.0);
+    auto ht = Kokkos::create_mirror_view(targets);
+    for (index_t n = 0; n < N; ++n) ht(n) = (n * 3) % V;
+    Kokkos::deep_copy(targets, ht);
+    const auto fast = ek::cross_entropy_forward_sum(logits, targets, lse);
+    const auto portable = ek::cross_entropy_forward_sum(left_copy(logits), targets, lse_l);
+    EXPECT_NEAR(fast.loss_sum, portable.loss_sum, 1e-6 * std::max(1.0, std::abs(portable.loss_sum))) << "V " << V;
+    EXPECT_LE(max_rel_diff(lse, lse_l), 1e-6) << "V " << V;
+  }
+}
+
 TEST(HostFastPaths, PermuteAndUnpermuteMatchPortable) {
   const int N = 50, K = 2, E = 4;
   const index_t d = 37;
