@@ -141,6 +141,10 @@ elseif(MODE STREQUAL "eval")
   endif()
 
 elseif(MODE STREQUAL "convert")
+  # The form every shard error message tells users to run (io/token_shard.hpp).
+  file(REMOVE ${WORK}/sample_hint.tok)
+  run(cv 0 ${EXAMOE} convert --text ${sample} --out ${WORK}/sample_hint.tok)
+  require_has("${cv_OUT}" "wrote 1500 tokens (uint16" "${cv_REPORT}")
   foreach(dtype uint16 uint32)
     set(tok ${WORK}/sample_${dtype}.tok)
     file(REMOVE ${tok})
