@@ -122,7 +122,7 @@ struct HostRunner {
 
 // Runs task(t, runner, slot) for t in [0, n): as host tasks (host_tasks.hpp)
 // on a multi-thread host space, else in order on the calling thread with
-// slot 0 and the parallel_for / gemm-wrapper runner.
+// slot 0 and the parallel_for / one-BLAS-call-at-a-time runner.
 template <class T, class Exec, class F>
 void host_task_loop(const Exec& exec, const char* label, int n, const F& task) {
   if (!host_tasks(exec)) {
