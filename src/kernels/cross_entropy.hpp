@@ -66,8 +66,7 @@ KOKKOS_INLINE_FUNCTION double ce_row_lse(const Member& team, const LV& logits, i
 // portable kernel's sum) costs the conversions and four accumulators per
 // vector in a loop already bound by the exp. Float rows on an AVX-512 or
 // AVX2 target take ce_row_simd.hpp's explicit vectors instead, the same
-// arithmetic in fewer operations.
-constexpr index_t kCeBlock = 1024;
+// arithmetic in fewer operations (kCeBlock is defined there).
 
 // An integer with the order of T's values (-0 below +0, NaN of either sign
 // beyond the infinity of that sign): two's complement read of the bits, with

@@ -85,19 +85,25 @@ inline float host_exp(float x) {
 // weighted e^x, so a sum of terms >= 1 moves by ~1e-7 relative at most.
 // No overflow select; below 2^-125 (x < -86.6) it returns ~2e-38, not 0,
 // which no such sum can tell apart. NaN stays NaN.
+// kExp2Poly holds the polynomial's coefficients, highest degree first, and
+// kExp2Floor the clamp of t: ce_row_simd.hpp's vector form uses the same.
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kExp2Floor = -125.0f;
+constexpr float kExp2Poly[7] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
+                                5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f, 1.0f};
 inline float host_exp_nonpositive(float x) {
-  float t = x * 1.44269504088896341f;
-  t = t < -125.0f ? -125.0f : t;
+  float t = x * kLog2e;
+  t = t < kExp2Floor ? kExp2Floor : t;
   constexpr float magic = 12582912.0f;  // 1.5 * 2^23: tm's low mantissa bits hold round(t)
   const float tm = t + magic;
   const float f = t - (tm - magic);
-  float p = 1.535336188319500e-4f;
-  p = p * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
+  float p = kExp2Poly[0];
+  p = p * f + kExp2Poly[1];
+  p = p * f + kExp2Poly[2];
+  p = p * f + kExp2Poly[3];
+  p = p * f + kExp2Poly[4];
+  p = p * f + kExp2Poly[5];
+  p = p * f + kExp2Poly[6];
   std::int32_t ti;
   std::memcpy(&ti, &tm, sizeof ti);
   const std::int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);  // 2^round(t)
