@@ -20,19 +20,23 @@
 # OpenBLAS would have chosen without it when they differ: on an AVX-512
 # CPU a Haswell setting halves the sgemm rate, for both frameworks, which
 # moves MFU and the ratio (README, "Performance").
+# The kernels ("Core: ...") OpenBLAS reports choosing when PYTHON loads it.
+exa_openblas_core() {
+  OPENBLAS_VERBOSE=2 "$1" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" 2>&1 | sed -n 's/^Core: //p' || true
+}
+
 exa_blas_coretype() {
   local tag=$1 who=$2 python=${3:-/usr/bin/python3}
   if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
     local own
-    own=$(env -u OPENBLAS_CORETYPE OPENBLAS_VERBOSE=2 "$python" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" \
-          2>&1 | sed -n 's/^Core: //p' || true)
+    own=$(unset OPENBLAS_CORETYPE; exa_openblas_core "$python")
     if [ -n "$own" ] && [ "$own" != "$OPENBLAS_CORETYPE" ]; then
       echo "[$tag] OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE comes from the environment and is kept for $who;" \
            "OpenBLAS alone would choose $own here (env -u OPENBLAS_CORETYPE to measure that)" >&2
     fi
   elif [ "${BLAS_AUTODETECT:-0}" != 1 ]; then
     local core flags want=""
-    core=$(OPENBLAS_VERBOSE=2 "$python" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" 2>&1 | sed -n 's/^Core: //p' || true)
+    core=$(exa_openblas_core "$python")
     flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
     case " $flags " in
       *" avx512f "*) want=SkylakeX ;;
