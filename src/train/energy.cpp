@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <regex>
 
+#include "comm/mpi_env.hpp"
+
 namespace exa::train {
 
 namespace fs = std::filesystem;
@@ -19,6 +21,15 @@ std::optional<std::uint64_t> read_u64(const std::string& file) {
   unsigned long long v = 0;
   if (!(in >> v)) return std::nullopt;
   return static_cast<std::uint64_t>(v);
+}
+
+// The ranks of `world` on this rank's machine: they read the same counters.
+int count_ranks_on_host(MPI_Comm world) {
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  const int n = comm_size(host);
+  MPI_Comm_free(&host);
+  return n;
 }
 
 }  // namespace
@@ -65,10 +76,13 @@ double RaplCounters::joules() {
   return uj * 1e-6;
 }
 
-EnergyMeter::EnergyMeter(const EnergyOptions& o, int ranks_on_node, int world)
+EnergyMeter::EnergyMeter(const EnergyOptions& o, MPI_Comm world)
+    : EnergyMeter(o, count_ranks_on_host(world), comm_size(world)) {}
+
+EnergyMeter::EnergyMeter(const EnergyOptions& o, int ranks_on_host, int world)
     : power_w_(o.power_w_per_rank),
       pue_(o.pue),
-      ranks_on_node_(std::max(1, ranks_on_node)),
+      ranks_on_host_(std::max(1, ranks_on_host)),
       world_(std::max(1, world)),
       // A given power needs no counters (and reads no sysfs files).
       rapl_(o.power_w_per_rank > 0 ? std::string() : o.powercap_root) {}
@@ -78,8 +92,8 @@ std::string EnergyMeter::source() const {
   if (power_w_ > 0) {
     return fmt::format("{} W per rank (output.power_w_per_rank) x {}, PUE {}", power_w_, n(world_, "rank"), pue_);
   }
-  return fmt::format("RAPL: {} on rank 0's node ({}), scaled to {}, PUE {}",
-                     n(static_cast<int>(rapl_.domains()), "package"), n(ranks_on_node_, "rank"), n(world_, "rank"),
+  return fmt::format("RAPL: {} on rank 0's host ({}), scaled to {}, PUE {}",
+                     n(static_cast<int>(rapl_.domains()), "package"), n(ranks_on_host_, "rank"), n(world_, "rank"),
                      pue_);
 }
 
@@ -89,7 +103,7 @@ void EnergyMeter::restart() {
 
 void EnergyMeter::report(StepLog& s, double seconds, double tokens) {
   if (!enabled()) return;
-  const double run_j = power_w_ > 0 ? power_w_ * seconds * world_ : rapl_.joules() / ranks_on_node_ * world_;
+  const double run_j = power_w_ > 0 ? power_w_ * seconds * world_ : rapl_.joules() / ranks_on_host_ * world_;
   total_j_ += run_j * pue_;
   s.joules_per_token = tokens > 0 ? run_j * pue_ / tokens : 0.0;
   s.kwh = total_j_ / 3.6e6;

@@ -4,15 +4,19 @@
 //
 // The source is the first that applies:
 //   * output.power_w_per_rank > 0: that power on every rank for the wall time;
-//   * RAPL counters readable on rank 0's node (Linux powercap,
+//   * RAPL counters readable on rank 0's host (Linux powercap,
 //     <root>/intel-rapl:N/energy_uj, one per CPU package; the sub-zones
 //     intel-rapl:N:M are parts of a package and are not added again): their
-//     increase is the node's energy, shared over the ranks on that node and
-//     scaled to the world as if every node drew the same;
+//     increase is the host's energy, shared over the ranks running on that
+//     host and scaled to the world as if every host drew the same. The host
+//     is the machine, not parallel.ranks_per_node's pretend node: RAPL
+//     counts the machine's packages whatever the grid pretends;
 //   * neither: no estimate (the log says nothing about energy).
 // Either is multiplied by output.pue (the facility's overhead: cooling,
 // power conversion). RAPL counts CPU packages (and DRAM where the package
 // zone includes it), not GPUs, network or disks: a lower bound on a GPU node.
+#include <mpi.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,12 +58,16 @@ class RaplCounters {
 
 class EnergyMeter {
  public:
-  // ranks_on_node: the ranks sharing rank 0's node (and its RAPL counters);
-  // world: every rank of the run.
-  EnergyMeter(const EnergyOptions& options, int ranks_on_node, int world);
+  // Collective over `world` (every rank of the run): it counts the ranks on
+  // this rank's host (MPI_Comm_split_type SHARED), which share its RAPL
+  // counters.
+  EnergyMeter(const EnergyOptions& options, MPI_Comm world);
+  // ranks_on_host: the ranks sharing this host's RAPL counters; world: every
+  // rank of the run.
+  EnergyMeter(const EnergyOptions& options, int ranks_on_host, int world);
 
   bool enabled() const { return power_w_ > 0 || rapl_.readable(); }
-  // "RAPL: 2 packages on rank 0's node (4 ranks), scaled to 8 ranks, PUE 1.2"
+  // "RAPL: 2 packages on rank 0's host (4 ranks), scaled to 8 ranks, PUE 1.2"
   // or "300 W per rank (output.power_w_per_rank) x 8 ranks, PUE 1.2".
   std::string source() const;
   // Starts a measurement: what the next report() counts begins here.
@@ -74,7 +82,7 @@ class EnergyMeter {
 
  private:
   double power_w_ = 0, pue_ = 1;
-  int ranks_on_node_ = 1, world_ = 1;
+  int ranks_on_host_ = 1, world_ = 1;
   RaplCounters rapl_;
   double total_j_ = 0;  // the run's, PUE included
 };

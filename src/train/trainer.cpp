@@ -71,7 +71,9 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                    {dp_.options().layers_per_stage, deferred_weights_, dp_.options().virtual_stages})),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
-      energy_(EnergyOptions::from_deck(cfg), grid_.ranks_per_node(), comm_size(world)) {
+      // RAPL counts the machine's packages: the ranks on this host share them,
+      // whatever node size parallel.ranks_per_node pretends.
+      energy_(EnergyOptions::from_deck(cfg), world) {
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");

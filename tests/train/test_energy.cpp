@@ -1,12 +1,18 @@
 // The energy estimate (train/energy.hpp) on a fake powercap directory: which
 // RAPL zones count, counter wrap-around, unreadable counters, the deck's
-// power and the PUE, and what reaches the step log.
+// power and the PUE, what reaches the step log, and (run at 1, 2 and 4
+// ranks) one machine's counters shared by all its ranks while the grid
+// pretends smaller nodes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "comm/mpi_env.hpp"
+#include "comm/process_grid.hpp"
 #include "train/energy.hpp"
 
 namespace fs = std::filesystem;
@@ -86,21 +92,66 @@ TEST_F(FakePowercap, UnreadableOrMissingCountersGiveNoEstimate) {
   EXPECT_FALSE(exa::train::to_json(s).contains("energy"));
 }
 
-TEST_F(FakePowercap, RaplIsSharedOverTheNodesRanksAndScaledToTheWorld) {
+TEST_F(FakePowercap, RaplIsSharedOverTheHostsRanksAndScaledToTheWorld) {
   zone("intel-rapl:0", 0, kRange);
   EnergyOptions o;
   o.powercap_root = root();
   o.pue = 1.5;
-  EnergyMeter meter(o, /*ranks_on_node=*/2, /*world=*/8);
+  EnergyMeter meter(o, /*ranks_on_host=*/2, /*world=*/8);
   ASSERT_TRUE(meter.enabled());
   meter.restart();
-  zone("intel-rapl:0", 100'000'000, kRange);  // the node used 100 J: 50 J per rank, 400 J for 8 ranks
+  zone("intel-rapl:0", 100'000'000, kRange);  // the host used 100 J: 50 J per rank, 400 J for 8 ranks
   StepLog s;
   meter.report(s, 10.0, 1000.0);
   ASSERT_TRUE(s.joules_per_token.has_value());
   EXPECT_DOUBLE_EQ(*s.joules_per_token, 400.0 * 1.5 / 1000.0);
   EXPECT_DOUBLE_EQ(*s.kwh, 600.0 / 3.6e6);
-  EXPECT_EQ(meter.source(), "RAPL: 1 package on rank 0's node (2 ranks), scaled to 8 ranks, PUE 1.5");
+  EXPECT_EQ(meter.source(), "RAPL: 1 package on rank 0's host (2 ranks), scaled to 8 ranks, PUE 1.5");
+}
+
+// Pretend nodes (parallel.ranks_per_node) split one machine for the grid,
+// not for RAPL: the machine's counters are shared over all its ranks, so
+// the ranks of one machine together measure exactly what it drew.
+TEST(RaplOnOneMachine, PretendNodesShareTheMachinesCountersOverAllItsRanks) {
+  const int rank = exa::comm_rank(MPI_COMM_WORLD), world = exa::comm_size(MPI_COMM_WORLD);
+  exa::comm::GridSizes sizes;
+  sizes.ranks_per_node = 1;  // every rank a node of its own, to the grid
+  exa::comm::ProcessGrid grid(sizes);
+  ASSERT_EQ(grid.ranks_per_node(), 1);
+  ASSERT_EQ(grid.num_nodes(), world);
+
+  // The machine's one sysfs tree, which every rank reads; rank 0 stands for
+  // the hardware that advances it.
+  int pid = ::getpid();
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const fs::path root = fs::temp_directory_path() / ("examoe_test_energy_machine_" + std::to_string(pid));
+  const auto counter = [&](std::uint64_t uj) {
+    if (rank == 0) {
+      fs::create_directories(root / "intel-rapl:0");
+      std::ofstream(root / "intel-rapl:0" / "energy_uj") << uj << "\n";
+      std::ofstream(root / "intel-rapl:0" / "max_energy_range_uj") << kRange << "\n";
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  };
+  counter(7'000'000);
+  EnergyOptions o;
+  o.powercap_root = root.string();
+  EnergyMeter meter(o, MPI_COMM_WORLD);
+  ASSERT_TRUE(meter.enabled());
+  meter.restart();
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank has its starting reading
+  counter(107'000'000);          // the machine drew 100 J
+  StepLog s;
+  meter.report(s, 10.0, 1000.0);
+  ASSERT_TRUE(s.joules_per_token.has_value());
+  // 100 J over the world's 1000 tokens; pretend nodes counted as machines
+  // would make it world x 100 J.
+  EXPECT_DOUBLE_EQ(*s.joules_per_token, 0.1);
+  EXPECT_DOUBLE_EQ(*s.kwh, 100.0 / 3.6e6);
+  const auto ranks = fmt::format("{} rank{}", world, world == 1 ? "" : "s");
+  EXPECT_EQ(meter.source(), fmt::format("RAPL: 1 package on rank 0's host ({}), scaled to {}, PUE 1", ranks, ranks));
+  MPI_Barrier(MPI_COMM_WORLD);  // nobody reads the tree any more
+  if (rank == 0) fs::remove_all(root);
 }
 
 TEST_F(FakePowercap, TheDecksPowerWinsOverRapl) {
