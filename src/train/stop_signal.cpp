@@ -67,4 +67,6 @@ bool StopSignal::agreed(MPI_Comm comm) {
   return any != 0;
 }
 
+bool StopSignal::received() { return g_received.load(std::memory_order_relaxed) != 0; }
+
 }  // namespace exa::train

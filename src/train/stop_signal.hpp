@@ -42,6 +42,9 @@ class StopSignal {
   // The signal agreed on (the largest number when ranks got different
   // ones), 0 while none; valid after agreed() returned true.
   int signal() const { return agreed_signal_; }
+  // Whether this process has received a stop signal, without asking the
+  // other ranks (agreed() is what decides a stop).
+  static bool received();
 
  private:
   int agreed_signal_ = 0;

@@ -472,6 +472,17 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
     return d != nullptr ? std::atof(d) : 0.0;
   }();
   if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+  // EXAMOE_FAULT_HOLD_AFTER_STEP=N: after step N, wait for a stop signal (at
+  // most 60 s), so that a signal sent on seeing step N logged lands before
+  // the run can end, however fast its steps are.
+  static const char* hold = std::getenv("EXAMOE_FAULT_HOLD_AFTER_STEP");
+  if (hold != nullptr && std::atoll(hold) == steps_done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!StopSignal::received() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!StopSignal::received())
+      log::warn("EXAMOE_FAULT_HOLD_AFTER_STEP={}: no stop signal came in 60 s; going on", hold);
+  }
   static const char* when = std::getenv("EXAMOE_FAULT_EXIT_AFTER_STEP");
   static const char* who = std::getenv("EXAMOE_FAULT_RANK");
   if (when == nullptr || std::atoll(when) != steps_done) return;
