@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -27,6 +28,8 @@
 #include "driver_common.hpp"
 #include "elastic_layout.hpp"
 
+extern char** environ;
+
 namespace fs = std::filesystem;
 using exa::elastic::Layout;
 
@@ -40,6 +43,21 @@ volatile sig_atomic_t g_stop = 0;
 void forward(int sig) {
   g_stop = sig;
   if (g_child > 0) kill(g_child, sig);
+}
+
+// The EXAMOE_FAULT_* variables set here that make a run fail, each as
+// "NAME=" (a prefix only that variable has): all but the two that only pace
+// a run, a delay after each step and a hold for the stop signal.
+std::vector<std::string> failure_injection() {
+  static const std::vector<std::string> pacing{"EXAMOE_FAULT_STEP_DELAY_S", "EXAMOE_FAULT_HOLD_AFTER_STEP"};
+  std::vector<std::string> names;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var(*e);
+    const std::string name = var.substr(0, var.find('='));
+    if (name.rfind("EXAMOE_FAULT_", 0) == 0 && std::find(pacing.begin(), pacing.end(), name) == pacing.end())
+      names.push_back(name + "=");
+  }
+  return names;
 }
 
 double now_s() {
@@ -197,9 +215,9 @@ int supervise(const Job& job, int ranks, int min_ranks, int max_restarts, const 
     std::int64_t resumed_step = 0;
     std::string grow_why;
     // Fault injection (EXAMOE_FAULT_*) is for the first launch only: a
-    // relaunch must not fail again on purpose.
-    const std::vector<std::string> unset =
-        restarts == 0 ? std::vector<std::string>{} : std::vector<std::string>{"EXAMOE_FAULT_"};
+    // relaunch must not fail again on purpose. Its pacing stays: a test that
+    // holds a run until its grow signal holds the relaunch that grows.
+    const std::vector<std::string> unset = restarts == 0 ? std::vector<std::string>{} : failure_injection();
     const auto end = exa::elastic::run_child(
         argv, unset,
         [&](bool is_err, const std::string& line) {
