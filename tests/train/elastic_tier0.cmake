@@ -15,10 +15,12 @@ file(REMOVE_RECURSE ${WORK})
 
 run_checked(${MPIEXEC} -n 2 ${EXAMOE} ${ARGS} --set output.run_dir=${WORK}/reference)
 
-# The grow is a signal from the supervisor after a step record: 100 ms of
-# sleep after each step keeps the job running until it lands (a fast core
-# finishes the remaining steps in milliseconds).
-set(ENV{EXAMOE_FAULT_STEP_DELAY_S} 0.1)
+# The grow is a signal the supervisor sends on seeing step 3 logged (the
+# relaunch's first step), and the remaining steps take milliseconds: the job
+# holds after step 3 until the signal has come, so it always lands, and the
+# job stops after step 4. (The first launch never ends step 3: its rank 1 is
+# gone; the grown launch resumes at step 4.)
+set(ENV{EXAMOE_FAULT_HOLD_AFTER_STEP} 3)
 elastic_run_with_fault(2 1 9 200 --ranks 2 --max-ranks 2 --grow-after-steps 1 --mpiexec ${MPIEXEC} ${ARGS}
                        --set checkpoint.memory_every=1 --set checkpoint.memory_ranks_per_node=1
                        --set checkpoint.memory_dir=${WORK}/shm --set output.run_dir=${WORK}/elastic)
@@ -31,7 +33,8 @@ elastic_records(2 "records (a failure, a grow)" records)
 list(GET records 0 failure)
 list(GET records 1 grow_rec)
 require_fields("${failure}" "elastic.jsonl, the failure" old_ranks:2 new_ranks:1 last_step:2 resumed_step:2 lost_steps:0)
-require_fields("${grow_rec}" "elastic.jsonl, the grow" old_ranks:1 new_ranks:2 new_grad_accum:1 lost_steps:0)
+require_fields("${grow_rec}" "elastic.jsonl, the grow" old_ranks:1 new_ranks:2 new_grad_accum:1 last_step:4
+               resumed_step:4 lost_steps:0)
 string(JSON event GET "${grow_rec}" event)
 if(NOT event STREQUAL "grow")
   message(FATAL_ERROR "elastic.jsonl: the second record is not a grow: ${grow_rec}")
