@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Spack leg (scripts/test.sh spack): ExaMoE's Spack package (spack/)
-# with a real Spack, offline. Uses the Spack snapshot in ../shared/tools/spack
-# next to the checkout (EXAMOE_SPACK overrides; skipped, not failed, when
-# there is none), copied to a scratch directory with a scratch configuration
-# (never ~/.spack):
+# with a real Spack, offline. Uses the Spack checkout EXAMOE_SPACK names
+# (by default the offline snapshot CI keeps beside the checkout, the
+# snapshot= line below), copied to a scratch directory with a scratch
+# configuration (never ~/.spack). Without one the leg exits 77, which
+# scripts/test.sh reports as skipped, neither passed nor failed:
 #
 #   1. Debian's packages registered as externals (Kokkos 3.4.1 Serial, Kokkos
 #      Kernels, MPICH, parallel HDF5, CMake, make, the header libraries);
@@ -21,8 +22,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 snapshot=${EXAMOE_SPACK:-$root/../shared/tools/spack}
 if [ ! -x "$snapshot/bin/spack" ]; then
-  echo "[spack] SKIPPED: no Spack snapshot at $snapshot (set EXAMOE_SPACK to one to run this leg)"
-  exit 0
+  echo "[spack] SKIPPED: no Spack at $snapshot (set EXAMOE_SPACK to a Spack checkout to run this leg)"
+  exit 77
 fi
 "$root/scripts/deps-debian.sh"
 work=${EXAMOE_SPACK_WORK:-$(mktemp -d /tmp/examoe-spack.XXXXXX)}

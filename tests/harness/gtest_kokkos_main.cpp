@@ -12,5 +12,5 @@ int main(int argc, char** argv) {
   Kokkos::initialize(argc, argv);
   int rc = RUN_ALL_TESTS();
   Kokkos::finalize();
-  return rc;
+  return exa::test::exit_code(rc, *::testing::UnitTest::GetInstance());
 }
