@@ -10,12 +10,6 @@ namespace exa::parallel {
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                             const std::vector<std::int64_t>& layers_per_stage, int virtual_stages) {
   const auto& s = grid.sizes();
-  // Each dimension works alone and with dp and ep, and tp, cp and pp in
-  // pairs; all three at once wait for a test that shows them composing.
-  EXA_REQUIRE((s.tp > 1) + (s.cp > 1) + (s.pp > 1) <= 2,
-              "build_model: parallel.tp = {}, cp = {} and pp = {}: tensor, context and pipeline parallelism combine "
-              "in pairs only (tp x cp, pp x tp, pp x cp) in this build; keep one of them at 1",
-              s.tp, s.cp, s.pp);
   auto plan = model::StagePlan::whole(cfg);
   if (s.pp > 1 && virtual_stages > 1) {
     plan = model::StagePlan::interleaved(cfg, grid.coords().pp, s.pp, virtual_stages);

@@ -1,8 +1,8 @@
 #pragma once
-// What a deck may ask for that this build cannot run yet (the parallel
-// dimensions beyond data parallelism, gradient compression, bf16 compute,
-// NCCL without it). The Trainer checks it before any work is done, and
-// `examoe --check` before the job is queued.
+// What a deck may ask for that only the build or the node can refuse: NCCL
+// without it, or without a visible GPU. Every other combination is checked
+// when the deck is loaded (core/deck/deck_checks.cpp). The Trainer checks
+// this before any work is done, and `examoe --check` before the job is queued.
 #include "core/deck/config.hpp"
 
 namespace exa::train {

@@ -347,3 +347,42 @@ INSTANTIATE_TEST_SUITE_P(Bad, BadDeckTest, ::testing::ValuesIn(bad_decks()),
 TEST(BadDecks, CoverTheIssue) { EXPECT_GE(bad_decks().size(), 12u); }
 
 }  // namespace
+
+namespace {
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+}  // namespace
+
+// The load's own checks read keys; only what runs afterwards counts, on the
+// Config or any copy of it, and reserved keys are never listed.
+TEST(DeckReads, UnreadKeysFollowTheReadsOfEveryCopy) {
+  const Config c = Config::load(kSource + "/input/tiny.toml", {}, 1);
+  const auto before = c.unread_keys();
+  EXPECT_TRUE(has(before, "model.d_model"));
+  EXPECT_TRUE(has(before, "parallel.tp"));
+  EXPECT_FALSE(has(before, "memory.recompute"));
+  const Config copy = c;  // NOLINT: the copy is the point
+  (void)copy.get_int("model.d_model");
+  (void)c.get_string("optim.schedule");
+  const auto after = c.unread_keys();
+  EXPECT_FALSE(has(after, "model.d_model"));
+  EXPECT_FALSE(has(after, "optim.schedule"));
+  EXPECT_EQ(after.size() + 2, before.size());
+}
+
+// A reserved key, or a value the build does not run, is refused where it is
+// set, and accepted at its default.
+TEST(DeckReads, ReservedAndNotBuiltValuesAreRefusedWhereSet) {
+  const std::string tiny = kSource + "/input/tiny.toml";
+  EXPECT_EQ(load_error(tiny, {"memory.recompute=false"}, 1), "");
+  EXPECT_NE(load_error(tiny, {"memory.recompute=true"}, 1).find("--set memory.recompute=true: memory.recompute = "
+                                                                  "true is reserved"),
+            std::string::npos);
+  EXPECT_NE(load_error(tiny, {"precision.compute=bf16"}, 1).find("is not available in this build yet"),
+            std::string::npos);
+  EXPECT_NE(exa::deck::schema_markdown().find("reserved: only the default false is accepted in this build"),
+            std::string::npos);
+}

@@ -31,7 +31,12 @@ Config ConfigAccess::defaults(std::string text, std::string path, std::vector<st
   c.overrides_ = std::move(overrides);
   c.world_size_ = world_size;
   for (const KeySpec& k : schema()) c.settings_.push_back(Setting{&k, k.def, Origin::Default, 0, "", ""});
+  c.read_ = std::make_shared<std::vector<std::atomic<bool>>>(c.settings_.size());
   return c;
+}
+
+void ConfigAccess::forget_reads(Config& c) {
+  for (auto& r : *c.read_) r.store(false, std::memory_order_relaxed);
 }
 
 Setting& ConfigAccess::at(Config& c, std::string_view key) {
@@ -58,11 +63,34 @@ const Setting& Config::setting(std::string_view key) const {
   internal_error(__FILE__, __LINE__, fmt::format("no deck key {} in the schema", key));
 }
 
-std::int64_t Config::get_int(std::string_view key) const { return typed<std::int64_t>(*this, key, Type::Int); }
-double Config::get_float(std::string_view key) const { return typed<double>(*this, key, Type::Float); }
-bool Config::get_bool(std::string_view key) const { return typed<bool>(*this, key, Type::Bool); }
+void Config::note_read(const Setting& s) const {
+  (*read_)[static_cast<std::size_t>(&s - settings_.data())].store(true, std::memory_order_relaxed);
+}
+
+std::int64_t Config::get_int(std::string_view key) const {
+  note_read(setting(key));
+  return typed<std::int64_t>(*this, key, Type::Int);
+}
+double Config::get_float(std::string_view key) const {
+  note_read(setting(key));
+  return typed<double>(*this, key, Type::Float);
+}
+bool Config::get_bool(std::string_view key) const {
+  note_read(setting(key));
+  return typed<bool>(*this, key, Type::Bool);
+}
 const std::string& Config::get_string(std::string_view key) const {
+  note_read(setting(key));
   return typed<std::string>(*this, key, Type::String);
+}
+
+std::vector<std::string> Config::unread_keys() const {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < settings_.size(); ++i) {
+    if (!(*read_)[i].load(std::memory_order_relaxed) && !settings_[i].spec->only_default())
+      out.push_back(settings_[i].spec->name());
+  }
+  return out;
 }
 
 std::string Config::locate(std::initializer_list<std::string_view> keys) const {

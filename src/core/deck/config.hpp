@@ -11,8 +11,10 @@
 // exa::Error whose message starts with "<file>:<line>:" (or
 // "--set section.key=value:") and names the fix. A Config that exists is
 // valid: code downstream never re-checks the deck.
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +56,12 @@ class Config {
   const Setting& setting(std::string_view key) const;
   const std::vector<Setting>& settings() const { return settings_; }  // schema order
 
+  // Keys no code has asked for with get_*() since the load, on this Config
+  // or on any copy of it, less the keys that only take their default
+  // (reserved, or every other value not built yet). After a run has started and stepped, a key listed here is
+  // one a deck could set and nothing would read: the guard test fails on it.
+  std::vector<std::string> unread_keys() const;
+
   const std::string& deck_text() const { return text_; }  // the deck as read, verbatim
   const std::string& deck_path() const { return path_; }
   const std::vector<std::string>& overrides() const { return overrides_; }
@@ -77,6 +85,10 @@ class Config {
   std::vector<std::string> overrides_;
   int world_size_ = 1;
   std::vector<Setting> settings_;
+  // One flag per setting, shared by every copy: the Trainer keeps a copy of
+  // the Config it was given, and its reads must count for the original.
+  std::shared_ptr<std::vector<std::atomic<bool>>> read_;
+  void note_read(const Setting& s) const;
 };
 
 }  // namespace exa::deck

@@ -13,6 +13,7 @@ struct ConfigAccess {
   // A Config holding every key at its default.
   static Config defaults(std::string text, std::string path, std::vector<std::string> overrides, int world_size);
   static Setting& at(Config& c, std::string_view key);
+  static void forget_reads(Config& c);
 };
 
 // "<path>:<line>:", "--set <raw>:" or "<path>:" (default): where a setting's

@@ -322,6 +322,57 @@ void check_training(const Config& c) {
   }
 }
 
+// Layouts and options that each work alone but not yet together. Each
+// message says which of the keys to change.
+void check_combinations(const Config& c) {
+  const auto tp = c.get_int("parallel.tp"), cp = c.get_int("parallel.cp"), pp = c.get_int("parallel.pp");
+  const auto zero = c.get_int("parallel.zero");
+  if ((tp > 1) + (cp > 1) + (pp > 1) > 2) {
+    fail(c, {"parallel.tp", "parallel.cp", "parallel.pp"},
+         fmt::format("parallel.tp = {}, parallel.cp = {} and parallel.pp = {}: tensor, context and pipeline "
+                     "parallelism combine in pairs (tp x cp, pp x tp, pp x cp) in this build, not all three; keep "
+                     "one of them at 1",
+                     tp, cp, pp));
+  }
+  // The tied embedding's two copies (first and last stage) sum their
+  // gradients whole; ZeRO would shard them differently on the two stages.
+  if (pp > 1 && c.get_bool("model.tie_embeddings") && zero != 0) {
+    fail(c, {"model.tie_embeddings", "parallel.pp", "parallel.zero"},
+         fmt::format("model.tie_embeddings = true with parallel.pp = {} needs parallel.zero = 0 (got {}); untie the "
+                     "embeddings or set parallel.zero = 0",
+                     pp, zero));
+  }
+  const bool zb = pp > 1 && c.get_string("pipeline.schedule") == "zb";
+  // zb defers weight gradients past a micro-batch's backward; ZeRO 2/3
+  // reduce each unit's gradient right after it.
+  if (zb && zero > 1) {
+    fail(c, {"pipeline.schedule", "parallel.zero"},
+         fmt::format("pipeline.schedule = \"zb\" needs parallel.zero <= 1 (got {}): ZeRO 2/3 reduce each layer's "
+                     "gradient before the deferred weight gradients are done; use parallel.zero = 0 or 1, or "
+                     "pipeline.schedule = \"1f1b\"",
+                     zero));
+  }
+  // zb runs deferred weight gradients whenever a stage would wait, at times
+  // each rank picks alone; under sequence parallelism those products gather
+  // their rows over the TP group, a collective every TP rank must enter alike.
+  if (zb && tp > 1 && c.get_bool("parallel.sequence_parallel")) {
+    fail(c, {"pipeline.schedule", "parallel.sequence_parallel"},
+         fmt::format("pipeline.schedule = \"zb\" with parallel.tp = {} and parallel.sequence_parallel = true is "
+                     "not available: the deferred weight gradients would gather the sequence-parallel rows over the "
+                     "TP group at times each rank picks alone; set parallel.sequence_parallel = false or "
+                     "pipeline.schedule = \"1f1b\"",
+                     tp));
+  }
+  // Tier 1 is written synchronously; it must not overlap a background write.
+  if (c.get_int("checkpoint.local_every") > 0 && c.get_bool("checkpoint.async")) {
+    fail(c, {"checkpoint.local_every", "checkpoint.async"},
+         fmt::format("checkpoint.local_every = {} with checkpoint.async = true: the tier-1 copy is written "
+                     "synchronously, which must not overlap the background write; set checkpoint.async = false or "
+                     "local_every = 0",
+                     c.get_int("checkpoint.local_every")));
+  }
+}
+
 }  // namespace
 
 std::vector<double> number_list(const std::string& text) {
@@ -376,6 +427,7 @@ void check_consistency(const Config& c) {
   check_parallel(c);
   check_pipeline(c);
   check_training(c);
+  check_combinations(c);
 }
 
 }  // namespace exa::deck

@@ -126,10 +126,16 @@ Config Config::from_text(std::string text, const std::string& path, const std::v
     if (auto problem = value_problem(*s.spec, s.value)) {
       throw Error(fmt::format("{} {}", where(c, s), *problem));
     }
+    if (auto problem = build_problem(*s.spec, s.value)) {
+      throw Error(fmt::format("{} {}", where(c, s), *problem));
+    }
   }
   check_world(c);
   resolve_derived(c);
   check_consistency(c);
+  // The checks above read keys to judge them; what counts for
+  // unread_keys() is what the run reads.
+  ConfigAccess::forget_reads(c);
   return c;
 }
 

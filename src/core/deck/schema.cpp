@@ -26,6 +26,15 @@ KeySpec S(const char* s, const char* k, const char* def, std::vector<std::string
   return KeySpec{s, k, Type::String, Value{std::string(def)}, 0, 0, false, false, std::move(allowed), doc};
 }
 
+KeySpec Reserved(KeySpec k) {
+  k.reserved = true;
+  return k;
+}
+KeySpec NotBuilt(KeySpec k, std::vector<std::string> values) {
+  k.not_built = std::move(values);
+  return k;
+}
+
 std::vector<KeySpec> build() {
   using O = Open;
   return {
@@ -109,15 +118,15 @@ std::vector<KeySpec> build() {
       S("checkpoint", "memory_dir", "/dev/shm", {}, "where tier-0 snapshots live: POSIX shared memory (node memory that outlives the job), one file per rank and copy, named for the run directory"),
       I("checkpoint", "memory_ranks_per_node", 0, 0, kDim, "ranks per (pretend) node for choosing tier-0 buddies (rank r's copy goes to rank r + this); 0 = the detected node split"),
 
-      S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"),
+      NotBuilt(S("precision", "compute", "fp32", {"fp32", "bf16"}, "type of matmul inputs and activations; master weights stay fp32"), {"bf16"}),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
 
-      B("memory", "recompute", false, "recompute activations in backward instead of storing them"),
-      B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer"),
+      Reserved(B("memory", "recompute", false, "recompute activations in backward instead of storing them")),
+      Reserved(B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer")),
 
       F("comm", "bucket_mb", 25.0, 0, 4096, O::lo, "gradient all-reduce bucket size in MiB"),
       B("comm", "overlap", true, "overlap gradient communication with the backward pass"),
-      S("comm", "compression", "none", {"none", "bf16", "topk"}, "compression of data-parallel gradient traffic"),
+      NotBuilt(S("comm", "compression", "none", {"none", "bf16", "topk"}, "compression of data-parallel gradient traffic"), {"bf16", "topk"}),
       S("comm", "backend", "mpi", {"mpi", "nccl"}, "data-parallel collectives: mpi, or nccl (CUDA builds with NCCL; device buffers, no host staging)"),
       B("comm", "hierarchical_a2a", false, "expert all-to-all in two stages: node-local gather/scatter around one inter-node message per node pair"),
 
@@ -136,6 +145,23 @@ std::vector<KeySpec> build() {
 }
 
 }  // namespace
+
+bool KeySpec::refuses(const Value& v) const {
+  if (reserved) return !(v == def);
+  if (type != Type::String) return false;
+  const auto& s = std::get<std::string>(v);
+  for (const auto& n : not_built)
+    if (n == s) return true;
+  return false;
+}
+
+bool KeySpec::only_default() const {
+  if (reserved) return true;
+  if (type != Type::String || allowed.empty() || not_built.empty()) return false;
+  for (const auto& a : allowed)
+    if (!(Value{a} == def) && !refuses(Value{a})) return false;
+  return true;
+}
 
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> table = build();

@@ -45,8 +45,10 @@ std::string schema_reference() {
       section = k.section;
       out += fmt::format("\n[{}]\n", section);
     }
-    out += fmt::format("  {:<{}}  {:<6}  {:<{}}  {:<{}}  {}\n", k.key, key_w, type_name(k.type),
-                       accepted_text(k), range_w, to_toml_literal(k.def), def_w, k.doc);
+    const std::string note = build_note(k);
+    out += fmt::format("  {:<{}}  {:<6}  {:<{}}  {:<{}}  {}{}\n", k.key, key_w, type_name(k.type),
+                       accepted_text(k), range_w, to_toml_literal(k.def), def_w, k.doc,
+                       note.empty() ? "" : " (" + note + ")");
   }
   return out;
 }
@@ -67,8 +69,10 @@ std::string schema_markdown() {
       out += fmt::format("\n## [{}]\n\n| key | type | accepted values | default | meaning |\n|---|---|---|---|---|\n",
                          section);
     }
-    out += fmt::format("| `{}` | {} | {} | `{}` | {} |\n", k.name(), type_name(k.type), md_escape(accepted_text(k)),
-                       to_toml_literal(k.def), md_escape(k.doc));
+    const std::string note = build_note(k);
+    out += fmt::format("| `{}` | {} | {} | `{}` | {}{} |\n", k.name(), type_name(k.type),
+                       md_escape(accepted_text(k)), to_toml_literal(k.def), md_escape(k.doc),
+                       note.empty() ? "" : " **(" + md_escape(note) + ")**");
   }
   out.pop_back();  // the caller's line ends it: `examoe --keys --format markdown > docs/decks.md`
   return out;
