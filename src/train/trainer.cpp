@@ -113,10 +113,6 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
-  EXA_REQUIRE(tiers_.size() == 1 || !cfg.get_bool("checkpoint.async"),
-              "checkpoint.local_every = {} with checkpoint.async = true: the tier-1 copy is written synchronously, "
-              "which must not overlap the background write; set checkpoint.async = false or local_every = 0",
-              cfg.get_int("checkpoint.local_every"));
   memory_ = std::make_unique<MemoryCheckpoint>(cfg, grid_, world_, io::checkpoint_tensors(dp_.store()));
   if (!cfg.get_bool("checkpoint.resume")) memory_->remove_all("a run that is not resumed starts afresh");
   if (cfg.get_bool("checkpoint.resume") && !resume_from_memory()) {
@@ -375,8 +371,45 @@ void Trainer::restore(const io::CheckpointMeta& meta) {
   log::info("checkpoint: resumed from {} at step {}", meta.directory, step_);
 }
 
-void Trainer::log_interval(const StepResult& r, std::optional<double> val, double interval_s,
-                           std::int64_t steps_in_interval) {
+void LogInterval::begin(double eval_comm) {
+  *this = LogInterval{};
+  t0 = wall_seconds();
+  phases0 = phase_timers().all();
+  eval_comm0 = eval_comm;
+}
+
+void LogInterval::add(const StepResult& r) {
+  ++steps;
+  sum.loss += r.loss;
+  sum.ce += r.ce;
+  sum.aux += r.aux;
+  sum.z += r.z;
+  sum.imbalance = std::max(sum.imbalance, r.imbalance);
+  sum.report = r.report;
+  sum.moe = r.moe;  // the logged step's loads
+}
+
+double LogInterval::phase(const char* prefix) const {
+  double t = 0;
+  for (const auto& [name, sec] : phase_timers().all()) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const auto it = phases0.find(name);
+    t += sec - (it != phases0.end() ? it->second : 0.0);
+  }
+  return t;
+}
+
+void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due) {
+  // Losses are reported as the interval's mean (as Megatron-LM logs them).
+  const std::int64_t steps_in_interval = std::max<std::int64_t>(1, iv.steps);
+  const double interval_s = wall_seconds() - iv.t0;
+  StepResult r = iv.sum;
+  const double mean = 1.0 / double(steps_in_interval);
+  r.loss *= mean;
+  r.ce *= mean;
+  r.aux *= mean;
+  r.z *= mean;
+  const std::optional<double> val = iv.val;
   StepLog s;
   s.step = step_;
   s.steps = steps_;
@@ -401,12 +434,12 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   const double k = 1.0 / double(steps_in_interval);
   // Communication is what the rank spent launching, polling and waiting
   // (what overlap did not hide); compute is the rest of the step.
-  s.t_comm = (phase_total("comm/") - eval_comm_s_) * k;
-  s.t_a2a = phase_total("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
-  s.t_tp = phase_total("comm/tp_") * k;           // tensor parallelism's (activations and replicated gradients)
-  s.t_context = phase_total("comm/context/") * k;  // ring / all-to-all attention waits
-  s.t_io = phase_total("io/") * k;
-  s.t_eval = phase_total("eval") * k;
+  s.t_comm = (iv.phase("comm/") - (eval_comm_s_ - iv.eval_comm0)) * k;
+  s.t_a2a = iv.phase("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
+  s.t_tp = iv.phase("comm/tp_") * k;           // tensor parallelism's (activations and replicated gradients)
+  s.t_context = iv.phase("comm/context/") * k;  // ring / all-to-all attention waits
+  s.t_io = iv.phase("io/") * k;
+  s.t_eval = iv.phase("eval") * k;
   s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);
   const auto mem = dp_.memory();
   s.mem_params = mem.params;
@@ -417,9 +450,9 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
   s.mem_experts = mem.expert_params + mem.expert_grads + 2.0 * mem.expert_master;
   s.mem_activations = double(model_->activation_bytes());
   s.mem_peak_rss = double(peak_rss_bytes());
-  phase_timers().reset();
-  eval_comm_s_ = 0;
-  energy_.report(s, interval_s, tokens);
+  // The records' intervals cover the run without gaps or overlaps, so they
+  // carry the energy; a line between two records shows none.
+  if (record_due) energy_.report(s, interval_s, tokens);
   auto record = to_json(s);
   std::string line = format_line(s);
   if (pipe_) {
@@ -447,8 +480,8 @@ void Trainer::log_interval(const StepResult& r, std::optional<double> val, doubl
                           {"peak_contexts", live}, {"activation_bytes", bytes}};
     line += fmt::format(" | pp bubble {:.3f} (theory {:.3f})", worst, theory);
   }
-  log::info("{}", line);
-  metrics_->write(record);
+  if (line_due) log::info("{}", line);
+  if (record_due) metrics_->write(record);
 }
 
 void Trainer::move_experts(const parallel::ExpertMove& move) {
@@ -510,6 +543,7 @@ void Trainer::rollback(std::int64_t bad_step) {
 
 double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");
+  const std::int64_t metrics_every = cfg_.get_int("output.metrics_every");
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
   const std::int64_t ckpt_every = cfg_.get_int("checkpoint.every");
   const std::int64_t local_every = cfg_.get_int("checkpoint.local_every");
@@ -517,23 +551,18 @@ double Trainer::run() {
             "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.model_numel()) / 1e6,
             flops_.active_params / 1e6, peak_gflops_, peak_cores_);
-  phase_timers().reset();
-  eval_comm_s_ = 0;
   energy_.restart();
   const std::int64_t tokens0 = tokens_seen_;
-  double t0 = wall_seconds();
-  std::int64_t since = 0;
-  StepResult interval;  // losses summed over the logging interval, worst imbalance, last report
-  std::optional<double> val;
+  LogInterval line, record;
+  line.begin(eval_comm_s_);
+  record.begin(eval_comm_s_);
   double last_val = std::numeric_limits<double>::quiet_NaN();
   while (step_ < steps_) {
     const StepResult r = train_step(step_);
     if (r.nan_action == NanGuard::Action::rollback) {
       rollback(step_ + 1);
-      interval = StepResult{};
-      val.reset();
-      since = 0;
-      t0 = wall_seconds();
+      line.begin(eval_comm_s_);
+      record.begin(eval_comm_s_);
       continue;
     }
     ++step_;
@@ -545,37 +574,34 @@ double Trainer::run() {
       rec["step"] = step_;
       metrics_->write(rec);
     }
-    ++since;
-    interval.loss += r.loss;
-    interval.ce += r.ce;
-    interval.aux += r.aux;
-    interval.z += r.z;
-    interval.imbalance = std::max(interval.imbalance, r.imbalance);
-    interval.report = r.report;
-    interval.moe = r.moe;  // the logged step's loads
+    line.add(r);
+    record.add(r);
     const bool stop = step_ < steps_ && stop_.agreed(world_);  // a scheduler's signal: log, save, return
     if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
       last_val = evaluate();
-      if (!std::isnan(last_val)) val = last_val;
+      if (!std::isnan(last_val)) line.val = record.val = last_val;
     }
-    // Tier 0 before the step's log line: a step the log shows done is in
-    // memory, so a failure after it loses no logged step.
-    if (memory_->due(step_)) save_memory(step_);
-    if (stop || step_ % log_every == 0 || step_ == steps_) {
-      // Losses are reported as the interval's mean (as Megatron-LM logs them).
-      const double k = 1.0 / double(since);
-      interval.loss *= k;
-      interval.ce *= k;
-      interval.aux *= k;
-      interval.z *= k;
-      log_interval(interval, val, wall_seconds() - t0, since);
-      interval = StepResult{};
-      val.reset();
-      since = 0;
-      t0 = wall_seconds();
+    const bool last = stop || step_ == steps_;
+    const bool tier0 = memory_->due(step_), tier1 = local_every > 0 && step_ % local_every == 0;
+    const bool tier2 = stop || (ckpt_every > 0 && (step_ % ckpt_every == 0 || step_ == steps_));
+    // A snapshot ends the record interval, and the record is flushed before
+    // the snapshot is taken: a resume from it then logs from the next step,
+    // so every step is in metrics.jsonl exactly once. (With the record
+    // after the snapshot, a rank that died right after the snapshot could
+    // take rank 0 down before it wrote the step.)
+    const bool line_due = last || step_ % log_every == 0;
+    const bool record_due = last || step_ % metrics_every == 0 || tier0 || tier1 || tier2;
+    if (line_due && record_due && line.steps == record.steps) {
+      log_interval(record, true, true);  // the same steps: one summary serves both
+    } else {
+      if (line_due) log_interval(line, true, false);
+      if (record_due) log_interval(record, false, true);
     }
-    if (stop || (ckpt_every > 0 && step_ % ckpt_every == 0) || (step_ == steps_ && ckpt_every > 0)) save(step_);
-    if (local_every > 0 && step_ % local_every == 0) save_local(step_);
+    if (line_due) line.begin(eval_comm_s_);
+    if (record_due) record.begin(eval_comm_s_);
+    if (tier0) save_memory(step_);
+    if (tier2) save(step_);
+    if (tier1) save_local(step_);
     inject_fault(step_);
     if (stop) break;
   }

@@ -12,6 +12,7 @@
 // the run's latest checkpoint, repeating the uninterrupted run's losses.
 #include <mpi.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,22 @@ struct StepResult {
   NanGuard::Action nan_action = NanGuard::Action::none;  // resilience.nan_policy's verdict on the step
 };
 
+// The steps one log line or one metrics record sums up. The two have their
+// own cadences (train.log_every, output.metrics_every), so each keeps its
+// own sums and where the phase clocks stood when it began.
+struct LogInterval {
+  StepResult sum;  // losses summed, the worst imbalance, the last step's report and loads
+  std::optional<double> val;
+  std::int64_t steps = 0;
+  double t0 = 0;
+  std::map<std::string, double> phases0;  // phase_timers() at the start
+  double eval_comm0 = 0;                  // Trainer's eval communication at the start
+
+  void begin(double eval_comm);
+  void add(const StepResult& r);
+  double phase(const char* prefix) const;  // seconds in phases named prefix* since begin()
+};
+
 class Trainer {
  public:
   Trainer(const deck::Config& cfg, MPI_Comm world);
@@ -83,7 +100,9 @@ class Trainer {
   std::string checkpoint_dir() const;
 
  private:
-  void log_interval(const StepResult& r, std::optional<double> val, double interval_s, std::int64_t steps_in_interval);
+  // Summarises `iv` (ending at the current step) as a log line when `line`
+  // and as a metrics.jsonl record when `record`.
+  void log_interval(const LogInterval& iv, bool line, bool record);
   void inject_fault(std::int64_t steps_done) const;
   void move_experts(const parallel::ExpertMove& move);  // ExpertReplacement's mover
   // resilience.nan_policy = "rollback": reload the newest checkpoint before
@@ -98,7 +117,7 @@ class Trainer {
   // verifies; false (with a log line) sends the resume to tiers 1 and 2.
   bool resume_from_memory();
   void restore(const io::CheckpointMeta& meta);  // the Trainer's state after a load of any tier
-  double eval_comm_s_ = 0;  // exposed communication inside evaluate() since the last log line
+  double eval_comm_s_ = 0;  // exposed communication inside evaluate(), since the run began
 
   const deck::Config& cfg_;
   MPI_Comm world_;
