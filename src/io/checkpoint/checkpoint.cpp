@@ -80,6 +80,15 @@ std::vector<CheckpointTensor> checkpoint_tensors(const model::ParameterStore& pa
 
 namespace {
 
+// Fuzz builds (tests/fuzz/) take stored checksums of metadata on trust, so
+// that a mutated file gets past them to the reading behind; every check of
+// a file's structure still holds there.
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+constexpr bool kCheckMetaSums = false;
+#else
+constexpr bool kCheckMetaSums = true;
+#endif
+
 std::string shape_str(const std::vector<std::int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 // ---- MPI helpers --------------------------------------------------------------
@@ -498,7 +507,7 @@ CheckpointMeta read_meta(hid_t root, const std::string& file) {
   const std::string layout = h5::read_string(root, "layout");
   m.merkle_root = h5::read_u64(root, "merkle_root");
   const std::uint64_t stored = h5::read_u64(root, "meta_checksum"), now = meta_checksum(m, layout);
-  EXA_REQUIRE(stored == now,
+  EXA_REQUIRE(stored == now || !kCheckMetaSums,
               "checkpoint file {} is corrupt: its attributes on / (step, tokens_seen, data_cursor, rng_state, "
               "lr_schedule.*, deck, config_json, layout) have checksum {} but were written with {}; {}",
               file, kernels::checksum_hex(now), kernels::checksum_hex(stored),
@@ -546,7 +555,7 @@ void verify_merkle(const std::vector<DatasetInfo>& ds, const CheckpointMeta& met
   std::vector<std::pair<std::string, std::uint64_t>> e;
   for (const auto& d : ds) e.emplace_back(d.path, d.checksum);
   const std::uint64_t root = kernels::checksum_merkle_root(e);
-  EXA_REQUIRE(root == stored,
+  EXA_REQUIRE(root == stored || !kCheckMetaSums,
               "checkpoint file {} is corrupt: the Merkle root over its datasets' checksums is {} but the file "
               "records {} (a dataset or its checksum attribute was altered, added or removed); {}",
               file, kernels::checksum_hex(root), kernels::checksum_hex(stored),
@@ -558,7 +567,7 @@ void verify_merkle(const std::vector<DatasetInfo>& ds, const CheckpointMeta& met
     const std::int64_t n = chunk_count(model::whole_box(d.shape).numel(), meta.chunk_elements);
     const auto* c = d.chunk_checksums.data();
     EXA_REQUIRE(static_cast<std::int64_t>(d.chunk_checksums.size()) == n &&
-                    sum_of(c, c + d.chunk_checksums.size()) == d.checksum,
+                    (sum_of(c, c + d.chunk_checksums.size()) == d.checksum || !kCheckMetaSums),
                 "checkpoint file {} is corrupt: dataset {} has {} chunk checksums adding up to {} where {} chunks "
                 "adding up to its checksum {} belong; {}",
                 file, d.path, d.chunk_checksums.size(), kernels::checksum_hex(sum_of(c, c + d.chunk_checksums.size())),
@@ -566,7 +575,7 @@ void verify_merkle(const std::vector<DatasetInfo>& ds, const CheckpointMeta& met
                 fs_detail::older_checkpoints_hint(fs::path(file).parent_path().string()));
   }
   const std::uint64_t croot = chunk_merkle_root(ds);
-  EXA_REQUIRE(croot == meta.chunk_merkle_root,
+  EXA_REQUIRE(croot == meta.chunk_merkle_root || !kCheckMetaSums,
               "checkpoint file {} is corrupt: the Merkle root over its chunk checksums is {} but the file records {}; "
               "{}",
               file, kernels::checksum_hex(croot), kernels::checksum_hex(meta.chunk_merkle_root),
