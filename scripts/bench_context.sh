@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The context-parallelism benchmark (issue 12): a long-sequence deck
+# The context-parallelism benchmark (parallel.cp): a long-sequence deck
 # (model.seq_len = 2048 by default) at 2 ranks, context parallelism
 # (cp = 2, ring attention: each sequence split over the two ranks) against
 # data parallelism (dp = 2: each rank whole sequences) and against 1 rank.

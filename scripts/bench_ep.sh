@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Expert parallelism against data parallelism on the same ranks (issue 9):
+# Expert parallelism (parallel.ep) against data parallelism on the same ranks:
 # NP ranks as ep = NP (experts spread over the ranks, tokens exchanged by
 # all-to-all) and as plain dp = NP (every rank holds every expert), same
 # deck, same per-rank micro-batch, one thread per rank.

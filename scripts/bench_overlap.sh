@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The overlap and scaling benchmark (issue 4): exposed communication with
+# The overlap and scaling benchmark (comm.overlap): exposed communication with
 # the gradient collectives overlapped with the backward pass and without,
 # and the weak-scaling efficiency of NP data-parallel ranks against one.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline-parallel measurements (issue 11). Never asserts a time.
+# Pipeline-parallel measurements (parallel.pp: bubbles per schedule, pp against dp). Never asserts a time.
 #
 #   scripts/bench_pipeline.sh bubbles [--pp P] [--steps N] [--warmup N] [--set k=v ...]
 #     pp = P stages (default 4, one rank each), m = 8 micro-batches

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor parallelism against data parallelism and one rank (issue 10):
+# Tensor parallelism (parallel.tp) against data parallelism and one rank:
 # the same deck as 1 rank, as dp = NP, and as tp = NP with the
 # column-parallel backward overlap on and off (comm.overlap; with
 # --set parallel.sequence_parallel=true also the chunked forward

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak test of elastic restart (issue 13): a small tiny.toml run on NP ranks
+# Soak test of elastic restart: a small tiny.toml run on NP ranks
 # under examoe-elastic, with a random examoe rank `kill -9`ed at a random
 # time, N times, against an uninterrupted run of the same deck.
 #

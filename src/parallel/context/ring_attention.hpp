@@ -1,6 +1,6 @@
 #pragma once
 // RingAttention: the CoreAttention seam under context parallelism,
-// context.mode = "ring" (docs/architecture.md, "Context parallelism").
+// parallel.cp_mode = "ring" (docs/architecture.md, "Context parallelism").
 //
 // Each of the cp ranks of the Cp group holds the zigzag chunks r and
 // 2cp-1-r (zigzag.hpp) of every sequence: its queries, keys and values are
