@@ -10,8 +10,8 @@
 // BLAS runs single-threaded inside a parallel region, as OpenBLAS' OpenMP
 // build and MKL do). Otherwise the callers keep their one-product-at-a-time
 // path, which lets the BLAS use the threads.
+// Kokkos_Core.hpp brings UniqueToken; Kokkos 4 refuses its own header by name.
 #include <Kokkos_Core.hpp>
-#include <Kokkos_UniqueToken.hpp>
 #include <KokkosKernels_config.h>
 
 #include "core/types.hpp"
