@@ -14,6 +14,10 @@
 # EXAMOE_ARCH (CPU target of ExaMoE's own code, -march=; default native for
 # serial and openmp, empty for cuda, whose kernels run on the GPU; set it
 # empty for a binary that must run on other CPUs).
+# TARGETS (space-separated CMake targets to build; default all of them;
+# `none` configures and builds nothing). EXAMOE_PROGRESS (ON: print the
+# build's percentage at each 10% and each target built, and a line after 30 s
+# without one, so a long batch is not minutes of silence; default OFF, quiet).
 set -euo pipefail
 backend=${1:-serial}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,8 +64,45 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     || { cat "$build.configure.log" >&2; exit 1; }
   sed -n '/ExaMoE .* configuration/,/install prefix/p' "$build.configure.log"
 fi
-# Quiet unless something fails; make's "up to date" chatter is dropped.
-if ! cmake --build "$build" -j "$JOBS" >"$build.build.log" 2>&1; then
+[ "${TARGETS:-}" = none ] && exit 0
+targets=()
+for t in ${TARGETS:-}; do targets+=(--target "$t"); done
+
+mmss() { if [ "$1" -ge 60 ]; then printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); else printf '%d s' "$1"; fi; }
+# Reads the build's output (Makefiles' "[ NN%]" or Ninja's "[N/M]" lines).
+progress() {
+  local t0=$SECONDS line part="" pct=0 shown=-1 lib="" eof="" msg
+  while [ -z "$eof" ]; do
+    if IFS= read -r -t 30 line; then line=$part$line; part=""
+    elif [ $? -gt 128 ]; then  # 30 s without a line: a batch is compiling
+      part+=$line
+      printf '[build] %3d%%  still compiling %s (%s)\n' "$pct" "${lib:-...}" "$(mmss $((SECONDS - t0)))"
+      continue
+    else line=$part$line; eof=1; [ -n "$line" ] || break
+    fi
+    if [[ $line =~ ^\[\ *([0-9]+)%\]\ (.*) ]]; then pct=${BASH_REMATCH[1]}; msg=${BASH_REMATCH[2]}
+    elif [[ $line =~ ^\[([0-9]+)/([0-9]+)\]\ (.*) ]]; then
+      pct=$((100 * BASH_REMATCH[1] / BASH_REMATCH[2])); msg=${BASH_REMATCH[3]}
+    else continue
+    fi
+    [[ $msg =~ CMakeFiles/([^/]+)\.dir/ ]] && lib=${BASH_REMATCH[1]}
+    if [[ $msg =~ ^Built\ target\ (.*) ]]; then
+      printf '[build] %3d%%  built %s (%s)\n' "$pct" "${BASH_REMATCH[1]}" "$(mmss $((SECONDS - t0)))"
+    elif [ $((pct / 10)) -gt $((shown / 10)) ]; then
+      printf '[build] %3d%%  compiling %s (%s)\n' "$pct" "${lib:-...}" "$(mmss $((SECONDS - t0)))"
+    else continue
+    fi
+    shown=$pct
+  done
+}
+# Quiet unless something fails (or EXAMOE_PROGRESS=ON); make's "up to date"
+# chatter is dropped.
+if [ "${EXAMOE_PROGRESS:-OFF}" = ON ]; then
+  build_cmd() { cmake --build "$build" -j "$JOBS" "${targets[@]}" 2>&1 | tee "$build.build.log" | progress; }
+else
+  build_cmd() { cmake --build "$build" -j "$JOBS" "${targets[@]}" >"$build.build.log" 2>&1; }
+fi
+if ! build_cmd; then
   grep -E "error|Error" -A3 "$build.build.log" | head -60 >&2
   echo "[setup] build failed; full log: $build.build.log" >&2
   exit 1
