@@ -143,6 +143,7 @@ grep -qE "^step +$steps/$steps " "$work/job3.out" ||
 [ "$(calls)" -eq 2 ] || fail "the finished run asked for a rerun"
 cmake -DREF="$work/ref/metrics.jsonl" -DRUN="$work/run/metrics.jsonl" -P "$src/tests/train/same_losses.cmake" ||
   fail "losses differ from the uninterrupted run's"
+rm -f "$work/examoe"  # case 5 needs ./examoe to be missing from the job's directory
 
 # 4. Rank 1 dies by SIGKILL after step 3; step 2's checkpoint is there.
 "${pbs[@]}" EXAMOE_FAULT_EXIT_AFTER_STEP=3 EXAMOE_FAULT_RANK=1 EXAMOE_FAULT_SIGNAL=9 \
