@@ -14,7 +14,7 @@
 # (medians): global tokens/s, exposed communication and the expert
 # all-to-all's share of it (seconds per step; the all-to-all is blocking,
 # so all of it is exposed), per-rank memory of the experts, and the last
-# logged MoE load record when the run reports one. Prints one JSON line.
+# measured step's MoE load record ("moe"). Prints one JSON line.
 set -euo pipefail
 bench_name=bench_ep.sh
 source "$(dirname "$0")/lib/bench_args.sh"
@@ -40,9 +40,9 @@ for cfg in ("dp", "ep"):
            "all_to_all_s": med(lambda r: r["time"].get("all_to_all", 0.0)),
            "expert_bytes": steps[-1]["memory"]["experts"],
            "loss_last": steps[-1]["loss"]}
-    load = [r["moe_load"] for r in recs if "moe_load" in r]
-    if load:
-        res["moe_load_last"] = load[-1]
+    # Step records carry the step's expert load under "moe" (every MoE
+    # layer's max/mean and drops, summed over all ranks).
+    res["moe_load_last"] = steps[-1]["moe"]
     out[cfg] = res
 out["ep_over_dp_tokens_per_s"] = out["ep"]["tokens_per_s"] / out["dp"]["tokens_per_s"]
 print(json.dumps(out))
