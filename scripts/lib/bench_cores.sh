@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/bench.sh --cores N (N >= 2): ExaMoE's N-core layouts against
 # PyTorch's on the same deck and the same batches, in one run
-# (docs/architecture.md, "Performance method"; README "Performance").
+# (docs/architecture.md, "Performance method"; docs/performance.md).
 #
 #   scripts/bench.sh --cores N [DECK] [--steps N (6)] [--warmup N (2)] [--set k=v ...]
 #   BUILD=dir         Serial build (bin/examoe, bin/examoe-bench; default build)

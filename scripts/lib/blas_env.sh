@@ -19,7 +19,7 @@
 # environment may set it), it is kept, and the script says which kernels
 # OpenBLAS would have chosen without it when they differ: on an AVX-512
 # CPU a Haswell setting halves the sgemm rate, for both frameworks, which
-# moves MFU and the ratio (README, "Performance").
+# moves MFU and the ratio (docs/performance.md).
 # The kernels ("Core: ...") OpenBLAS reports choosing when PYTHON loads it.
 exa_openblas_core() {
   OPENBLAS_VERBOSE=2 "$1" -c "import ctypes; ctypes.CDLL('libopenblas.so.0')" 2>&1 | sed -n 's/^Core: //p' || true

@@ -3,7 +3,7 @@
 // kept by each expert and the tokens each expert-parallel rank receives,
 // summed over the step's micro-batches and the data-parallel ranks; and its
 // two renderings, the log line's short summary and metrics.jsonl's "moe"
-// record (README.md, "Metrics").
+// record (docs/parallel.md, "Expert load and aux-loss-free balancing").
 //
 //   MoeLoad load;
 //   for (each micro-batch) load.add(forward_result.routing);
