@@ -120,6 +120,11 @@ TokenStore read_shard(const std::string& path) {
   const std::uint64_t count = get_le(p + 16, 8);
   const auto vocab = static_cast<std::int64_t>(get_le(p + 24, 4));
   EXA_REQUIRE(vocab > 0, "{}: header vocabulary size is 0; the file is corrupt, {}", path, remake);
+  // Tokens are int32 from here on: a larger vocabulary would turn its upper
+  // tokens negative. The writer refuses it too.
+  EXA_REQUIRE(vocab <= (std::int64_t{1} << 31),
+              "{}: header vocabulary size {} is above the shard limit 2^31; the file is corrupt, {}", path, vocab,
+              remake);
 
   const std::uint64_t body = size - kShardHeaderBytes;
   EXA_REQUIRE(count <= body / width,

@@ -165,6 +165,20 @@ TEST(TokenShardErrors, UnsupportedDtype) {
             p + ": token dtype code 8 is not supported (2 = uint16, 4 = uint32); " + kRemake);
 }
 
+// Tokens are int32 once read: a header vocabulary above 2^31 (which the
+// writer refuses) would let tokens >= 2^31 through as negative ids.
+TEST(TokenShardErrors, VocabAboveTheLimit) {
+  const std::string p = scratch("vocab_big.tok");
+  std::string b = good_shard_bytes();
+  b[24] = 1;  // V = 0x80000001
+  b[25] = 0;
+  b[26] = 0;
+  b[27] = static_cast<char>(0x80);
+  write_bytes(p, b);
+  EXPECT_EQ(error_of([&] { read_shard(p); }),
+            p + ": header vocabulary size 2147483649 is above the shard limit 2^31; the file is corrupt, " + kRemake);
+}
+
 TEST(TokenShardErrors, TokenNotBelowVocab) {
   const std::string p = scratch("vocab.tok");
   std::vector<std::uint32_t> t = {1, 2, 3, 77, 4, 99, 5};
