@@ -3,7 +3,7 @@
 namespace exa {
 
 void internal_error(const char* file, int line, const std::string& what) {
-  throw Error(fmt::format("internal error at {}:{}: {} (this is an ExaMoE bug; please report it)", file,
+  throw InternalError(fmt::format("internal error at {}:{}: {} (this is an ExaMoE bug; please report it)", file,
                           line, what));
 }
 

@@ -14,6 +14,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// What internal_error() throws: a broken invariant, never an answer to bad
+// input. Its own type, so that a check (the fuzz targets') can tell it from
+// an Error whose message merely quotes input that says the same words.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& what) : Error(what) {}
+};
+
 // Throws exa::Error with a fmt-formatted message when `cond` is false.
 #define EXA_REQUIRE(cond, ...)                        \
   do {                                                \
