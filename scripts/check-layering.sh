@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks that no file in src/X/ includes a project header from a layer above
-# X (docs/architecture.md, "Layers"). The order is read from the line
+# X, and that no library of src/X/ links one (target_link_libraries in the
+# CMakeLists.txt files under src/; docs/architecture.md, "Layers"). The order is read from the line
 #
 #   Layer order (lowest first): core < kernels < ... < bench, inference < plan
 #
@@ -13,7 +14,8 @@
 #   scripts/check-layering.sh [ROOT]    # ROOT: the source tree (default: this one)
 #
 # Exit 0 when clean; 1 with one line per offending include
-# (file:line: #include "X/...": the rule broken); 2 when the order is missing.
+# (file:line: #include "X/...": the rule broken) or link (CMakeLists.txt:line:
+# links examoe_Y: ...); 2 when the order is missing.
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 doc=$root/docs/architecture.md
@@ -74,6 +76,54 @@ BEGIN {
 END { exit bad }
 '
 rc=${PIPESTATUS[1]}
+
+# Links: a library of src/X/ (exa_library or add_library in a CMakeLists.txt
+# under src/X/) may link only libraries of layers below X. A link can make a
+# higher layer's symbols available without any #include, so the include
+# check alone cannot see it.
+cmakes=$(find src -name CMakeLists.txt | sort)
+libs=$(for f in $cmakes; do
+         dir=${f#src/}; dir=${dir%%/*}; [ "$dir" = CMakeLists.txt ] && continue
+         sed -nE 's/^[[:space:]]*(exa_library|add_library)\([[:space:]]*([A-Za-z0-9_]+).*/\2 '"$dir"'/p' "$f"
+       done)
+link_bad=$(for f in $cmakes; do
+  dir=${f#src/}; dir=${dir%%/*}; [ "$dir" = CMakeLists.txt ] && continue
+  awk -v file="$f" -v from="$dir" -v order="$order" -v libs="$libs" '
+    BEGIN {
+      nr = split(order, ranks, "<")
+      for (r = 1; r <= nr; ++r) {
+        nf = split(ranks[r], names, ",")
+        for (i = 1; i <= nf; ++i) { name = names[i]; gsub(/[[:space:]]/, "", name); if (name != "") rank[name] = r }
+      }
+      nl = split(libs, ll, "\n")
+      for (i = 1; i <= nl; ++i) { split(ll[i], kv, " "); if (kv[1] != "") home[kv[1]] = kv[2] }
+    }
+    /target_link_libraries[[:space:]]*\(/ { start = FNR; text = "" }
+    start {
+      text = text " " $0
+      if (!index($0, ")")) next
+      n = split(text, tok, /[[:space:]()]+/)
+      first = 0
+      for (i = 1; i <= n; ++i) {
+        t = tok[i]
+        if (t == "" || t ~ /^target_link_libraries$/) continue
+        if (!first) { first = 1; continue }  # the target itself
+        sub(/^ExaMoE::/, "", t)
+        if (!(t in home)) continue  # not an ExaMoE library
+        to = home[t]
+        if (!(from in rank) || !(to in rank) || to == from) continue
+        if (rank[to] > rank[from])
+          printf "%s:%d: links %s: %s may not link %s (a layer above it)\n", file, start, t, from, to
+        else if (rank[to] == rank[from])
+          printf "%s:%d: links %s: %s and %s are on the same layer and may not link each other\n", file, start, t, from, to
+      }
+      start = 0
+    }' "$f"
+done)
+if [ -n "$link_bad" ]; then
+  echo "$link_bad"
+  rc=1
+fi
 if [ $rc -eq 0 ]; then
   echo "check-layering: ok (src/ follows docs/architecture.md's layer order)"
 else

@@ -62,6 +62,19 @@ fresh_copy(same_rank dir)
 append_line(${dir}/src/bench/bench_json.cpp "#include \"inference/generate.hpp\"" line)
 expect(${dir} 1 "src/bench/bench_json.cpp:${line}: #include \"inference/generate.hpp\": bench and inference are on the same layer")
 
+# A link upward, with no #include behind it: a scratch target of model
+# linking the train library, over two lines and by its ExaMoE:: alias.
+fresh_copy(link_upward dir)
+append_line(${dir}/src/model/CMakeLists.txt "add_library(examoe_model_scratch OBJECT shard.cpp)" line)
+append_line(${dir}/src/model/CMakeLists.txt "target_link_libraries(examoe_model_scratch PRIVATE examoe_core\n  ExaMoE::examoe_train)" line)
+expect(${dir} 1 "src/model/CMakeLists.txt:${line}: links examoe_train: model may not link train (a layer above it)"
+       "check-layering: FAILED")
+
+# A link between two folders of one rank: inference -> bench.
+fresh_copy(link_same_rank dir)
+append_line(${dir}/src/inference/CMakeLists.txt "target_link_libraries(examoe_inference PRIVATE examoe_bench)" line)
+expect(${dir} 1 "src/inference/CMakeLists.txt:${line}: links examoe_bench: inference and bench are on the same layer")
+
 # A folder the order does not name.
 fresh_copy(unknown dir)
 file(MAKE_DIRECTORY ${dir}/src/elastic)
