@@ -113,25 +113,15 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                               dp_.plan().local_experts()}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
-  memory_ = std::make_unique<MemoryCheckpoint>(cfg, grid_, world_, io::checkpoint_tensors(dp_.store()));
-  if (!cfg.get_bool("checkpoint.resume")) memory_->remove_all("a run that is not resumed starts afresh");
-  if (cfg.get_bool("checkpoint.resume") && !resume_from_memory()) {
-    const auto found = io::list_checkpoints(checkpoint_dir());
-    if (tiers_.size() > 1) {
-      if (const auto c = newest_checkpoint(tiers_)) {
-        load(c->dir, c->copies);
-        log::info("checkpoint: step {} taken from tier {} ({}){}", c->step, c->tier, c->dir,
-                  c->copies.empty() ? std::string(", no copy in another tier")
-                                    : fmt::format(", copy in {}", fmt::join(c->copies, ", ")));
-      } else {
-        log::info("checkpoint.resume: no checkpoint in any tier yet, starting from step 0");
-      }
-    } else if (!found.empty()) {
-      load(checkpoint_dir());
-    } else {
-      log::info("checkpoint.resume: no checkpoint under {} yet, starting from step 0", checkpoint_dir());
-    }
-  }
+  ckpt_ = std::make_unique<CheckpointManager>(
+      cfg, grid_, world_, dp_.store(),
+      CheckpointSource{[this](std::int64_t steps_done) { return checkpoint_meta(steps_done); },
+                       [this] { return optimizer_moments(); },
+                       [this](const std::function<void()>& write) {
+                         replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); }, write);
+                       },
+                       [this](const io::CheckpointMeta& meta) { restore(meta); }});
+  ckpt_->resume();
   // One thread pool per rank: say what oversubscribes, and count MFU
   // against the cores this rank computes on (core/thread_check.hpp).
   const ThreadSetup threads = comm::probe_node_threads(world);
@@ -139,12 +129,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
     for (const auto& w : thread_warnings(threads)) log::warn("examoe: {}", w);
   peak_cores_ = compute_cores(threads);
   peak_gflops_ = measure_sgemm_gflops() * peak_scale(threads);
-  if (cfg.get_bool("checkpoint.async")) {
-    async_ = std::make_unique<AsyncCheckpointer>(world_, cfg.get_string("checkpoint.async_policy") == "skip"
-                                                             ? AsyncCheckpointer::Policy::skip
-                                                             : AsyncCheckpointer::Policy::wait);
-    async_->prepare(io::checkpoint_tensors(dp_.store()), optimizer_moments());
-  }
+  ckpt_->start_async_writer();
 }
 
 std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); }
@@ -283,82 +268,12 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   return meta;
 }
 
-void Trainer::save_memory(std::int64_t steps_done) {
-  ScopedRegion region("io/checkpoint", true);
-  const io::CheckpointMeta meta = checkpoint_meta(steps_done);
-  const io::OptimizerState state = optimizer_moments();
-  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); },
-                           [&] { memory_->save(io::checkpoint_tensors(dp_.store()), state, meta); });
-}
-
-void Trainer::save_local(std::int64_t steps_done) {
-  ScopedRegion region("io/checkpoint", true);
-  const io::CheckpointMeta meta = checkpoint_meta(steps_done);
-  const io::OptimizerState state = optimizer_moments();
-  io::SaveOptions so;
-  so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
-  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); }, [&] {
-    const double t0 = wall_seconds();
-    const std::string dir = io::save_checkpoint(tiers_.front().dir, dp_.store(), &state, meta, world_, so);
-    log::info("checkpoint: wrote tier 1 {} in {:.3f} s", dir, wall_seconds() - t0);
-  });
-}
-
 std::string Trainer::save(std::int64_t steps_done) {
-  ScopedRegion region("io/checkpoint", true);
-  const io::CheckpointMeta meta = checkpoint_meta(steps_done);
-  const io::OptimizerState state = optimizer_moments();
-  const auto& store = dp_.store();
-  io::SaveOptions so;
-  so.keep = static_cast<int>(cfg_.get_int("checkpoint.keep"));
-  std::string dir;
-  // Experts in global order, whatever the placement (an async snapshot is
-  // taken inside, before the experts move back).
-  replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); }, [&] {
-    if (async_) {
-      // The run's last checkpoint (the end, or a stop signal) is never skipped.
-      const bool last = steps_done >= steps_ || stop_.signal() != 0;
-      if (async_->start(checkpoint_dir(), io::checkpoint_tensors(store), state, meta, so, last))
-        log::info("checkpoint: step {} snapshot taken, writing it in the background", steps_done);
-      dir = (fs::path(checkpoint_dir()) / io::checkpoint_dir_name(meta.step)).string();
-      return;
-    }
-    const double t0 = wall_seconds();
-    dir = io::save_checkpoint(checkpoint_dir(), store, &state, meta, world_, so);
-    log::info("checkpoint: wrote {} in {:.3f} s", dir, wall_seconds() - t0);
-  });
-  return dir;
+  // The run's last checkpoint (the end, or a stop signal) is never skipped.
+  return ckpt_->save_tier2(steps_done, steps_done >= steps_ || stop_.signal() != 0);
 }
 
-void Trainer::load(const std::string& path, const std::vector<std::string>& copies) {
-  if (async_) async_->wait();  // only one thread may call HDF5
-  ScopedRegion region("io/checkpoint", true);
-  const io::OptimizerState state = optimizer_moments();
-  auto& store = dp_.store();
-  restore(io::load_checkpoint(path, store, &state, world_, {copies}));
-}
-
-bool Trainer::resume_from_memory() {
-  const auto c = memory_->newest();
-  if (!c) return false;
-  const auto other = newest_checkpoint(tiers_);
-  if (other && other->step > c->step) {
-    log::info("checkpoint: tier 0 holds step {}, older than tier {}'s step {}: resuming from tier {}", c->step,
-              other->tier, other->step, other->tier);
-    return false;
-  }
-  ScopedRegion region("io/checkpoint", true);
-  try {
-    restore(memory_->load(*c, io::checkpoint_tensors(dp_.store()), optimizer_moments()));
-  } catch (const Error& e) {
-    log::warn("checkpoint: {}", e.what());
-    log::info("checkpoint: tier 0 step {} does not verify; falling back to {}", c->step,
-              other ? fmt::format("tier {} step {}", other->tier, other->step) : std::string("step 0 (no other tier)"));
-    return false;
-  }
-  log::info("checkpoint: step {} taken from tier 0 (memory, written by {} ranks)", c->step, c->world);
-  return true;
-}
+void Trainer::load(const std::string& path, const std::vector<std::string>& copies) { ckpt_->load(path, copies); }
 
 void Trainer::restore(const io::CheckpointMeta& meta) {
   replace_.forget_placement();  // the checkpoint holds the experts in global order
@@ -523,21 +438,16 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
   log::warn("EXAMOE_FAULT_EXIT_AFTER_STEP={}: rank {} exiting abruptly after step {} (fault injection)", when,
             comm_rank(world_), steps_done);
   // Its node's memory goes with it: the tier-0 segments this rank keeps.
-  memory_->lose_held(comm_rank(world_));
+  ckpt_->lose_held(comm_rank(world_));
   // EXAMOE_FAULT_SIGNAL=9: die by that signal (kill -9) instead of exiting.
   if (const char* sig = std::getenv("EXAMOE_FAULT_SIGNAL")) std::raise(std::atoi(sig));
   std::_Exit(86);
 }
 
 void Trainer::rollback(std::int64_t bad_step) {
-  const auto c = newest_checkpoint(tiers_, static_cast<std::uint64_t>(bad_step));
-  EXA_REQUIRE(c.has_value(),
-              "step {} is not finite and resilience.nan_policy = \"rollback\", but {} holds no checkpoint before it "
-              "to go back to: set checkpoint.every (so that one exists) or nan_policy = \"skip\"",
-              bad_step, checkpoint_dir());
-  load(c->dir, c->copies);
+  const std::uint64_t to = ckpt_->rollback(bad_step);
   nan_.rolled_back(bad_step, step_);
-  metrics_->write(nlohmann::json{{"event", "rollback"}, {"from_step", bad_step}, {"to_step", c->step},
+  metrics_->write(nlohmann::json{{"event", "rollback"}, {"from_step", bad_step}, {"to_step", to},
                                  {"nonfinite_steps", nan_.nonfinite_steps()}});
 }
 
@@ -545,8 +455,6 @@ double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");
   const std::int64_t metrics_every = cfg_.get_int("output.metrics_every");
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
-  const std::int64_t ckpt_every = cfg_.get_int("checkpoint.every");
-  const std::int64_t local_every = cfg_.get_int("checkpoint.local_every");
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
             "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.model_numel()) / 1e6,
@@ -582,15 +490,14 @@ double Trainer::run() {
       if (!std::isnan(last_val)) line.val = record.val = last_val;
     }
     const bool last = stop || step_ == steps_;
-    const bool tier0 = memory_->due(step_), tier1 = local_every > 0 && step_ % local_every == 0;
-    const bool tier2 = stop || (ckpt_every > 0 && (step_ % ckpt_every == 0 || step_ == steps_));
+    const CheckpointsDue due = ckpt_->due(step_, steps_, stop);
     // A snapshot ends the record interval, and the record is flushed before
     // the snapshot is taken: a resume from it then logs from the next step,
     // so every step is in metrics.jsonl exactly once. (With the record
     // after the snapshot, a rank that died right after the snapshot could
     // take rank 0 down before it wrote the step.)
     const bool line_due = last || step_ % log_every == 0;
-    const bool record_due = last || step_ % metrics_every == 0 || tier0 || tier1 || tier2;
+    const bool record_due = last || step_ % metrics_every == 0 || due.any();
     if (line_due && record_due && line.steps == record.steps) {
       log_interval(record, true, true);  // the same steps: one summary serves both
     } else {
@@ -599,14 +506,11 @@ double Trainer::run() {
     }
     if (line_due) line.begin(eval_comm_s_);
     if (record_due) record.begin(eval_comm_s_);
-    if (tier0) save_memory(step_);
-    if (tier2) save(step_);
-    if (tier1) save_local(step_);
+    ckpt_->save(due, step_, last);
     inject_fault(step_);
     if (stop) break;
   }
-  if (async_) async_->wait();  // the last checkpoint is complete before run() returns
-  if (step_ == steps_) memory_->remove_all("the run is complete");  // a stop signal's run keeps tier 0
+  ckpt_->finish(step_ == steps_);  // a stop signal's run keeps tier 0
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
       !e.empty())

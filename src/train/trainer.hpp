@@ -28,12 +28,10 @@
 #include "parallel/data_parallel.hpp"
 #include "parallel/pipeline/pipeline.hpp"
 #include "parallel/schedule.hpp"
-#include "train/async_checkpoint.hpp"
 #include "train/aux_free.hpp"
-#include "train/checkpoint_tiers.hpp"
+#include "train/checkpoint_manager.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
-#include "train/memory_checkpoint.hpp"
 #include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
 #include "train/moe_load.hpp"
@@ -110,12 +108,7 @@ class Trainer {
   void rollback(std::int64_t bad_step);
   // The AdamW moments by tensor name (Views aliasing the optimizer's).
   io::OptimizerState optimizer_moments();
-  io::CheckpointMeta checkpoint_meta(std::int64_t steps_done);  // what save() writes besides tensors
-  void save_local(std::int64_t steps_done);                     // the tier-1 copy (checkpoint.local_every)
-  void save_memory(std::int64_t steps_done);                    // the tier-0 snapshot (checkpoint.memory_every)
-  // checkpoint.resume from tier 0 when it holds the newest step and
-  // verifies; false (with a log line) sends the resume to tiers 1 and 2.
-  bool resume_from_memory();
+  io::CheckpointMeta checkpoint_meta(std::int64_t steps_done);  // what a checkpoint holds besides tensors
   void restore(const io::CheckpointMeta& meta);  // the Trainer's state after a load of any tier
   double eval_comm_s_ = 0;  // exposed communication inside evaluate(), since the run began
 
@@ -153,10 +146,8 @@ class Trainer {
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
   StopSignal stop_;
   NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
-  std::unique_ptr<AsyncCheckpointer> async_;  // checkpoint.async = true
   ReplicaCheck replica_{cfg_, grid_, dp_.options().zero};  // resilience.replica_check_every
-  std::vector<CheckpointTier> tiers_ = checkpoint_tiers(cfg_);  // fastest first; tier 2 last
-  std::unique_ptr<MemoryCheckpoint> memory_;                    // tier 0 (checkpoint.memory_every)
+  std::unique_ptr<CheckpointManager> ckpt_;  // tiers 0, 1 and 2, the async writer, resume and rollback
 };
 
 }  // namespace exa::train
