@@ -29,7 +29,7 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGr
 
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                                                       model::ModelOptions opt, ExpertComm ec, TensorComm tc,
-                                                      const context::ContextOptions& co, PipelineOptions po) {
+                                                      const context::ContextOptions& co, StageSplit po) {
   auto plan = stage_plan(cfg, grid, po.layers_per_stage, po.virtual_stages);
   plan.sequence_parallel = tc.sequence_parallel && plan.tp > 1;
   auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);

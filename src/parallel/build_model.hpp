@@ -24,9 +24,9 @@
 
 namespace exa::parallel {
 
-// This rank's plan. exa::Error naming the dimension when the grid asks for
-// a parallelism this build does not provide yet (tp, cp and pp together),
-// or when ep does not divide the experts or tp an extent it splits. Pipeline
+// This rank's plan. exa::Error naming the dimension when ep does not divide
+// the experts or tp an extent it splits (the deck refuses the layouts this
+// build cannot run before any of this is built). Pipeline
 // parallelism (pp > 1) gives the rank its stage's layers: `layers_per_stage`
 // counts, or the balanced split (pipeline/stage_split.hpp) when empty;
 // virtual_stages > 1 (the interleaved schedule) its v chunks instead
@@ -53,10 +53,12 @@ struct TensorComm {
   bool sequence_parallel = false;  // parallel.sequence_parallel (with tp > 1)
 };
 
-// Pipeline parallelism: the stage split (pipeline.layers_per_stage, empty =
-// balanced) and `deferred_weights` (the zero-bubble schedule), where the
-// Linear seams record their weight gradients while it defers.
-struct PipelineOptions {
+// This rank's pipeline stage as the model sees it: the stage split
+// (pipeline.layers_per_stage, empty = balanced; virtual_stages chunks when
+// interleaved) and `deferred_weights` (the zero-bubble schedule), where the
+// Linear seams record their weight gradients while it defers. The
+// schedule's own options are pipeline::PipelineOptions.
+struct StageSplit {
   std::vector<std::int64_t> layers_per_stage;
   std::shared_ptr<pipeline::WeightGradQueue> deferred_weights;
   int virtual_stages = 1;  // pipeline.virtual_stages (interleaved)
@@ -67,6 +69,6 @@ struct PipelineOptions {
 std::unique_ptr<model::StageModel<float>> build_model(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
                                                       model::ModelOptions opt = {}, ExpertComm ec = {},
                                                       TensorComm tc = {}, const context::ContextOptions& co = {},
-                                                      PipelineOptions po = {});
+                                                      StageSplit po = {});
 
 }  // namespace exa::parallel
