@@ -35,18 +35,24 @@ status=0
 configure_and_build() {
   local dir=$1 flags=$2; shift 2
   local targets="$*"
+  # CMake takes the sanitizer flags from CXXFLAGS, CFLAGS and LDFLAGS when it
+  # first configures the directory.
   BUILD_DIR=$dir EXAMOE_ARCH="" EXAMOE_PROGRESS=${EXAMOE_PROGRESS:-ON} TARGETS="$targets" \
-    CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXAMOE_ENABLE_BENCHMARKS=OFF -DCMAKE_CXX_FLAGS='$flags' \
-                -DCMAKE_C_FLAGS='$flags' -DCMAKE_EXE_LINKER_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$flags'" \
-    "$root/scripts/setup.sh" serial
+    CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXAMOE_ENABLE_BENCHMARKS=OFF" \
+    CXXFLAGS="$flags" CFLAGS="$flags" LDFLAGS="$flags" "$root/scripts/setup.sh" serial
 }
 
-# The executables behind the tests ctest -N lists for these arguments, plus
-# the drivers the script tests run.
+# The executables behind the tests ctest -N lists for these arguments, read
+# from the CTestTestfile.cmake files (ctest -N shows no command for a test
+# whose program is not built yet).
 targets_of() {  # build-dir ctest-args...
   local dir=$1; shift
-  (cd "$dir" && ctest -N "$@" -V 2>/dev/null) |
-    sed -n 's/^[0-9]*: Test command: //p' | tr -d '"' | tr ' ' '\n' | grep -F "$dir/bin/" |
+  local names; names=$(cd "$dir" && ctest -N "$@" 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p')
+  [ -n "$names" ] || return 0
+  local name
+  while IFS= read -r name; do
+    grep -rhF --include=CTestTestfile.cmake "add_test([=[$name]=] " "$dir"
+  done <<<"$names" | tr -d '"()' | tr ' ' '\n' | grep -F "$dir/bin/" |
     sed -n 's|.*/bin/\([A-Za-z0-9_.-]*\)$|\1|p' | sort -u
 }
 
