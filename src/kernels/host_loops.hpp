@@ -63,9 +63,11 @@ inline float host_exp_in_range(float xc) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  std::int32_t ti;
+  // Unsigned: for a NaN or an infinite t the exponent arithmetic wraps
+  // (the product is NaN or clamped anyway), where int32 would overflow (UB).
+  std::uint32_t ti;
   std::memcpy(&ti, &t, sizeof ti);
-  const std::int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);  // 2^n
+  const std::uint32_t bits = (ti - 0x4B400000u + 127u) << 23;  // 2^n
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
@@ -104,9 +106,9 @@ inline float host_exp_nonpositive(float x) {
   p = p * f + kExp2Poly[4];
   p = p * f + kExp2Poly[5];
   p = p * f + kExp2Poly[6];
-  std::int32_t ti;
+  std::uint32_t ti;  // unsigned, as in host_exp_in_range
   std::memcpy(&ti, &tm, sizeof ti);
-  const std::int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);  // 2^round(t)
+  const std::uint32_t bits = (ti - 0x4B400000u + 127u) << 23;  // 2^round(t)
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
