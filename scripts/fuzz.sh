@@ -34,6 +34,10 @@ usage() {
 
 do_build() {
   local t0; t0=$(date +%s)
+  # clang 14 and its libFuzzer and sanitizer runtimes, beside the build's
+  # own packages (idempotent: nothing to do when they are installed).
+  "$root/scripts/deps-debian.sh"
+  "$root/scripts/deps-debian.sh" clang-14 libclang-rt-14-dev
   if [ ! -f "$build/CMakeCache.txt" ]; then
     echo "[fuzz] configuring $build"
     CC=${CC:-clang-14} CXX=${CXX:-clang++-14} cmake -S "$root" -B "$build" -DEXAMOE_FUZZ=ON \
