@@ -54,8 +54,8 @@ expect(${dir} 1 "src/model/transformer.hpp:${line}: #include \"train/trainer.hpp
 
 # The same, from a subfolder, through the generated examoe/ prefix.
 fresh_copy(prefixed dir)
-append_line(${dir}/src/io/checkpoint/checkpoint.cpp "#  include \"examoe/train/trainer.hpp\"" line)
-expect(${dir} 1 "src/io/checkpoint/checkpoint.cpp:${line}: #include \"examoe/train/trainer.hpp\": io may not include train")
+append_line(${dir}/src/io/checkpoint/checkpoint_read.cpp "#  include \"examoe/train/trainer.hpp\"" line)
+expect(${dir} 1 "src/io/checkpoint/checkpoint_read.cpp:${line}: #include \"examoe/train/trainer.hpp\": io may not include train")
 
 # Two folders of one rank: bench -> inference.
 fresh_copy(same_rank dir)

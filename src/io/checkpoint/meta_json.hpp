@@ -1,7 +1,7 @@
 #pragma once
 // A checkpoint's metadata (step, data cursor, schedule, deck, layout, /state
 // arrays) as one JSON text: the HDF5 file guards it with a checksum
-// (checkpoint.cpp), a tier-0 memory snapshot stores it whole
+// (checkpoint_meta.cpp), a tier-0 memory snapshot stores it whole
 // (memory_snapshot.hpp). Doubles and floats round-trip exactly.
 #include <string>
 

@@ -1,0 +1,140 @@
+// What goes where in a checkpoint: the tensors (and their optimizer moments
+// and the /state arrays) as items, each a dataset with this rank's shard of
+// it, their validation, and who writes what of each (piece covers).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "comm/mpi_env.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint/checkpoint.hpp"
+#include "io/checkpoint/checkpoint_internal.hpp"
+#include "io/checkpoint/chunk_sums.hpp"
+#include "io/checkpoint/piece_cover.hpp"
+#include "kernels/checksum.hpp"
+
+namespace exa::io {
+
+std::vector<CheckpointTensor> checkpoint_tensors(const model::ParameterStore& params) {
+  std::vector<CheckpointTensor> t;
+  t.reserve(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    t.push_back(CheckpointTensor{params.spec(i).name, params.spec(i).shape, params.shard(i), params.value(i)});
+  }
+  return t;
+}
+
+namespace detail {
+
+std::string shape_str(const std::vector<std::int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim) {
+  std::set<std::string> names;
+  for (const auto& t : tensors) {
+    EXA_REQUIRE(!t.name.empty() && t.name.find('/') == std::string::npos && t.name != "." && t.name != "..",
+                "checkpoint: tensor name '{}' cannot be an HDF5 dataset name (empty, '.', '..' or holding '/')",
+                t.name);
+    EXA_REQUIRE(names.insert(t.name).second, "checkpoint: tensor '{}' is listed twice", t.name);
+    EXA_REQUIRE(!t.shape.empty(), "checkpoint: tensor '{}' has no dimensions (scalars are not supported)", t.name);
+    for (auto s : t.shape)
+      EXA_REQUIRE(s >= 0, "checkpoint: tensor '{}' has a negative extent in {}", t.name, shape_str(t.shape));
+    model::resolve_shard(t.shard, t.name, t.shape);  // exa::Error when the box or range does not fit
+    EXA_REQUIRE(static_cast<std::int64_t>(t.value.extent(0)) == t.shard.count,
+                "checkpoint: tensor '{}' holds {} values but its shard has {} elements", t.name, t.value.extent(0),
+                t.shard.count);
+    if (optim) {
+      auto it = optim->find(t.name);
+      EXA_REQUIRE(it != optim->end(), "checkpoint: the optimizer state has no moments for tensor '{}'", t.name);
+      EXA_REQUIRE(static_cast<std::int64_t>(it->second.exp_avg.extent(0)) == t.shard.count &&
+                      static_cast<std::int64_t>(it->second.exp_avg_sq.extent(0)) == t.shard.count,
+                  "checkpoint: the optimizer moments of '{}' hold {} and {} values but its shard has {} elements",
+                  t.name, it->second.exp_avg.extent(0), it->second.exp_avg_sq.extent(0), t.shard.count);
+    }
+  }
+  if (optim) {
+    for (const auto& [name, m] : *optim) {
+      EXA_REQUIRE(names.count(name) != 0, "checkpoint: the optimizer state names '{}', which is not a model tensor",
+                  name);
+    }
+  }
+}
+
+std::vector<Item> items_of(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim) {
+  std::vector<Item> items;
+  auto shard = [](const CheckpointTensor& t) { return model::resolve_shard(t.shard, t.name, t.shape); };
+  for (const auto& t : tensors) items.push_back(Item{kModelGroup, t.name, t.shape, shard(t), t.value});
+  if (optim) {
+    for (const auto& t : tensors)
+      items.push_back(Item{kExpAvgGroup, t.name, t.shape, shard(t), optim->at(t.name).exp_avg});
+    for (const auto& t : tensors) {
+      items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, shard(t), optim->at(t.name).exp_avg_sq});
+    }
+  }
+  return items;
+}
+
+Item state_item(const std::string& name, const std::vector<std::int64_t>& shape) {
+  model::Shard s = model::resolve_shard(model::Shard{}, name, shape);
+  s.count = s.box.numel();
+  return Item{kStateGroup, name, shape, s, {}};
+}
+
+void check_same_everywhere(const std::vector<Item>& items, MPI_Comm comm) {
+  std::string sig;
+  for (const auto& it : items) sig += it.path() + shape_str(it.shape) + ";";
+  const std::uint64_t h = kernels::checksum_leaf(sig, items.size());
+  std::uint64_t lo = 0, hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, comm);
+  MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
+  EXA_REQUIRE(lo == hi,
+              "checkpoint: the ranks disagree on the tensor list (names, shapes or whether optimizer state is "
+              "included): every rank must pass the same tensors, each with its own shard");
+}
+
+std::vector<PieceCover> gather_pieces(const std::vector<Item>& items, MPI_Comm comm) {
+  const int P = comm_size(comm);
+  std::vector<long long> mine;
+  for (const auto& it : items) {
+    for (auto x : it.shard.box.offset) mine.push_back(x);
+    for (auto x : it.shard.box.extent) mine.push_back(x);
+    mine.push_back(it.shard.offset);
+    mine.push_back(it.shard.offset + it.shard.count);
+  }
+  // The same length on every rank: check_same_everywhere compared the shapes.
+  const std::size_t W = mine.size();
+  std::vector<long long> all(W * static_cast<std::size_t>(P));
+  if (W > 0) {
+    MPI_Allgather(mine.data(), static_cast<int>(W), MPI_LONG_LONG, all.data(), static_cast<int>(W), MPI_LONG_LONG,
+                  comm);
+  }
+  std::vector<PieceCover> out;
+  std::size_t at = 0;  // the item's first entry in a rank's record
+  for (const auto& it : items) {
+    const std::size_t n = it.shape.size();
+    std::vector<Piece> pieces(static_cast<std::size_t>(P));
+    for (int r = 0; r < P; ++r) {
+      const long long* x = all.data() + static_cast<std::size_t>(r) * W + at;
+      Piece& p = pieces[static_cast<std::size_t>(r)];
+      p.box.offset.assign(x, x + n);
+      p.box.extent.assign(x + n, x + 2 * n);
+      p.range = FlatRange{x[2 * n], x[2 * n + 1]};
+    }
+    at += 2 * n + 2;
+    out.emplace_back(it.shape, std::move(pieces), it.path());
+  }
+  return out;
+}
+
+std::vector<std::size_t> chunk_offsets(const std::vector<Item>& items, const std::vector<std::int64_t>& chunk_elems) {
+  std::vector<std::size_t> off{0};
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    off.push_back(off.back() +
+                  static_cast<std::size_t>(chunk_count(model::whole_box(items[i].shape).numel(), chunk_elems[i])));
+  }
+  return off;
+}
+
+}  // namespace detail
+
+}  // namespace exa::io
