@@ -85,7 +85,7 @@ for s in "${sel[@]}"; do
       # takes a lock that TSan's interceptor crashes on when a thread exits.
       run_leg tsan "${BUILD_TSAN:-$root/build-tsan}" "-fsanitize=thread -fno-omit-frame-pointer" \
         "TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0 OMP_NUM_THREADS=1 UCX_MEM_EVENTS=no" \
-        -R "${SANITIZE_TSAN_TESTS:-^(train\.async_checkpoint_crash_resumes|mpi_column_parallel_overlap\.np2|test_communicator\.np2|test_watchdog\.np2|test_stop_signal\.np2)$}" || status=1 ;;
+        -R "${SANITIZE_TSAN_TESTS:-^(train\.async_checkpoint_crash_resumes|test_column_parallel_overlap\.np2|test_communicator\.np2|test_watchdog\.np2|test_stop_signal\.np2)$}" || status=1 ;;
     *) echo "test-sanitize.sh: unknown '$s' (want asan or tsan)" >&2; exit 2 ;;
   esac
 done

@@ -6,7 +6,6 @@
 #include "io/dataset.hpp"
 #include "model/parameter_specs.hpp"
 #include "train/deck_dataset.hpp"
-#include "train/micro_batches.hpp"
 
 namespace exa::bench {
 
@@ -39,11 +38,10 @@ io::Batch Step::sample(std::int64_t step, std::int64_t j) {
 
 std::pair<double, double> Step::run(std::int64_t step) {
   store.zero_grads();
-  train::MicroBatchStep ms{model, schedule, w, g, opt.accumulation().backward_seed(), batch,
-                           [&](std::int64_t j) { return sample(step, j); },
-                           {},
-                           train::MicroBatchRegions{kIo, kForward, kBackward, true}};
-  const auto t = train::run_micro_batches(ms, grad_accum);
+  const parallel::StepWork work{[&](int j) { return batch.load(sample(step, j)); },
+                                opt.accumulation().backward_seed(),
+                                parallel::StepRegions{kIo, kForward, kBackward, true}};
+  const auto t = exec.run(work, int(grad_accum));
   optim::StepReport rep;
   {
     ScopedRegion r(kOptimizer, true);

@@ -1,7 +1,7 @@
 #pragma once
 // The benchmark's training step: one step exactly as Trainer::train_step
-// does it at one rank (zero grads; the micro-batches through the same
-// train::run_micro_batches and schedule; clip + AdamW), with the phase
+// does it at one rank (zero grads; the micro-batches through the same local
+// step executor, parallel/local_executor.hpp; clip + AdamW), with the phase
 // regions below around its parts. It is built here directly so that the
 // phases can be fenced (exact per-phase times on asynchronous backends too)
 // and nothing is written to a run directory.
@@ -17,7 +17,7 @@
 #include "model/stage_model.hpp"
 #include "model/weights.hpp"
 #include "optim/optimizer.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/local_executor.hpp"
 #include "train/device_batch.hpp"
 
 namespace exa::bench {
@@ -33,12 +33,12 @@ struct Step {
   model::ModelConfig mcfg;
   model::ParameterStore store;
   model::StageModel<float> model;
-  parallel::SequentialSchedule schedule;
   model::Weights<float, Device> w, g;
   optim::Optimizer opt;
   io::Sampler sampler;
   std::int64_t micro_batch, grad_accum;
   train::DeviceBatch batch;
+  parallel::LocalExecutor exec{{model, w, g}};
   std::vector<std::int32_t> tokens_log;  // every micro-batch's inputs then targets, for PyTorch
 
   explicit Step(const deck::Config& c);

@@ -24,7 +24,7 @@ void AuxFreeBalancing::attach(model::StageModel<float>& m) const {
   if (bias_) bias_->apply(m);
 }
 
-void AuxFreeBalancing::after_step(const MoeLoad& load, bool step_applied, model::StageModel<float>& m) {
+void AuxFreeBalancing::after_step(const parallel::expert::MoeLoad& load, bool step_applied, model::StageModel<float>& m) {
   if (!bias_ || !step_applied) return;
   for (const auto& l : load.layers()) bias_->update(l.layer, l.kept, rate_);
   bias_->apply(m);

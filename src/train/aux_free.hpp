@@ -2,7 +2,7 @@
 // Aux-loss-free load balancing in the training loop (moe.router_bias =
 // "aux_free", moe.bias_rate; the rule is model/router_bias.hpp's). After
 // each applied optimizer step the biases move by bias_rate against the
-// step's expert loads (MoeLoad, already summed over the data group, so every
+// step's expert loads (parallel::expert::MoeLoad, already summed over the data group, so every
 // rank computes the same biases) and the model routes with them from the
 // next forward on. They are saved in every checkpoint as
 // /state/router_bias and restored on resume. A checkpoint without them
@@ -16,7 +16,7 @@
 #include "io/checkpoint/checkpoint.hpp"
 #include "model/router_bias.hpp"
 #include "model/stage_model.hpp"
-#include "train/moe_load.hpp"
+#include "parallel/expert/moe_load.hpp"
 
 namespace exa::train {
 
@@ -33,7 +33,7 @@ class AuxFreeBalancing {
   // Hands the starting biases (zero, or moe.bias_init's) to `m`.
   void attach(model::StageModel<float>& m) const;
   // Updates the biases from the step's loads and hands them to `m`.
-  void after_step(const MoeLoad& load, bool step_applied, model::StageModel<float>& m);
+  void after_step(const parallel::expert::MoeLoad& load, bool step_applied, model::StageModel<float>& m);
   // Adds /state/router_bias to `meta` (nothing when off).
   void save(io::CheckpointMeta& meta) const;
   // Takes the biases from a loaded checkpoint's state and hands them to `m`.

@@ -8,6 +8,7 @@
 
 #include "core/types.hpp"
 #include "io/sampler.hpp"
+#include "model/stage_model.hpp"
 #include "parallel/context/zigzag.hpp"
 
 namespace exa::train {
@@ -20,6 +21,14 @@ struct DeviceBatch {
   DeviceBatch(std::int64_t batch, std::int64_t seq_len, parallel::context::Zigzag zz = {});
   // b.size must equal the batch size and b.seq_len the sequence length.
   void upload(const io::Batch& b);
+  // upload(b), and the model's input for it (its tokens and targets).
+  model::StageModel<float>::Input load(const io::Batch& b) {
+    upload(b);
+    model::StageModel<float>::Input in;
+    in.tokens = inputs;
+    in.targets = targets;
+    return in;
+  }
 
  private:
   parallel::context::Zigzag zz_;

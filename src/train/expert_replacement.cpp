@@ -25,10 +25,10 @@ int moved_experts(const std::vector<int>& from, const std::vector<int>& to) {
 ExpertReplacement::ExpertReplacement(const deck::Config& cfg, const model::ModelConfig& mcfg, int ep) {
   every_ = cfg.get_int("moe.replace_every");
   threshold_ = cfg.get_float("moe.replace_threshold");
-  if (every_ > 0) placement_ = std::make_shared<parallel::ExpertPlacement>(int(mcfg.n_experts), ep);
+  if (every_ > 0) placement_ = std::make_shared<parallel::expert::ExpertPlacement>(int(mcfg.n_experts), ep);
 }
 
-std::vector<nlohmann::json> ExpertReplacement::after_step(const MoeLoad& load, std::int64_t steps_done,
+std::vector<nlohmann::json> ExpertReplacement::after_step(const parallel::expert::MoeLoad& load, std::int64_t steps_done,
                                                           const Mover& move) {
   std::vector<nlohmann::json> records;
   if (!enabled()) return records;
@@ -40,13 +40,13 @@ std::vector<nlohmann::json> ExpertReplacement::after_step(const MoeLoad& load, s
   ++window_steps_;
   if (steps_done % every_ != 0) return records;
   for (const auto& [layer, kept] : window_) {
-    const auto before = max_over_mean(placement_->rank_tokens(layer, kept));
+    const auto before = parallel::expert::max_over_mean(placement_->rank_tokens(layer, kept));
     if (before <= threshold_) continue;
     const auto from = placement_->expert_at(layer);
-    const auto to = parallel::balanced_placement(kept, from, placement_->ranks());
-    parallel::ExpertPlacement trial = *placement_;
+    const auto to = parallel::expert::balanced_placement(kept, from, placement_->ranks());
+    parallel::expert::ExpertPlacement trial = *placement_;
     trial.set(layer, to);
-    const auto after = max_over_mean(trial.rank_tokens(layer, kept));
+    const auto after = parallel::expert::max_over_mean(trial.rank_tokens(layer, kept));
     if (after >= before) continue;
     move({layer, from, to});
     placement_->set(layer, to);

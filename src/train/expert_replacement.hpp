@@ -4,9 +4,9 @@
 // for each MoE layer whose EP-rank load max/mean over the window (the
 // tokens each rank received, summed over the window's steps and the data
 // group) exceeds replace_threshold, a new placement balances the window's
-// expert loads (parallel::balanced_placement) and is taken when it lowers
+// expert loads (parallel::expert::balanced_placement) and is taken when it lowers
 // that max/mean. The experts that change slot move with their weights and
-// AdamW moments (parallel::move_experts). The losses do not change: only who
+// AdamW moments (parallel::expert::move_experts). The losses do not change: only who
 // computes each expert does.
 //
 // Every rank decides alike from the same summed loads. Checkpoints are
@@ -25,26 +25,26 @@
 #include "model/model_config.hpp"
 #include "parallel/expert/expert_mover.hpp"
 #include "parallel/expert/expert_placement.hpp"
-#include "train/moe_load.hpp"
+#include "parallel/expert/moe_load.hpp"
 
 namespace exa::train {
 
 class ExpertReplacement {
  public:
-  using Mover = std::function<void(const parallel::ExpertMove&)>;
+  using Mover = std::function<void(const parallel::expert::ExpertMove&)>;
 
   // Off unless moe.replace_every > 0 (the deck refuses that without ep > 1).
   ExpertReplacement(const deck::Config& cfg, const model::ModelConfig& mcfg, int ep);
 
   bool enabled() const { return every_ > 0; }
   // What the dispatcher follows (null when off).
-  std::shared_ptr<const parallel::ExpertPlacement> placement() const { return placement_; }
+  std::shared_ptr<const parallel::expert::ExpertPlacement> placement() const { return placement_; }
 
   // Adds an applied step's loads to the window; after every replace_every
   // steps decides as above, moving experts with `move`. Returns one record
   // per re-placed layer ({"layer", "rank_imbalance_before", "..._after",
   // "moved", "placement"}), empty when nothing changed.
-  std::vector<nlohmann::json> after_step(const MoeLoad& load, std::int64_t steps_done, const Mover& move);
+  std::vector<nlohmann::json> after_step(const parallel::expert::MoeLoad& load, std::int64_t steps_done, const Mover& move);
 
   // Runs `fn` with every layer in the identity placement, then moves the
   // experts back (around a checkpoint write).
@@ -56,7 +56,7 @@ class ExpertReplacement {
  private:
   std::int64_t every_ = 0;
   double threshold_ = 0;
-  std::shared_ptr<parallel::ExpertPlacement> placement_;
+  std::shared_ptr<parallel::expert::ExpertPlacement> placement_;
   std::map<std::int64_t, std::vector<std::int64_t>> window_;  // layer -> kept per expert
   std::int64_t window_steps_ = 0;
 };

@@ -73,7 +73,7 @@ ReplicaCheck::ReplicaCheck(const deck::Config& cfg, const comm::ProcessGrid& gri
               every_);
 }
 
-ReplicaCheck::Verdict ReplicaCheck::compare(parallel::DataParallel& dp, std::int64_t steps_done, bool report) {
+ReplicaCheck::Verdict ReplicaCheck::compare(parallel::data::DataParallel& dp, std::int64_t steps_done, bool report) {
   const auto& store = dp.store();
   std::vector<std::uint64_t> sums(store.size());
   for (std::size_t i = 0; i < store.size(); ++i) sums[i] = kernels::checksum(dp.replica_values(i));
@@ -137,7 +137,7 @@ ReplicaCheck::Verdict ReplicaCheck::compare(parallel::DataParallel& dp, std::int
   return v;
 }
 
-nlohmann::json ReplicaCheck::run(std::int64_t steps_done, parallel::DataParallel& dp) {
+nlohmann::json ReplicaCheck::run(std::int64_t steps_done, parallel::data::DataParallel& dp) {
   Verdict v = compare(dp, steps_done, true);
   const nlohmann::json found = allgather_json(v.findings, world_);
   nlohmann::json rec{{"event", "replica_check"}, {"step", steps_done}, {"tensors", dp.store().size()},
@@ -182,7 +182,7 @@ nlohmann::json ReplicaCheck::run(std::int64_t steps_done, parallel::DataParallel
   return rec;
 }
 
-void ReplicaCheck::inject(std::int64_t steps_done, parallel::DataParallel& dp) {
+void ReplicaCheck::inject(std::int64_t steps_done, parallel::data::DataParallel& dp) {
   static const char* when = std::getenv("EXAMOE_FAULT_FLIP_AT_STEP");
   static const char* who = std::getenv("EXAMOE_FAULT_RANK");
   static const char* which = std::getenv("EXAMOE_FAULT_FLIP_TENSOR");

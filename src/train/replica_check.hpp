@@ -6,7 +6,7 @@
 // it; a rank whose copy differs from the others holds corrupt values.
 //
 // What is compared is what truly is replicated
-// (parallel::DataParallel::replica_values), over the tensor's group (the
+// (parallel::data::DataParallel::replica_values), over the tensor's group (the
 // Data group; the ExpertData group for the routed experts):
 //   zero 0    the master values (the optimizer's and the checkpoint's, the
 //             same on every replica). A corrupt copy is repaired by sending
@@ -43,7 +43,7 @@
 
 #include "comm/process_grid.hpp"
 #include "core/deck/config.hpp"
-#include "parallel/data_parallel.hpp"
+#include "parallel/data/data_parallel.hpp"
 
 namespace exa::train {
 
@@ -58,16 +58,16 @@ class ReplicaCheck {
   // Collective over the world: compares, repairs and re-checks the replicas
   // after `steps_done` steps; returns the metrics record. exa::Error on every
   // rank when a mismatch cannot be repaired.
-  nlohmann::json run(std::int64_t steps_done, parallel::DataParallel& dp);
+  nlohmann::json run(std::int64_t steps_done, parallel::data::DataParallel& dp);
 
   // EXAMOE_FAULT_FLIP_AT_STEP (see above); rank-local.
-  void inject(std::int64_t steps_done, parallel::DataParallel& dp);
+  void inject(std::int64_t steps_done, parallel::data::DataParallel& dp);
 
  private:
   struct Verdict;
   // Checksums and compares every tensor over its group; `report` logs the
   // mismatches and plans the repairs (the check after a repair only lists).
-  Verdict compare(parallel::DataParallel& dp, std::int64_t steps_done, bool report);
+  Verdict compare(parallel::data::DataParallel& dp, std::int64_t steps_done, bool report);
 
   const comm::ProcessGrid& grid_;
   MPI_Comm world_;

@@ -28,8 +28,8 @@ struct StepLog {
   bool skipped = false;               // non-finite gradient: update not applied
   std::int64_t nonfinite_steps = 0;   // steps dropped so far by resilience.nan_policy (train/nan_policy.hpp)
   std::optional<double> joules_per_token, kwh;  // energy estimate (train/energy.hpp): interval, run so far
-  std::string moe_summary;            // train/moe_load.hpp: the worst layer's loads (empty: no MoE layers)
-  nlohmann::json moe;                 // train/moe_load.hpp: every layer's loads (null: no MoE layers)
+  std::string moe_summary;            // parallel/expert/moe_load.hpp: the worst layer's loads (empty: no MoE layers)
+  nlohmann::json moe;                 // parallel/expert/moe_load.hpp: every layer's loads (null: no MoE layers)
 };
 
 std::string format_line(const StepLog& s);

@@ -21,10 +21,8 @@
 #include "io/dataset.hpp"
 #include "model/weights.hpp"
 #include "parallel/build_model.hpp"
-#include "parallel/pipeline/schedules.hpp"
 #include "train/deck_dataset.hpp"
 #include "train/deck_paths.hpp"
-#include "train/micro_batches.hpp"
 #include "train/sgemm_peak.hpp"
 #include "train/supported_layout.hpp"
 
@@ -48,9 +46,9 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       world_(world),
       // The layout check runs first, so an unsupported layout gets its own
       // message before any communicator is built.
-      grid_([&] {
+      layout_([&] {
         require_supported_layout(cfg, true);
-        return comm::ProcessGrid::from_deck(cfg, world);
+        return parallel::ParallelLayout::from_deck(cfg, world);
       }()),
       run_dir_(cfg.get_string("output.run_dir")),
       watchdog_(world,
@@ -62,13 +60,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 }(),
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
-      dp_(grid_, mcfg_, parallel::DataParallelOptions::from_deck(cfg)),
-      model_(parallel::build_model(mcfg_, grid_, {},
-                                   {dp_.options().backend, cfg.get_bool("comm.hierarchical_a2a"),
-                                    replace_.placement()},
-                                   {dp_.options().overlap, cfg.get_bool("parallel.sequence_parallel")},
-                                   parallel::context::ContextOptions::from_deck(cfg),
-                                   {dp_.options().layers_per_stage, deferred_weights_, dp_.options().virtual_stages})),
+      dp_(layout_),
+      model_(parallel::build_model(layout_, {}, replace_.placement())),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       // RAPL counts the machine's packages: the ranks on this host share them,
@@ -77,27 +70,15 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   steps_ = cfg.get_int("train.steps");
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
-  // The cp ranks of a Cp group share their sequences (each holds its zigzag
-  // rows of them): the global batch counts the dp replicas only.
+  // The cp ranks of a Cp group share their sequences (each holds its share
+  // of their rows): the global batch counts the dp replicas only.
   global_batch_ = micro_batch_ * grad_accum_ * grid_.sizes().dp;
   dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
   model_->add_hooks(&dp_);
   balance_.attach(*model_);
-  if (grid_.sizes().pp > 1) {
-    // A stage's micro-batch: its zigzag rows of each sequence under cp.
-    const model::MicroBatchShape shape{micro_batch_, mcfg_.seq_len / grid_.sizes().cp};
-    pipe_ = std::make_unique<parallel::pipeline::Pipeline>(
-        grid_, mcfg_, parallel::pipeline::PipelineOptions::from_deck(cfg), shape, deferred_weights_);
-    const auto& p = model_->plan();
-    std::string held;
-    for (const auto& [a, b] : p.layer_ranges()) held += fmt::format("{}[{}, {})", held.empty() ? "" : " ", a, b);
-    const int m = pipe_->round_size(int(grad_accum_));
-    log::info("pipeline parallel: pp {}, schedule {}, {} micro-batches per step{}; stage 0 holds layers {}",
-              pipe_->stages(), pipe_->schedule().name(), grad_accum_,
-              m < grad_accum_ ? fmt::format(" in {} rounds of {}", grad_accum_ / m, m) : std::string(), held);
-  }
-  opt_.clipper().set_reduction(pipe_ ? pipe_->norm_reduction(dp_.norm_reduction(), dp_.store())
-                                     : dp_.norm_reduction());
+  exec_ = parallel::make_step_executor(layout_, {*model_, dp_.weights(), dp_.grads(), &dp_}, micro_batch_);
+  if (const auto what = exec_->describe(int(grad_accum_)); !what.empty()) log::info("{}", what);
+  opt_.clipper().set_reduction(exec_->norm_reduction());
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len, {grid_.sizes().cp, grid_.coords().cp});
   flops_ = count_flops(mcfg_);
 
@@ -118,7 +99,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       CheckpointSource{[this](std::int64_t steps_done) { return checkpoint_meta(steps_done); },
                        [this] { return optimizer_moments(); },
                        [this](const std::function<void()>& write) {
-                         replace_.in_global_order([&](const parallel::ExpertMove& m) { move_experts(m); }, write);
+                         replace_.in_global_order([&](const parallel::expert::ExpertMove& m) { move_experts(m); }, write);
                        },
                        [this](const io::CheckpointMeta& meta) { restore(meta); }});
   ckpt_->resume();
@@ -138,23 +119,17 @@ StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
   const auto& acc = opt_.accumulation();
   const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
-  dp_.begin_step();
-  MicroBatchStep ms{*model_, *schedule_, dp_.weights(), dp_.grads(), acc.backward_seed(), batch_,
-                    [&](std::int64_t j) { return sampler_.train(step, io::micro_slice(slice, j, micro_batch_)); },
-                    [&](std::int64_t, bool last) { dp_.set_sync(last); }};
-  ms.pipeline = pipe_.get();
-  const auto t = run_micro_batches(ms, grad_accum_);
-  pipe_stats_ = t.pipeline;
+  parallel::StepWork work{[&](int j) { return batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_))); },
+                          acc.backward_seed()};
+  const auto t = exec_->run(work, int(grad_accum_));
   r.imbalance = t.imbalance;
-  dp_.finish_gradients();
-  if (pipe_) pipe_->sum_tied_grads(dp_.store());
+  exec_->finalize_grads();
   const double n = double(grad_accum_) * dp_.size();
   r.loss = dp_.sum(nan_.inject(step + 1, comm_rank(world_), t.loss)) / n;
   r.ce = dp_.sum(t.ce) / n;
   r.aux = dp_.sum(t.aux) / n;
   r.z = dp_.sum(t.z) / n;
   r.moe = t.moe;
-  r.moe.sum_over(grid_.comm(comm::Group::Data));
   if (std::isfinite(r.loss) || !nan_.enabled()) {
     ScopedRegion region("compute/optimizer", true);
     r.report = opt_.step(dp_.store(), step);
@@ -168,7 +143,7 @@ StepResult Trainer::train_step(std::int64_t step) {
   if (r.report.applied) dp_.params_updated();
   balance_.after_step(r.moe, r.report.applied, *model_);
   if (r.report.applied)
-    r.replaced = replace_.after_step(r.moe, step + 1, [&](const parallel::ExpertMove& m) { move_experts(m); });
+    r.replaced = replace_.after_step(r.moe, step + 1, [&](const parallel::expert::ExpertMove& m) { move_experts(m); });
   if (!r.report.finite() && nan_.enabled() && nan_.policy() == NanGuard::Policy::abort && std::isfinite(r.loss))
     optim::require_finite(r.report.clip, step + 1);
   r.nan_action = nan_.after_step(step + 1, r.loss, r.report.clip.norm);
@@ -188,7 +163,6 @@ double Trainer::evaluate() {
   ScopedRegion region("eval", true);
   const std::int64_t n = cfg_.get_int("train.eval_batches");
   if (sampler_.n_val_windows() == 0 || n == 0) return std::numeric_limits<double>::quiet_NaN();
-  Kokkos::View<float*, Layout, Device> ce("exa::eval_ce", batch_.inputs.span());
   double sum = 0;
   std::int64_t count = 0;
   // Validation batch i is the same global batch of samples in every layout
@@ -197,38 +171,13 @@ double Trainer::evaluate() {
   // (nor on cp: the Cp group's ranks evaluate their rows of the same
   // sequences, and the sums run over the whole data group).
   for (std::int64_t i = 0; i < n; ++i) {
-    auto upload = [&](std::int64_t j) {
-      const int dp = grid_.sizes().dp;
-      batch_.upload(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
-    };
-    if (pipe_) {
-      // Through the stages: the last one's forward gives each micro-batch's
-      // mean cross-entropy over its valid targets.
-      parallel::pipeline::Pipeline::Step step{*model_, dp_.weights(), dp_.grads(), 1.0, [&](int j) {
-                                                upload(j);
-                                                model::StageModel<float>::Input in;
-                                                in.tokens = batch_.inputs;
-                                                in.targets = batch_.targets;
-                                                return in;
-                                              }};
-      pipe_->forward_only(step, static_cast<int>(grad_accum_), [&](int, const model::StageContext<float>& c) {
-        sum += c.result.loss.ce * double(c.n_valid);
-        count += c.n_valid;
-      });
-      continue;
-    }
-    for (std::int64_t j = 0; j < grad_accum_; ++j) {
-      upload(j);
-      const auto s = model_->eval(dp_.weights(), batch_.inputs, batch_.targets, ce);
-      sum += s.loss_sum;
-      count += s.n_valid;
-    }
-  }
-  if (pipe_) {  // only the last stage has counted
-    double both[2] = {sum, double(count)};
-    pipe_->sum(both, 2);
-    sum = both[0];
-    count = static_cast<std::int64_t>(both[1]);
+    const int dp = grid_.sizes().dp;
+    const parallel::StepWork work{[&](int j) {
+      return batch_.load(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
+    }};
+    const auto e = exec_->forward_only(work, int(grad_accum_));
+    sum += e.ce_sum;
+    count += e.n_valid;
   }
   sum = dp_.sum(sum);
   count = dp_.sum(count);
@@ -344,8 +293,8 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   s.tflops = flops_per_rank * comm_size(world_) * 1e-12;
   s.mfu = peak_gflops_ > 0 ? flops_per_rank / (peak_gflops_ * 1e9) : 0.0;
   s.imbalance = r.imbalance;
-  s.moe_summary = moe_summary(r.moe, grid_.sizes().ep, replace_.placement().get());
-  s.moe = moe_json(r.moe, grid_.sizes().ep, balance_.bias(), replace_.placement().get());
+  s.moe_summary = parallel::expert::moe_summary(r.moe, grid_.sizes().ep, replace_.placement().get());
+  s.moe = parallel::expert::moe_json(r.moe, grid_.sizes().ep, balance_.bias(), replace_.placement().get());
   const double k = 1.0 / double(steps_in_interval);
   // Communication is what the rank spent launching, polling and waiting
   // (what overlap did not hide); compute is the rest of the step.
@@ -370,39 +319,18 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   if (record_due) energy_.report(s, interval_s, tokens);
   auto record = to_json(s);
   std::string line = format_line(s);
-  if (pipe_) {
-    // Every stage's measurements of the interval's last step.
-    const int P = pipe_->stages();
-    const double mine[4] = {pipe_stats_.bubble(), pipe_stats_.step_s - pipe_stats_.wait_s,
-                            double(pipe_stats_.peak_live), double(pipe_stats_.peak_activation_bytes)};
-    std::vector<double> all(std::size_t(4 * P));
-    MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, pipe_->pp_comm());
-    std::vector<double> bubble, compute, live, bytes;
-    for (int k = 0; k < P; ++k) {
-      bubble.push_back(all[std::size_t(4 * k)]);
-      compute.push_back(all[std::size_t(4 * k + 1)]);
-      live.push_back(all[std::size_t(4 * k + 2)]);
-      bytes.push_back(all[std::size_t(4 * k + 3)]);
-    }
-    // Rounds of m micro-batches (parallel.microbatches): each fills and
-    // drains the pipeline, so the theory is a round's.
-    const int m = pipe_->round_size(int(grad_accum_));
-    const double theory = parallel::pipeline::theoretical_bubble(pipe_->schedule().name(), P, m, pipe_->chunks());
-    const double worst = *std::max_element(bubble.begin(), bubble.end());
-    record["pipeline"] = {{"schedule", pipe_->schedule().name()}, {"stages", P}, {"virtual_stages", pipe_->chunks()},
-                          {"micro_batches", m}, {"rounds", grad_accum_ / m},
-                          {"bubble_theory", theory}, {"bubble", bubble}, {"compute_s", compute},
-                          {"peak_contexts", live}, {"activation_bytes", bytes}};
-    line += fmt::format(" | pp bubble {:.3f} (theory {:.3f})", worst, theory);
+  if (const auto st = exec_->stats(); !st.key.empty()) {
+    record[st.key] = st.record;
+    line += st.line;
   }
   if (line_due) log::info("{}", line);
   if (record_due) metrics_->write(record);
 }
 
-void Trainer::move_experts(const parallel::ExpertMove& move) {
+void Trainer::move_experts(const parallel::expert::ExpertMove& move) {
   ScopedRegion region("comm/expert_move", true);
   const auto& c = grid_.coords();
-  parallel::move_experts(dp_.store(), {dp_.store().values(), opt_.adamw().exp_avg(), opt_.adamw().exp_avg_sq()},
+  parallel::expert::move_experts(dp_.store(), {dp_.store().values(), opt_.adamw().exp_avg(), opt_.adamw().exp_avg_sq()},
                          {grid_.comm(comm::Group::Data), c.ep, c.expert_data}, move);
   dp_.params_updated();
 }

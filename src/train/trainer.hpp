@@ -25,16 +25,16 @@
 #include "model/parameter_store.hpp"
 #include "model/stage_model.hpp"
 #include "optim/optimizer.hpp"
-#include "parallel/data_parallel.hpp"
-#include "parallel/pipeline/pipeline.hpp"
-#include "parallel/schedule.hpp"
+#include "parallel/data/data_parallel.hpp"
+#include "parallel/layout.hpp"
+#include "parallel/step_executor.hpp"
 #include "train/aux_free.hpp"
 #include "train/checkpoint_manager.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
 #include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
-#include "train/moe_load.hpp"
+#include "parallel/expert/moe_load.hpp"
 #include "train/nan_policy.hpp"
 #include "train/replica_check.hpp"
 #include "train/step_log.hpp"
@@ -45,7 +45,7 @@ namespace exa::train {
 struct StepResult {
   double loss = 0, ce = 0, aux = 0, z = 0;  // means over the step's micro-batches and ranks
   double imbalance = 1;                     // worst MoE layer, max over micro-batches
-  MoeLoad moe;                              // expert loads, summed over the micro-batches and ranks
+  parallel::expert::MoeLoad moe;            // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
   std::vector<nlohmann::json> replaced;     // expert re-placements after the step (ExpertReplacement)
   NanGuard::Action nan_action = NanGuard::Action::none;  // resilience.nan_policy's verdict on the step
@@ -92,7 +92,7 @@ class Trainer {
 
   std::int64_t step() const { return step_; }
   const model::ParameterStore& store() const { return dp_.store(); }
-  const parallel::DataParallel& data_parallel() const { return dp_; }
+  const parallel::data::DataParallel& data_parallel() const { return dp_; }
   const model::ModelConfig& model_config() const { return mcfg_; }
   std::string run_dir() const { return run_dir_; }
   std::string checkpoint_dir() const;
@@ -102,7 +102,7 @@ class Trainer {
   // and as a metrics.jsonl record when `record`.
   void log_interval(const LogInterval& iv, bool line, bool record);
   void inject_fault(std::int64_t steps_done) const;
-  void move_experts(const parallel::ExpertMove& move);  // ExpertReplacement's mover
+  void move_experts(const parallel::expert::ExpertMove& move);  // ExpertReplacement's mover
   // resilience.nan_policy = "rollback": reload the newest checkpoint before
   // the bad step `bad_step` (1-based).
   void rollback(std::int64_t bad_step);
@@ -114,7 +114,8 @@ class Trainer {
 
   const deck::Config& cfg_;
   MPI_Comm world_;
-  comm::ProcessGrid grid_;  // the deck's [parallel] layout over world_
+  parallel::ParallelLayout layout_;  // the deck's [parallel] layout over world_
+  const comm::ProcessGrid& grid_ = layout_.grid();
   std::string run_dir_;
   // Liveness (resilience.timeout_s): declared before dp_ so that a rank
   // failing mid-pass still has bounded waits while dp_ drains its requests.
@@ -122,18 +123,10 @@ class Trainer {
   model::ModelConfig mcfg_;
   AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
   ExpertReplacement replace_{cfg_, mcfg_, int(grid_.sizes().ep)};  // moe.replace_every (before model_: it reads it)
-  parallel::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
-  // pipeline.schedule = "zb": the weight gradients the model's Linear seams defer.
-  std::shared_ptr<parallel::pipeline::WeightGradQueue> deferred_weights_ =
-      cfg_.get_int("parallel.pp") > 1 && cfg_.get_string("pipeline.schedule") == "zb"
-          ? std::make_shared<parallel::pipeline::WeightGradQueue>()
-          : nullptr;
-  std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for grid_
-  std::unique_ptr<parallel::Schedule> schedule_ = std::make_unique<parallel::SequentialSchedule>();
-  // parallel.pp > 1: this rank's pipeline stage, which runs the step's
-  // micro-batches in its own schedule; and its last step's measurements.
-  std::unique_ptr<parallel::pipeline::Pipeline> pipe_;
-  parallel::pipeline::PipelineStats pipe_stats_;
+  parallel::data::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
+  std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for layout_
+  // Runs a step's micro-batches and finishes their gradients, whatever the layout.
+  std::unique_ptr<parallel::StepExecutor> exec_;
   optim::Optimizer opt_;
   io::Sampler sampler_;
   std::unique_ptr<io::MetricsWriter> metrics_;

@@ -3,7 +3,7 @@
 //
 // A layout (tp, zero) gives rank r the tensor-parallel part r % tp of every
 // tensor with a tp_dim (model::partition_box), whole tensors otherwise, and
-// the ZeRO part (r / tp) % zero of the flattened boxes (parallel::ShardLayout
+// the ZeRO part (r / tp) % zero of the flattened boxes (parallel::data::ShardLayout
 // over the boxes); the remaining factor of the world holds replicas. A
 // checkpoint written by such a layout reads back bit for bit in other
 // layouts, whole on each rank alone, and into any single piece. Every test
@@ -28,7 +28,7 @@
 #include "kernels/checksum.hpp"
 #include "model/parameter_store.hpp"
 #include "model/shard.hpp"
-#include "parallel/shard_layout.hpp"
+#include "parallel/data/shard_layout.hpp"
 #include "mpi_checkpoint_util.hpp"
 
 namespace fs = std::filesystem;
@@ -77,7 +77,7 @@ std::vector<model::Box> tp_boxes(const std::vector<model::ParamSpec>& specs, int
 // Part (k, j) of layout l: tensor-parallel part k, ZeRO part j.
 std::vector<model::Shard> piece_shards(const model::ModelConfig& c, const Split& l, int k, int j) {
   const auto specs = model::parameter_specs(c);
-  return parallel::ShardLayout(specs, tp_boxes(specs, l.tp, k), c.n_layers, l.zero, j).shards();
+  return parallel::data::ShardLayout(specs, tp_boxes(specs, l.tp, k), c.n_layers, l.zero, j).shards();
 }
 
 // This rank's piece of layout l (tp * zero divides the world).

@@ -12,8 +12,8 @@
 
 namespace {
 
-using exa::parallel::balanced_placement;
-using exa::parallel::ExpertPlacement;
+using exa::parallel::expert::balanced_placement;
+using exa::parallel::expert::ExpertPlacement;
 
 std::vector<int> identity(int n) {
   std::vector<int> v(std::size_t(n), 0);

@@ -28,15 +28,16 @@ std::vector<std::string> trace(const Schedule& s, int n) {
   std::vector<int> contexts(static_cast<std::size_t>(n));
   std::vector<std::string> t;
   run_schedule(
-      s, n,
-      [&](int j) -> int& {
-        contexts[std::size_t(j)] = 100 + j;
-        t.push_back("F" + std::to_string(j));
-        return contexts[std::size_t(j)];
+      s, n, 1,
+      [&](const MicroBatchOp& op) -> int& {
+        contexts[std::size_t(op.micro)] = 100 + op.micro;
+        t.push_back("F" + std::to_string(op.micro));
+        return contexts[std::size_t(op.micro)];
       },
-      [&](int j, int& ctx, bool last) {
-        EXPECT_EQ(ctx, 100 + j);
-        t.push_back("B" + std::to_string(j) + (last ? "*" : ""));
+      [&](const MicroBatchOp& op, int& ctx, BackwardPosition at) {
+        EXPECT_EQ(ctx, 100 + op.micro);
+        EXPECT_EQ(at.last, at.last_of_chunk);  // one chunk
+        t.push_back("B" + std::to_string(op.micro) + (at.last ? "*" : ""));
       });
   return t;
 }
@@ -69,4 +70,25 @@ TEST(Schedule, MalformedListsAreRefused) {
   EXPECT_NE(msg({{K::Forward, 0}, {K::Forward, 0}}, 1).find("runs its forward twice"), std::string::npos);
   EXPECT_NE(msg({{K::Forward, 2}}, 2).find("micro-batch 2 is outside [0, 2)"), std::string::npos);
   EXPECT_NE(msg({}, 0).find("at least one micro-batch"), std::string::npos);
+}
+
+TEST(Schedule, RunnerFlagsEachChunksLastBackward) {
+  // Two micro-batches through two chunks (an interleaved stage's order).
+  const Listed l({{K::Forward, 0, 0}, {K::Forward, 0, 1}, {K::Forward, 1, 0}, {K::Backward, 0, 1},
+                  {K::Forward, 1, 1}, {K::Backward, 1, 1}, {K::Backward, 0, 0}, {K::Backward, 1, 0}});
+  std::vector<int> contexts(4);
+  std::vector<std::string> t;
+  run_schedule(
+      l, 2, 2,
+      [&](const MicroBatchOp& op) -> int& {
+        int& c = contexts[std::size_t(op.chunk * 2 + op.micro)];
+        c = 10 * op.chunk + op.micro;
+        return c;
+      },
+      [&](const MicroBatchOp& op, int& ctx, BackwardPosition at) {
+        EXPECT_EQ(ctx, 10 * op.chunk + op.micro);  // its own forward's context
+        t.push_back("B" + std::to_string(op.micro) + "c" + std::to_string(op.chunk) + (at.last_of_chunk ? "+" : "") +
+                    (at.last ? "*" : ""));
+      });
+  EXPECT_EQ(t, (std::vector<std::string>{"B0c1", "B1c1+", "B0c0", "B1c0+*"}));
 }

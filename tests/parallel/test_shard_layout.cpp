@@ -6,10 +6,10 @@
 #include "model/model_config.hpp"
 #include "model/parameter_specs.hpp"
 #include "model/unit_hooks.hpp"
-#include "parallel/shard_layout.hpp"
+#include "parallel/data/shard_layout.hpp"
 
-using exa::parallel::ShardLayout;
-using exa::parallel::Unit;
+using exa::parallel::data::ShardLayout;
+using exa::parallel::data::Unit;
 
 namespace {
 

@@ -1,4 +1,4 @@
-# The expert-load metrics of every step record (train/moe_load.hpp): each
+# The expert-load metrics of every step record (parallel/expert/moe_load.hpp): each
 # MoE layer's routed counts add up to the step's tokens x top_k over all
 # ranks and micro-batches, kept + dropped to the same, the EP-rank counts to
 # the kept ones; the log line names the worst layer.

@@ -34,7 +34,7 @@
 #include "parallel/expert/expert_exchange.hpp"
 #include "parallel/expert/expert_placement.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::expert {
 
 template <class T, class D = Device>
 class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
@@ -252,4 +252,4 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::expert

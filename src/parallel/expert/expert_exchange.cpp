@@ -4,7 +4,7 @@
 
 #include "core/error.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::expert {
 
 namespace {
 
@@ -71,4 +71,4 @@ RowMessages row_messages(const std::vector<int>& rows, std::int64_t row_width) {
   return m;
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::expert

@@ -9,7 +9,7 @@
 
 #include "core/types.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::expert {
 
 struct ExchangePlan {
   std::vector<int> send_rows, recv_rows;  // [P] rows to / from each rank
@@ -35,4 +35,4 @@ struct RowMessages {
 };
 RowMessages row_messages(const std::vector<int>& rows, std::int64_t row_width);
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::expert

@@ -6,7 +6,7 @@
 
 #include "core/error.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::expert {
 
 namespace {
 
@@ -172,4 +172,4 @@ std::int64_t move_experts(const model::ParameterStore& store, const std::vector<
   return sent;
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::expert

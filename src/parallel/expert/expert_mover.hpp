@@ -23,7 +23,7 @@
 #include "core/types.hpp"
 #include "model/parameter_store.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::expert {
 
 struct ExpertMove {
   std::int64_t layer = 0;
@@ -42,4 +42,4 @@ struct MoverRank {
 std::int64_t move_experts(const model::ParameterStore& store, const std::vector<View1<float>>& buffers,
                           const MoverRank& where, const ExpertMove& move);
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::expert

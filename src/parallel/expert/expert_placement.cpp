@@ -5,7 +5,7 @@
 
 #include "core/error.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::expert {
 
 namespace {
 
@@ -106,4 +106,4 @@ std::vector<int> balanced_placement(const std::vector<std::int64_t>& load, const
   return at;
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::expert

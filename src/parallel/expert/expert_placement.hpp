@@ -15,7 +15,7 @@
 #include <map>
 #include <vector>
 
-namespace exa::parallel {
+namespace exa::parallel::expert {
 
 class ExpertPlacement {
  public:
@@ -61,4 +61,4 @@ class ExpertPlacement {
 std::vector<int> balanced_placement(const std::vector<std::int64_t>& load, const std::vector<int>& current,
                                     int ranks);
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::expert

@@ -46,4 +46,10 @@ std::size_t WeightGradQueue::bytes() const {
   return n;
 }
 
+void use_deferred_weights(model::Seams<float>& seams, const std::shared_ptr<WeightGradQueue>& queue) {
+  if (!queue) return;
+  for (auto* l : {&seams.column, &seams.row, &seams.replicated})
+    *l = std::make_shared<const DeferredLinear>(*l, queue);
+}
+
 }  // namespace exa::parallel::pipeline

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "model/seams/linear.hpp"
+#include "model/seams/seams.hpp"
 
 namespace exa::parallel::pipeline {
 
@@ -84,5 +85,11 @@ class DeferredLinear final : public model::Linear<float, Device> {
   std::shared_ptr<const Linear> inner_;
   std::shared_ptr<WeightGradQueue> queue_;
 };
+
+// The zero-bubble schedule: wraps the column, row and replicated Linear
+// seams so that their weight gradients go into `queue` while it defers.
+// Called after the tensor-parallel seams are in, so that theirs are the
+// ones deferred. A no-op when `queue` is null.
+void use_deferred_weights(model::Seams<float>& seams, const std::shared_ptr<WeightGradQueue>& queue);
 
 }  // namespace exa::parallel::pipeline

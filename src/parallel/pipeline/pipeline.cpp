@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <thread>
 
-#include "core/deck/config.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "kernels/global_norm.hpp"
 #include "parallel/pipeline/schedules.hpp"
-#include "parallel/pipeline/stage_split.hpp"
 
 namespace exa::parallel::pipeline {
 
@@ -19,17 +17,6 @@ using BorrowedFlat = Kokkos::View<float*, Layout, Device, Kokkos::MemoryTraits<K
 BorrowedFlat flat(const Pipeline::Model::V2& v) { return BorrowedFlat(v.data(), v.size()); }
 
 }  // namespace
-
-PipelineOptions PipelineOptions::from_deck(const deck::Config& cfg) {
-  PipelineOptions o;
-  o.schedule = cfg.get_string("pipeline.schedule");
-  o.layers_per_stage =
-      parse_layers_per_stage(cfg.get_string("pipeline.layers_per_stage"), cfg.get_int("model.n_layers"),
-                             static_cast<int>(cfg.get_int("parallel.pp")), cfg.locate({"pipeline.layers_per_stage"}));
-  o.virtual_stages = static_cast<int>(cfg.get_int("pipeline.virtual_stages"));
-  o.round = static_cast<int>(cfg.get_int("parallel.microbatches"));
-  return o;
-}
 
 void PipelineStats::add_round(const PipelineStats& r) {
   peak_live = std::max(peak_live, r.peak_live);
@@ -100,8 +87,6 @@ void Pipeline::wait(comm::Request& r, double& waited) {
 }
 
 PipelineStats Pipeline::run(const Step& s, int n_micro) {
-  const auto ops = schedule_->ops(n_micro);
-  check_schedule(ops, n_micro, schedule_->name(), chunks());
   PipelineStats st;
   const double t0 = wall_seconds();
   post_receives(s.model, n_micro);
@@ -115,57 +100,52 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         const int k = slot(c, j);
         grad_recv_[std::size_t(k)] = p2p_->irecv(flat(grad_in_[std::size_t(k)]), next_rank(), 2 * k + 1);
       }
-  std::vector<Ctx*> alive(std::size_t(n_micro * chunks()), nullptr);
-  // The step's last backward, and each chunk's (data parallelism reduces
-  // a chunk's layers after its last backward).
-  std::size_t last_backward = 0;
-  std::vector<std::size_t> chunk_last(std::size_t(chunks()), 0);
-  for (std::size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].kind == MicroBatchOp::Kind::Backward) last_backward = chunk_last[std::size_t(ops[i].chunk)] = i;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const int j = ops[i].micro, c = ops[i].chunk;
-    const auto k = std::size_t(slot(c, j));
-    if (ops[i].kind == MicroBatchOp::Kind::Forward) {
-      Model::Input in;
-      if (!has_prev(c) || !has_next(c)) in = s.input(j);
-      in.chunk = c;
-      if (has_prev(c)) {
-        wait(act_recv_[k], st.wait_s);
-        in.hidden = act_in_[k];
-        in.shape = shape_;
-      }
-      Ctx& ctx = s.model.forward(s.weights, in);
-      if (s.forwarded) s.forwarded(j, ctx);
-      if (has_next(c)) act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * slot(next_chunk(c), j));
-      alive[k] = &ctx;
-      st.peak_live = std::max(st.peak_live, s.model.live_contexts());
-      st.peak_activation_bytes = std::max(st.peak_activation_bytes, s.model.activation_bytes());
-    } else {
-      if (has_next(c)) wait(grad_recv_[k], st.wait_s);
-      // The context's output must have left before backward gives the
-      // context back (a later forward would overwrite it).
-      wait(act_send_[k], st.wait_s);
-      const bool final_backward = i == last_backward;
-      if (deferred_) {
-        // The last backward runs whole, after every deferred W, so that the
-        // reduction hooks see complete gradients.
-        if (final_backward) deferred_->run_all();
-        else deferred_->open(j);
-      }
-      if (s.before_backward) s.before_backward(j, i == chunk_last[std::size_t(c)]);
-      s.model.backward(*alive[k], s.weights, s.grads, s.backward_seed, has_next(c) ? grad_in_[k] : Model::V2{},
-                       has_prev(c) ? grad_out_[k] : Model::V2{});
-      alive[k] = nullptr;
-      if (deferred_) {
-        deferred_->close();
-        st.peak_activation_bytes =
-            std::max(st.peak_activation_bytes, s.model.activation_bytes() + deferred_->bytes());
-        while (deferred_->pending() > std::size_t(stages_ - stage_)) deferred_->run_oldest();
-      }
-      if (has_prev(c))
-        grad_send_[k] = p2p_->isend(flat(grad_out_[k]), prev_rank(), 2 * slot(prev_chunk(c), j) + 1);
-    }
-  }
+  run_schedule(
+      *schedule_, n_micro, chunks(),
+      [&](const MicroBatchOp& op) -> Ctx& {
+        const int j = op.micro, c = op.chunk;
+        const auto k = std::size_t(slot(c, j));
+        Model::Input in;
+        if (!has_prev(c) || !has_next(c)) in = s.input(j);
+        in.chunk = c;
+        if (has_prev(c)) {
+          wait(act_recv_[k], st.wait_s);
+          in.hidden = act_in_[k];
+          in.shape = shape_;
+        }
+        Ctx& ctx = s.model.forward(s.weights, in);
+        if (s.forwarded) s.forwarded(j, ctx);
+        if (has_next(c)) act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * slot(next_chunk(c), j));
+        st.peak_live = std::max(st.peak_live, s.model.live_contexts());
+        st.peak_activation_bytes = std::max(st.peak_activation_bytes, s.model.activation_bytes());
+        return ctx;
+      },
+      [&](const MicroBatchOp& op, Ctx& ctx, BackwardPosition at) {
+        const int j = op.micro, c = op.chunk;
+        const auto k = std::size_t(slot(c, j));
+        if (has_next(c)) wait(grad_recv_[k], st.wait_s);
+        // The context's output must have left before backward gives the
+        // context back (a later forward would overwrite it).
+        wait(act_send_[k], st.wait_s);
+        if (deferred_) {
+          // The last backward runs whole, after every deferred W, so that the
+          // reduction hooks see complete gradients.
+          if (at.last) deferred_->run_all();
+          else deferred_->open(j);
+        }
+        // Data parallelism reduces a chunk's layers after its last backward.
+        if (s.before_backward) s.before_backward(j, at.last_of_chunk);
+        s.model.backward(ctx, s.weights, s.grads, s.backward_seed, has_next(c) ? grad_in_[k] : Model::V2{},
+                         has_prev(c) ? grad_out_[k] : Model::V2{});
+        if (deferred_) {
+          deferred_->close();
+          st.peak_activation_bytes =
+              std::max(st.peak_activation_bytes, s.model.activation_bytes() + deferred_->bytes());
+          while (deferred_->pending() > std::size_t(stages_ - stage_)) deferred_->run_oldest();
+        }
+        if (has_prev(c))
+          grad_send_[k] = p2p_->isend(flat(grad_out_[k]), prev_rank(), 2 * slot(prev_chunk(c), j) + 1);
+      });
   for (auto& r : grad_send_) wait(r, st.wait_s);
   if (deferred_) deferred_->run_all();
   st.step_s = wall_seconds() - t0;

@@ -17,7 +17,7 @@
 #include "parallel/tensor/tp_comm.hpp"
 #include "parallel/tensor/tp_kernels.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
 template <class T, class D = Device>
 class ExpertTensorParallelDispatcher final : public model::TokenDispatcher<T, D> {
@@ -84,4 +84,4 @@ class ExpertTensorParallelDispatcher final : public model::TokenDispatcher<T, D>
   V2 gx_, gy_, gdy_, gdxn_;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

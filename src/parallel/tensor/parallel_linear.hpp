@@ -36,7 +36,7 @@
 #include "parallel/tensor/tp_comm.hpp"
 #include "parallel/tensor/tp_kernels.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
 namespace tp_detail {
 // A [rows, cols] scratch view of `buf`, regrown when too small.
@@ -232,4 +232,4 @@ class ReplicatedLinear final : public model::Linear<T, D> {
   mutable Act gx_;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

@@ -6,7 +6,7 @@
 #include "core/log.hpp"
 #include "core/profiling.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
 namespace {
 
@@ -74,4 +74,4 @@ double ReplicatedGradients::sq_norm(const model::ParameterStore& store) const {
   return s;
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

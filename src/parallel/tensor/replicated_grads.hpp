@@ -18,7 +18,7 @@
 #include "model/parameter_store.hpp"
 #include "model/stage_plan.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
 class ReplicatedGradients {
  public:
@@ -47,4 +47,4 @@ class ReplicatedGradients {
   View1<float> pack_;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

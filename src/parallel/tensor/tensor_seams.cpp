@@ -6,11 +6,14 @@
 #include "parallel/tensor/parallel_linear.hpp"
 #include "parallel/tensor/vocab_parallel.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
-void use_tensor_parallel_seams(model::Seams<float>& seams, const model::StagePlan& plan,
-                               const comm::ProcessGrid& grid, comm::Backend backend, bool overlap) {
-  const MPI_Comm g = grid.comm(comm::Group::Tp);
+void use_tensor_parallel(model::Seams<float>& seams, const ParallelLayout& layout) {
+  const auto& plan = layout.plan();
+  if (plan.tp == 1) return;
+  const comm::Backend backend = layout.options().data.backend;
+  const bool overlap = layout.options().tensor.overlap;
+  const MPI_Comm g = layout.grid().comm(comm::Group::Tp);
   std::shared_ptr<comm::Communicator> c = backend == comm::Backend::Nccl
                                               ? std::shared_ptr<comm::Communicator>(comm::make_nccl_communicator(g))
                                               : std::shared_ptr<comm::Communicator>(comm::make_mpi_communicator(g));
@@ -25,4 +28,4 @@ void use_tensor_parallel_seams(model::Seams<float>& seams, const model::StagePla
     seams.dispatcher = std::make_shared<ExpertTensorParallelDispatcher<float>>(seams.dispatcher, tp, plan.etp > 1);
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

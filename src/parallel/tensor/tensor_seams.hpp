@@ -4,16 +4,14 @@
 // embedding and loss head over the grid's Tp group, and, when the routed
 // experts are split too (etp = tp), the dispatcher wrapped to reduce their
 // partial sums.
-#include "comm/hierarchical.hpp"
-#include "comm/process_grid.hpp"
 #include "model/seams/seams.hpp"
-#include "model/stage_plan.hpp"
+#include "parallel/layout.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
-// Collective over the grid's Tp group (builds its communicator). overlap:
-// the column-parallel backward overlaps its reduction with the weight GEMM.
-void use_tensor_parallel_seams(model::Seams<float>& seams, const model::StagePlan& plan,
-                               const comm::ProcessGrid& grid, comm::Backend backend, bool overlap);
+// Collective over the grid's Tp group (builds its communicator); a no-op
+// when tp = 1. Its collectives use comm.backend; with comm.overlap the
+// column-parallel backward overlaps its reduction with the weight GEMM.
+void use_tensor_parallel(model::Seams<float>& seams, const ParallelLayout& layout);
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

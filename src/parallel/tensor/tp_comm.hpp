@@ -13,7 +13,7 @@
 #include "core/profiling.hpp"
 #include "core/types.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
 class TpComm {
  public:
@@ -117,4 +117,4 @@ class TpComm {
   std::shared_ptr<comm::Communicator> comm_;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

@@ -3,7 +3,7 @@
 // extended lambdas may not live in private members).
 #include "core/types.hpp"
 
-namespace exa::parallel::tp_detail {
+namespace exa::parallel::tensor::tp_detail {
 
 // y = t (+ y when accumulate), on [N,c].
 template <class YV, class TV>
@@ -17,4 +17,4 @@ void assign_or_add(const YV& y, const TV& t, bool accumulate) {
       });
 }
 
-}  // namespace exa::parallel::tp_detail
+}  // namespace exa::parallel::tensor::tp_detail

@@ -7,7 +7,7 @@
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
 
-namespace exa::parallel::vocab {
+namespace exa::parallel::tensor::vocab {
 
 // out[n, :] = table[tok[n] - v0, :] when tok[n] is one of this rank's rows, 0 otherwise.
 template <class TableV, class TokV, class OutV>
@@ -127,4 +127,4 @@ void interleave(const GV& gathered, std::int64_t ranks, const OV& out) {
       });
 }
 
-}  // namespace exa::parallel::vocab
+}  // namespace exa::parallel::tensor::vocab

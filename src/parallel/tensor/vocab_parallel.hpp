@@ -23,7 +23,7 @@
 #include "parallel/tensor/tp_comm.hpp"
 #include "parallel/tensor/vocab_kernels.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::tensor {
 
 template <class T, class D = Device>
 class VocabParallelEmbedding final : public model::EmbeddingLookup<T, D> {
@@ -148,4 +148,4 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
   mutable Kokkos::View<double*, Layout, D> parts_;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::tensor

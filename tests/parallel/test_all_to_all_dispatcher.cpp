@@ -160,7 +160,7 @@ TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
   const Result ref = run(local, make_context(E, routing, rank), all, E, capacity, xn, dy);
 
   std::shared_ptr<exa::comm::Communicator> ep = exa::comm::make_mpi_communicator(grid.comm(exa::comm::Group::Ep));
-  exa::parallel::AllToAllDispatcher<float> a2a(ep, ep, E);
+  exa::parallel::expert::AllToAllDispatcher<float> a2a(ep, ep, E);
   ASSERT_EQ(a2a.local_experts(), El);
   const Result got = run(a2a, make_context(E, routing, rank), slice(all, rank * El, (rank + 1) * El), El, capacity,
                          xn, dy);

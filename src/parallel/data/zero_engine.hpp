@@ -40,10 +40,10 @@
 
 #include "core/types.hpp"
 #include "model/parameter_store.hpp"
-#include "parallel/data_group.hpp"
-#include "parallel/shard_layout.hpp"
+#include "parallel/data/data_group.hpp"
+#include "parallel/data/shard_layout.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::data {
 
 struct ZeroEngineConfig {
   int zero = 0;
@@ -155,4 +155,4 @@ class ZeroEngine {
   int replica_next_ = 0, replica_done_ = 0;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

@@ -34,7 +34,7 @@
 #include "comm/process_grid.hpp"
 #include "core/types.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::data {
 
 class DataGroup {
  public:
@@ -84,4 +84,4 @@ class DataGroup {
   std::vector<comm::HierarchicalComms> hier_;   // one per channel
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

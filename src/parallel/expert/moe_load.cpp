@@ -1,4 +1,4 @@
-#include "train/moe_load.hpp"
+#include "parallel/expert/moe_load.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 
-namespace exa::train {
+namespace exa::parallel::expert {
 
 namespace {
 
@@ -21,7 +21,7 @@ double mean_of(const std::vector<std::int64_t>& v) {
 
 }  // namespace
 
-std::vector<std::int64_t> LayerLoad::rank_tokens(int ep, const parallel::ExpertPlacement* placement) const {
+std::vector<std::int64_t> LayerLoad::rank_tokens(int ep, const ExpertPlacement* placement) const {
   if (placement) return placement->rank_tokens(layer, kept);
   const auto E = static_cast<std::int64_t>(kept.size());
   EXA_REQUIRE(ep >= 1 && E % ep == 0, "MoeLoad: {} experts cannot be split over {} expert-parallel ranks", E, ep);
@@ -104,7 +104,7 @@ const LayerLoad& MoeLoad::worst() const {
   });
 }
 
-std::string moe_summary(const MoeLoad& load, int ep, const parallel::ExpertPlacement* placement) {
+std::string moe_summary(const MoeLoad& load, int ep, const ExpertPlacement* placement) {
   if (load.empty()) return {};
   const auto& w = load.worst();
   return fmt::format("moe L{} exp {:.2f} rank {:.2f} drop {}", w.layer, max_over_mean(w.routed),
@@ -112,7 +112,7 @@ std::string moe_summary(const MoeLoad& load, int ep, const parallel::ExpertPlace
 }
 
 nlohmann::json moe_json(const MoeLoad& load, int ep, const model::RouterBias* bias,
-                        const parallel::ExpertPlacement* placement) {
+                        const ExpertPlacement* placement) {
   if (load.empty()) return nullptr;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& l : load.layers()) {
@@ -135,4 +135,4 @@ nlohmann::json moe_json(const MoeLoad& load, int ep, const model::RouterBias* bi
   return nlohmann::json{{"ep", ep}, {"worst_layer", load.worst().layer}, {"layers", std::move(layers)}};
 }
 
-}  // namespace exa::train
+}  // namespace exa::parallel::expert

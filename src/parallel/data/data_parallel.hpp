@@ -1,6 +1,6 @@
 #pragma once
 // DataParallel: data parallelism over the grid's Data group with ZeRO
-// stages 0-3 (parallel/zero_engine.hpp), bucketed gradient reduction
+// stages 0-3 (parallel/data/zero_engine.hpp), bucketed gradient reduction
 // overlapped with the backward pass, flat or hierarchical collectives, and
 // the expert-data group of expert parallelism.
 //
@@ -8,7 +8,8 @@
 // zero >= 1, its whole boxes for zero = 0; the optimizer and the checkpoint
 // work on it) and the working copies the model reads and writes, bound as
 // model::Weights of this rank's StagePlan. It is the model's UnitHooks, and
-// the trainer drives it around each step:
+// the step executor (parallel/step_executor.hpp) and the trainer drive it
+// around each step:
 //
 //   dp.begin_step();                                   // zero the gradients
 //   for (j = 0; j < M; ++j) {
@@ -39,33 +40,16 @@
 #include "core/reduction.hpp"
 #include "core/types.hpp"
 #include "model/model_config.hpp"
+#include "parallel/layout.hpp"
 #include "model/parameter_store.hpp"
 #include "model/stage_plan.hpp"
 #include "model/unit_hooks.hpp"
 #include "model/weights.hpp"
+#include "parallel/data/data_parallel_options.hpp"
 #include "parallel/tensor/replicated_grads.hpp"
-#include "parallel/zero_engine.hpp"
+#include "parallel/data/zero_engine.hpp"
 
-namespace exa::deck {
-class Config;
-}
-
-namespace exa::parallel {
-
-struct DataParallelOptions {
-  int zero = 0;
-  bool hierarchical = false;
-  bool overlap = true;
-  double bucket_bytes = 25.0 * 1024 * 1024;
-  comm::Backend backend = comm::Backend::Mpi;
-  // Pipeline parallelism: the layers of each stage (empty: balanced), which
-  // decide the tensors this rank holds.
-  std::vector<std::int64_t> layers_per_stage;
-  int virtual_stages = 1;  // pipeline.virtual_stages: interleaved chunks per stage
-  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
-  // pipeline.layers_per_stage.
-  static DataParallelOptions from_deck(const deck::Config& cfg);
-};
+namespace exa::parallel::data {
 
 // Bytes on this rank, by the engine's own accounting.
 struct DataParallelMemory {
@@ -82,7 +66,9 @@ class DataParallel final : public model::UnitHooks {
  public:
   using Flat = View1<float>;
 
-  DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, DataParallelOptions opt);
+  // The parameters of layout.plan(), reduced and sharded as
+  // layout.options().data says.
+  explicit DataParallel(const ParallelLayout& layout);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -122,6 +108,9 @@ class DataParallel final : public model::UnitHooks {
   // Sum over the ranks whose parts make up the model once (GradClipper).
   Reduction norm_reduction();
 
+  // The grid's Data group (dp x cp ranks): the ranks whose sums make a
+  // step's totals.
+  MPI_Comm data_comm() const { return data_comm_; }
   double sum(double x) { return engines_[0]->group().sum(x); }
   std::int64_t sum(std::int64_t x) { return engines_[0]->group().sum(x); }
 
@@ -133,6 +122,8 @@ class DataParallel final : public model::UnitHooks {
   void after_backward(int unit) override;
 
  private:
+  DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, const model::StagePlan& plan,
+               DataParallelOptions opt);
   ZeroEngine& engine_of(const std::string& name) const;
   Reduction data_norm_reduction();  // over the data-parallel layout only
 
@@ -153,6 +144,7 @@ class DataParallel final : public model::UnitHooks {
                      const DataParallelOptions& opt);
 
   DataParallelOptions opt_;
+  MPI_Comm data_comm_ = MPI_COMM_NULL;  // the grid's (not owned)
   model::ModelConfig mcfg_;
   model::StagePlan plan_;
   int data_size_ = 1, data_rank_ = 0;
@@ -162,8 +154,8 @@ class DataParallel final : public model::UnitHooks {
   std::int64_t expert_base_ = 0;                     // the expert tensors' first element in the store
   std::vector<std::unique_ptr<ZeroEngine>> engines_;  // Data group [, ExpertData group]
   std::unique_ptr<comm::Communicator> ep_sum_;        // zero 0 with experts: their norm sums over Ep
-  std::unique_ptr<ReplicatedGradients> tp_grads_;     // tp > 1: the replicated tensors' reduction over Tp
+  std::unique_ptr<tensor::ReplicatedGradients> tp_grads_;     // tp > 1: the replicated tensors' reduction over Tp
   model::Weights<float, Device> w_, g_;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

@@ -1,15 +1,13 @@
-#include "parallel/data_parallel.hpp"
+#include "parallel/data/data_parallel.hpp"
 
 #include <algorithm>
 
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
-#include "parallel/flat_buffer.hpp"
+#include "parallel/data/flat_buffer.hpp"
 #include "core/log.hpp"
-#include "parallel/build_model.hpp"
-#include "parallel/pipeline/pipeline.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::data {
 
 namespace {
 
@@ -35,9 +33,6 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.overlap = cfg.get_bool("comm.overlap");
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
   o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
-  const auto po = pipeline::PipelineOptions::from_deck(cfg);
-  o.layers_per_stage = po.layers_per_stage;
-  o.virtual_stages = po.virtual_stages;
   return o;
 }
 
@@ -70,10 +65,15 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
   return out;
 }
 
-DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, DataParallelOptions opt)
+DataParallel::DataParallel(const ParallelLayout& layout)
+    : DataParallel(layout.grid(), layout.model(), layout.plan(), layout.options().data) {}
+
+DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, const model::StagePlan& plan,
+                           DataParallelOptions opt)
     : opt_(opt),
+      data_comm_(grid.comm(comm::Group::Data)),
       mcfg_(mcfg),
-      plan_(stage_plan(mcfg, grid, opt.layers_per_stage, opt.virtual_stages)),
+      plan_(plan),
       data_size_(grid.size(comm::Group::Data)),
       data_rank_(grid.rank(comm::Group::Data)),
       split_(split(grid, mcfg, plan_, opt)),
@@ -89,7 +89,7 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   split_ = Split{};
   if (expert_parallel() && opt_.zero == 0) ep_sum_ = comm::make_mpi_communicator(grid.comm(comm::Group::Ep));
   if (grid.size(comm::Group::Tp) > 1)
-    tp_grads_ = std::make_unique<ReplicatedGradients>(comm::make_mpi_communicator(grid.comm(comm::Group::Tp)), store_,
+    tp_grads_ = std::make_unique<tensor::ReplicatedGradients>(comm::make_mpi_communicator(grid.comm(comm::Group::Tp)), store_,
                                                       plan_);
   if (opt_.zero == 0) {
     w_ = model::bind_values(mcfg_, plan_, store_);
@@ -220,4 +220,4 @@ void DataParallel::after_backward(int unit) {
   for (auto& e : engines_) e->after_backward(unit);
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

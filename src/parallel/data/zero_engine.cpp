@@ -1,12 +1,12 @@
-#include "parallel/zero_engine.hpp"
+#include "parallel/data/zero_engine.hpp"
 
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "parallel/flat_buffer.hpp"
+#include "parallel/data/flat_buffer.hpp"
 #include "core/profiling.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::data {
 
 namespace {
 
@@ -366,4 +366,4 @@ double ZeroEngine::buffer_bytes() const {
   return b;
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

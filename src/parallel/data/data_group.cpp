@@ -1,11 +1,11 @@
-#include "parallel/data_group.hpp"
+#include "parallel/data/data_group.hpp"
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::data {
 
 DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend,
                      comm::Group over)
@@ -92,4 +92,4 @@ std::int64_t DataGroup::sum(std::int64_t x) {
   return y;
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

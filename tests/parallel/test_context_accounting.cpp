@@ -81,8 +81,8 @@ TEST(ContextAccounting, AttentionActivationsShrinkWithCp) {
 
   exa::comm::GridSizes gs;
   gs.cp = cp;
-  const exa::comm::ProcessGrid grid(gs, MPI_COMM_WORLD);
-  const auto model = exa::parallel::build_model(cfg, grid);
+  const exa::parallel::ParallelLayout layout(exa::comm::ProcessGrid(gs, MPI_COMM_WORLD), cfg);
+  const auto model = exa::parallel::build_model(layout);
   const auto t = tokens(kT / cp);  // any tokens: the sizes are what is counted
   auto& c = model->forward(w, {t, t});
   double mine = attention_bytes(c);

@@ -36,7 +36,7 @@
 #include "model/parameter_specs.hpp"
 #include "model/parameter_store.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::data {
 
 struct Unit {
   std::size_t first_spec = 0, end_spec = 0;  // its tensors: specs [first_spec, end_spec)
@@ -90,4 +90,4 @@ class ShardLayout {
   std::int64_t numel_ = 0, padded_total_ = 0, max_padded_ = 0, max_block_ = 0;
 };
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

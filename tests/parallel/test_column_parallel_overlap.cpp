@@ -21,7 +21,7 @@
 
 namespace {
 
-using Linear = exa::parallel::ColumnParallelLinear<double>;
+using Linear = exa::parallel::tensor::ColumnParallelLinear<double>;
 using Act = Linear::Act;
 using Wt = Linear::Wt;                                          // unmanaged
 using Own = Kokkos::View<double**, exa::Layout, exa::Device>;  // allocates
@@ -58,7 +58,7 @@ TEST(ColumnParallelOverlap, ChunkedGatherMatchesWholeProducts) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const std::size_t n = 5, in = 7, out = 6, rows = n * std::size_t(size);  // odd sizes: no aligned shortcuts
-  const auto tp = std::make_shared<const exa::parallel::TpComm>(exa::comm::make_mpi_communicator(MPI_COMM_WORLD));
+  const auto tp = std::make_shared<const exa::parallel::tensor::TpComm>(exa::comm::make_mpi_communicator(MPI_COMM_WORLD));
 
   const Own X = cpo_random("X", rows, in, 1);                         // the whole sequence
   const Own w = cpo_random("W_r", out, in, 10 + std::uint64_t(rank));   // this rank's output columns

@@ -7,7 +7,7 @@
 
 #include "core/types.hpp"
 
-namespace exa::parallel::flat {
+namespace exa::parallel::data::flat {
 
 inline View1<float> range(const View1<float>& v, std::int64_t lo, std::int64_t n) {
   return Kokkos::subview(v, Kokkos::make_pair(std::size_t(lo), std::size_t(lo + n)));
@@ -15,4 +15,4 @@ inline View1<float> range(const View1<float>& v, std::int64_t lo, std::int64_t n
 
 inline double bytes(const View1<float>& v) { return double(v.span() * sizeof(float)); }
 
-}  // namespace exa::parallel::flat
+}  // namespace exa::parallel::data::flat

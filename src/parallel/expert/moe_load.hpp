@@ -26,7 +26,7 @@
 #include "model/router_bias.hpp"
 #include "parallel/expert/expert_placement.hpp"
 
-namespace exa::train {
+namespace exa::parallel::expert {
 
 // One MoE layer's counts.
 struct LayerLoad {
@@ -37,7 +37,7 @@ struct LayerLoad {
 
   // Tokens EP rank j receives: sum of kept over its E/ep experts (those of
   // its slots under `placement`, expert re-placement). [ep]
-  std::vector<std::int64_t> rank_tokens(int ep, const parallel::ExpertPlacement* placement = nullptr) const;
+  std::vector<std::int64_t> rank_tokens(int ep, const ExpertPlacement* placement = nullptr) const;
 };
 
 // max/mean of counts (1 when they sum to 0: nothing is imbalanced).
@@ -70,13 +70,13 @@ class MoeLoad {
 // "moe L1 exp 3.98 rank 1.99 drop 0": the worst layer, its expert (routed)
 // and EP-rank (received) max/mean and its dropped tokens. Empty when there
 // are no MoE layers.
-std::string moe_summary(const MoeLoad& load, int ep, const parallel::ExpertPlacement* placement = nullptr);
+std::string moe_summary(const MoeLoad& load, int ep, const ExpertPlacement* placement = nullptr);
 // {"ep", "worst_layer", "layers": [{"layer", "routed", "kept", "dropped",
 //   "rank_tokens", "expert_max", "expert_mean", "expert_imbalance",
 //   "rank_max", "rank_mean", "rank_imbalance"[, "router_bias"]}]};
 // "router_bias" (each layer's biases) when `bias` is given (aux_free). Null
 // when there are no MoE layers.
 nlohmann::json moe_json(const MoeLoad& load, int ep, const model::RouterBias* bias = nullptr,
-                        const parallel::ExpertPlacement* placement = nullptr);
+                        const ExpertPlacement* placement = nullptr);
 
-}  // namespace exa::train
+}  // namespace exa::parallel::expert

@@ -1,11 +1,11 @@
-#include "parallel/shard_layout.hpp"
+#include "parallel/data/shard_layout.hpp"
 
 #include <algorithm>
 
 #include "core/error.hpp"
 #include "model/unit_hooks.hpp"
 
-namespace exa::parallel {
+namespace exa::parallel::data {
 
 namespace {
 
@@ -77,4 +77,4 @@ std::vector<model::Shard> ShardLayout::shards() const {
   return out;
 }
 
-}  // namespace exa::parallel
+}  // namespace exa::parallel::data

@@ -1,4 +1,4 @@
-// Expert-load metrics (train/moe_load.hpp): accumulation over micro-batches,
+// Expert-load metrics (parallel/expert/moe_load.hpp): accumulation over micro-batches,
 // the sum over ranks, the EP-rank view and both renderings. Run at 1 and 2
 // ranks.
 #include <gtest/gtest.h>
@@ -8,10 +8,10 @@
 
 #include "core/error.hpp"
 #include "model/router_bias.hpp"
-#include "train/moe_load.hpp"
+#include "parallel/expert/moe_load.hpp"
 
 using exa::model::LayerRouting;
-using namespace exa::train;
+using namespace exa::parallel::expert;
 
 namespace {
 

@@ -1,0 +1,21 @@
+#pragma once
+// The data-parallel strategy's options (parallel/data/data_parallel.hpp).
+#include "comm/hierarchical.hpp"
+
+namespace exa::deck {
+class Config;
+}
+
+namespace exa::parallel::data {
+
+struct DataParallelOptions {
+  int zero = 0;
+  bool hierarchical = false;
+  bool overlap = true;
+  double bucket_bytes = 25.0 * 1024 * 1024;
+  comm::Backend backend = comm::Backend::Mpi;
+  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend.
+  static DataParallelOptions from_deck(const deck::Config& cfg);
+};
+
+}  // namespace exa::parallel::data

@@ -1,0 +1,60 @@
+#include "parallel/layout.hpp"
+
+#include "core/deck/config.hpp"
+#include "core/error.hpp"
+#include "parallel/pipeline/stage_split.hpp"
+
+namespace exa::parallel {
+
+namespace {
+
+// This rank's plan: its stage's layers (`layers_per_stage` counts, or the
+// balanced split when empty; v chunks when interleaved), its part of every
+// tensor-parallel dimension and its E/ep experts.
+model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
+                            const pipeline::PipelineOptions& po, const TensorOptions& to) {
+  const auto& s = grid.sizes();
+  auto plan = model::StagePlan::whole(cfg);
+  if (s.pp > 1 && po.virtual_stages > 1) {
+    plan = model::StagePlan::interleaved(cfg, grid.coords().pp, s.pp, po.virtual_stages);
+  } else if (s.pp > 1) {
+    const auto b = pipeline::stage_boundaries(cfg, s.pp, po.layers_per_stage);
+    const auto k = std::size_t(grid.coords().pp);
+    plan = model::StagePlan::layers(cfg, b[k], b[k + 1]);
+  }
+  if (s.tp > 1) plan = plan.with_tensor_split(cfg, grid.coords().tp, s.tp, s.etp == 0 ? s.tp : s.etp);
+  plan.sequence_parallel = to.sequence_parallel && plan.tp > 1;
+  if (s.ep == 1) return plan;
+  EXA_REQUIRE(cfg.n_experts % s.ep == 0,
+              "layout: moe.n_experts = {} is not divisible by parallel.ep = {}; choose ep dividing the experts",
+              cfg.n_experts, s.ep);
+  const std::int64_t per = cfg.n_experts / s.ep, j = grid.coords().ep;
+  return plan.with_experts(j * per, (j + 1) * per);
+}
+
+}  // namespace
+
+LayoutOptions LayoutOptions::from_deck(const deck::Config& cfg) {
+  LayoutOptions o;
+  o.data = data::DataParallelOptions::from_deck(cfg);
+  o.expert = {o.data.backend, cfg.get_bool("comm.hierarchical_a2a")};
+  o.tensor = {o.data.overlap, cfg.get_bool("parallel.sequence_parallel")};
+  o.context = context::ContextOptions::from_deck(cfg);
+  o.pipeline = pipeline::PipelineOptions::from_deck(cfg);
+  return o;
+}
+
+ParallelLayout::ParallelLayout(comm::ProcessGrid grid, const model::ModelConfig& model, LayoutOptions opt)
+    : grid_(std::move(grid)),
+      model_(model),
+      opt_(std::move(opt)),
+      plan_(stage_plan(model_, grid_, opt_.pipeline, opt_.tensor)) {
+  if (pipelined() && opt_.pipeline.schedule == "zb") deferred_ = std::make_shared<pipeline::WeightGradQueue>();
+}
+
+ParallelLayout ParallelLayout::from_deck(const deck::Config& cfg, MPI_Comm world) {
+  return ParallelLayout(comm::ProcessGrid::from_deck(cfg, world), model::ModelConfig::from_deck(cfg),
+                LayoutOptions::from_deck(cfg));
+}
+
+}  // namespace exa::parallel
