@@ -28,22 +28,28 @@ order=$(grep -m1 '^Layer order (lowest first):' "$doc" | sed 's/^Layer order (lo
 [ -d "$root/src" ] || { echo "check-layering: $root/src not found" >&2; exit 2; }
 
 cd "$root" || exit 2
+# The order parsed once for both checks: "folder rank" lines (rank 1 is the
+# lowest), and the order as messages show it.
+ranks=$(echo "$order" | awk '{
+  nr = split($0, r, "<")
+  for (k = 1; k <= nr; ++k) {
+    nf = split(r[k], f, ",")
+    for (i = 1; i <= nf; ++i) { n = f[i]; gsub(/[[:space:]]/, "", n); if (n != "") print n, k }
+  }
+}')
+shown=$(echo "$order" | sed -E 's/[[:space:]]+/ /g; s/^ //; s/ $//')
+# Both awk programs start by loading `ranks` into rank[folder].
+load_ranks='function load_ranks(text,   l, n, i, kv) {
+  n = split(text, l, "\n")
+  for (i = 1; i <= n; ++i) { split(l[i], kv, " "); if (kv[1] != "") rank[kv[1]] = kv[2] + 0 }
+}'
 # Every include in quotes under src/, as path:line:text; awk does the rest.
 grep -rnE --include='*.hpp' --include='*.cpp' --include='*.h' --include='*.cu' --include='*.in' \
      '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' src |
-ORDER=$order FOLDERS=$(cd src && find . -mindepth 1 -maxdepth 1 -type d | sed 's|^\./||' | sort) awk '
+RANKS=$ranks SHOWN=$shown FOLDERS=$(cd src && find . -mindepth 1 -maxdepth 1 -type d | sed 's|^\./||' | sort) awk "$load_ranks"'
 BEGIN {
-  nr = split(ENVIRON["ORDER"], ranks, "<")
-  for (r = 1; r <= nr; ++r) {
-    nf = split(ranks[r], names, ",")
-    for (i = 1; i <= nf; ++i) {
-      name = names[i]
-      gsub(/[[:space:]]/, "", name)
-      if (name == "") continue
-      rank[name] = r
-      shown = shown (shown == "" ? "" : (i == 1 ? " < " : ", ")) name
-    }
-  }
+  load_ranks(ENVIRON["RANKS"])
+  shown = ENVIRON["SHOWN"]
   bad = 0
   n = split(ENVIRON["FOLDERS"], dirs, "\n")
   for (i = 1; i <= n; ++i) {
@@ -88,13 +94,9 @@ libs=$(for f in $cmakes; do
        done)
 link_bad=$(for f in $cmakes; do
   dir=${f#src/}; dir=${dir%%/*}; [ "$dir" = CMakeLists.txt ] && continue
-  awk -v file="$f" -v from="$dir" -v order="$order" -v libs="$libs" '
+  RANKS=$ranks awk -v file="$f" -v from="$dir" -v libs="$libs" "$load_ranks"'
     BEGIN {
-      nr = split(order, ranks, "<")
-      for (r = 1; r <= nr; ++r) {
-        nf = split(ranks[r], names, ",")
-        for (i = 1; i <= nf; ++i) { name = names[i]; gsub(/[[:space:]]/, "", name); if (name != "") rank[name] = r }
-      }
+      load_ranks(ENVIRON["RANKS"])
       nl = split(libs, ll, "\n")
       for (i = 1; i <= nl; ++i) { split(ll[i], kv, " "); if (kv[1] != "") home[kv[1]] = kv[2] }
     }
