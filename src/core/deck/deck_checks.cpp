@@ -327,13 +327,6 @@ void check_training(const Config& c) {
 void check_combinations(const Config& c) {
   const auto tp = c.get_int("parallel.tp"), cp = c.get_int("parallel.cp"), pp = c.get_int("parallel.pp");
   const auto zero = c.get_int("parallel.zero");
-  if ((tp > 1) + (cp > 1) + (pp > 1) > 2) {
-    fail(c, {"parallel.tp", "parallel.cp", "parallel.pp"},
-         fmt::format("parallel.tp = {}, parallel.cp = {} and parallel.pp = {}: tensor, context and pipeline "
-                     "parallelism combine in pairs (tp x cp, pp x tp, pp x cp) in this build, not all three; keep "
-                     "one of them at 1",
-                     tp, cp, pp));
-  }
   // The tied embedding's two copies (first and last stage) sum their
   // gradients whole; ZeRO would shard them differently on the two stages.
   if (pp > 1 && c.get_bool("model.tie_embeddings") && zero != 0) {
