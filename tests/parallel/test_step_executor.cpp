@@ -56,7 +56,8 @@ int world_size() {
 
 // Micro-batch j's tokens (the same on every rank); targets are the next token.
 struct Feed {
-  Tokens tokens{"tokens", kB, toy().seq_len}, targets{"targets", kB, toy().seq_len};
+  Tokens tokens{"tokens", std::size_t(kB), std::size_t(toy().seq_len)};
+  Tokens targets{"targets", std::size_t(kB), std::size_t(toy().seq_len)};
   model::StageModel<float>::Input operator()(int j) {
     auto ht = Kokkos::create_mirror_view(tokens);
     auto hg = Kokkos::create_mirror_view(targets);
