@@ -240,6 +240,7 @@ void LogInterval::begin(double eval_comm) {
   t0 = wall_seconds();
   phases0 = phase_timers().all();
   eval_comm0 = eval_comm;
+  traffic0 = comm::TrafficLedger::totals();
 }
 
 void LogInterval::add(const StepResult& r) {
@@ -319,6 +320,16 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   if (record_due) energy_.report(s, interval_s, tokens);
   auto record = to_json(s);
   std::string line = format_line(s);
+  // The bytes ledger: this rank's logical (fp32) and wire bytes per step.
+  const auto traffic = comm::TrafficLedger::totals();
+  for (int t = 0; t < comm::kTrafficKinds; ++t) {
+    const auto& now = traffic[std::size_t(t)];
+    const auto& then = iv.traffic0[std::size_t(t)];
+    const double logical = (now.logical - then.logical) * k, wire = (now.wire - then.wire) * k;
+    record["comm"][comm::TrafficLedger::name(comm::Traffic(t))] = {{"logical_bytes", logical}, {"wire_bytes", wire}};
+    if (wire < logical)
+      line += fmt::format(" | {} wire {:.1f}%", comm::TrafficLedger::name(comm::Traffic(t)), 100.0 * wire / logical);
+  }
   if (const auto st = exec_->stats(); !st.key.empty()) {
     record[st.key] = st.record;
     line += st.line;

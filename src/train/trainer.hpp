@@ -12,12 +12,14 @@
 // the run's latest checkpoint, repeating the uninterrupted run's losses.
 #include <mpi.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "comm/process_grid.hpp"
+#include "comm/traffic_ledger.hpp"
 #include "comm/watchdog.hpp"
 #include "core/deck/config.hpp"
 #include "io/metrics_writer.hpp"
@@ -61,6 +63,7 @@ struct LogInterval {
   double t0 = 0;
   std::map<std::string, double> phases0;  // phase_timers() at the start
   double eval_comm0 = 0;                  // Trainer's eval communication at the start
+  std::array<comm::TrafficBytes, comm::kTrafficKinds> traffic0{};  // the bytes ledger at the start
 
   void begin(double eval_comm);
   void add(const StepResult& r);

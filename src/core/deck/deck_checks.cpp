@@ -356,6 +356,13 @@ void check_combinations(const Config& c) {
                      "pipeline.schedule = \"1f1b\"",
                      tp));
   }
+  // Compressed gradient collectives are built on the flat collectives only.
+  if (const auto comp = c.get_string("comm.compression"); comp != "none" && c.get_bool("parallel.hierarchical")) {
+    fail(c, {"comm.compression", "parallel.hierarchical"},
+         fmt::format("comm.compression = \"{}\" with parallel.hierarchical = true is not built yet (compression "
+                     "runs on the flat collectives); set parallel.hierarchical = false or comm.compression = \"none\"",
+                     comp));
+  }
   // Tier 1 is written synchronously; it must not overlap a background write.
   if (c.get_int("checkpoint.local_every") > 0 && c.get_bool("checkpoint.async")) {
     fail(c, {"checkpoint.local_every", "checkpoint.async"},

@@ -2,18 +2,22 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.hpp"
+#include "comm/traffic_ledger.hpp"
 #include "core/profiling.hpp"
 
 namespace exa::parallel::data {
 
 DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend,
-                     comm::Group over)
+                     comm::Group over, kernels::WireCodec codec)
     : size_(grid.size(over)),
       rank_(grid.rank(over)),
       block_index_(rank_),
       channels_(channels),
-      scalar_(comm::make_mpi_communicator(grid.comm(over))) {
+      scalar_(comm::make_mpi_communicator(grid.comm(over))),
+      codec_(codec) {
   EXA_ASSERT(channels >= 1);
   EXA_ASSERT(over == comm::Group::Data || (over == comm::Group::ExpertData && !hierarchical));
   if (backend == comm::Backend::Nccl) {
@@ -27,6 +31,95 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
     for (int c = 0; c < channels; ++c) hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, backend));
     block_index_ = static_cast<int>(comm::hierarchical_block_index(*hier_[0].local, *hier_[0].inter));
   }
+  if (compressed() && size_ > 1) {
+    EXA_REQUIRE(!hierarchical, "comm.compression = \"{}\" with parallel.hierarchical = true is not built yet; set "
+                "parallel.hierarchical = false or comm.compression = \"none\"",
+                kernels::wire_format_name(codec_.format()));
+    for (int c = 0; c < channels; ++c)
+      chan_.push_back(backend == comm::Backend::Nccl ? comm::make_nccl_communicator(grid.comm(over))
+                                                     : comm::make_mpi_communicator(grid.comm(over)));
+    packed_.resize(std::size_t(channels));
+  }
+}
+
+namespace {
+
+// Per-rank sends of a ring collective over p ranks, for the ledger: an
+// allreduce of n elements sends 2 (p-1)/p n, a reduce-scatter or allgather
+// of blocks b sends (p-1) b.
+double ring_allreduce_bytes(int p, std::int64_t n, double elem) { return 2.0 * (p - 1) / p * double(n) * elem; }
+double ring_block_bytes(int p, std::int64_t b, double elem) { return double(p - 1) * double(b) * elem; }
+
+template <class V>
+auto part(const V& v, std::int64_t at, std::int64_t n) {
+  return Kokkos::subview(v, std::make_pair(at, at + n));
+}
+
+}  // namespace
+
+DataGroup::Packed& DataGroup::packed(int c, std::int64_t words, std::int64_t padded, std::int64_t block) {
+  auto& p = packed_[std::size_t(c)];
+  auto grow = [](auto& v, std::int64_t n, const char* label) {
+    if (std::int64_t(v.extent(0)) < n) v = std::decay_t<decltype(v)>(std::string(label), static_cast<std::size_t>(n));
+  };
+  grow(p.send, words, "exa::dp_packed_send");
+  grow(p.recv, words, "exa::dp_packed_recv");
+  grow(p.padded, padded, "exa::dp_packed_padded");
+  grow(p.block, block, "exa::dp_packed_block");
+  grow(p.decoded, block, "exa::dp_packed_decoded");
+  return p;
+}
+
+comm::Request DataGroup::compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c) {
+  const std::int64_t B = std::int64_t(recv.extent(0)), W = codec_.words(B), P = size_;
+  auto& pk = packed(c, P * W, 0, B);
+  {
+    ScopedRegion region("compress/encode");
+    for (std::int64_t j = 0; j < P; ++j) codec_.encode(part(send, j * B, B), part(pk.send, j * W, W));
+    Kokkos::fence();
+  }
+  std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
+  std::vector<int> displs(static_cast<std::size_t>(P));
+  for (std::int64_t j = 0; j < P; ++j) displs[std::size_t(j)] = int(j * W);
+  auto r = chan_[std::size_t(c)]->ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W),
+                                             counts, displs);
+  r.then([this, &pk, recv, B, W, P] {
+    ScopedRegion region("compress/decode");
+    codec_.decode(part(pk.recv, 0, W), B, recv);
+    const auto d = part(pk.decoded, 0, B);
+    for (std::int64_t j = 1; j < P; ++j) {
+      codec_.decode(part(pk.recv, j * W, W), B, d);
+      kernels::add_into(recv, d);
+    }
+    Kokkos::fence();
+  });
+  return r;
+}
+
+comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c) {
+  const std::int64_t n = std::int64_t(v.extent(0)), P = size_, B = (n + P - 1) / P, W = codec_.words(B);
+  auto& pk = packed(c, P * W, P * B, B);
+  // The reduce-scatter's blocks: v, zero-padded to P blocks.
+  Kokkos::deep_copy(part(pk.padded, 0, n), v);
+  if (P * B > n) Kokkos::deep_copy(part(pk.padded, n, P * B - n), 0.0f);
+  const auto padded = part(pk.padded, 0, P * B), block = part(pk.block, 0, B);
+  return comm::chain(
+      {[this, padded, block, c] { return compressed_reduce_scatter(padded, block, c); },
+       [this, &pk, v, block, n, B, W, P, c] {
+         {
+           ScopedRegion region("compress/encode");
+           codec_.encode(block, part(pk.send, 0, W));
+           Kokkos::fence();
+         }
+         auto r = chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
+         r.then([this, &pk, v, n, B, W, P] {
+           ScopedRegion region("compress/decode");
+           for (std::int64_t j = 0; j < P && j * B < n; ++j)
+             codec_.decode(part(pk.recv, j * W, W), B, part(v, j * B, std::min(B, n - j * B)));
+           Kokkos::fence();
+         });
+         return r;
+       }});
 }
 
 comm::HierarchicalComms& DataGroup::channel(int c) {
@@ -46,6 +139,15 @@ comm::Request DataGroup::iallreduce(const View1<float>& v, int c) {
   // compute (on a GPU, the unit's kernels), so it is outside the comm timer.
   Kokkos::fence();
   ScopedRegion region("comm/launch");
+  const std::int64_t n = std::int64_t(v.extent(0));
+  if (compressed() && size_ > 1) {
+    const std::int64_t B = (n + size_ - 1) / size_;
+    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_allreduce_bytes(size_, n, 4),
+                             2.0 * ring_block_bytes(size_, codec_.words(B), 4));
+    return compressed_allreduce(v, c);
+  }
+  const double bytes = ring_allreduce_bytes(size_, n, 4);
+  comm::TrafficLedger::add(comm::Traffic::DpGrads, bytes, bytes);
   if (hierarchical()) return comm::ihierarchical_allreduce(channel(c), v);
   return bulk_->iallreduce(v);
 }
@@ -54,6 +156,14 @@ comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<f
   EXA_ASSERT(send.extent(0) == recv.extent(0) * std::size_t(size_));
   Kokkos::fence();
   ScopedRegion region("comm/launch");
+  const std::int64_t B = std::int64_t(recv.extent(0));
+  if (compressed() && size_ > 1) {
+    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4),
+                             ring_block_bytes(size_, codec_.words(B), 4));
+    return compressed_reduce_scatter(send, recv, c);
+  }
+  const double bytes = ring_block_bytes(size_, B, 4);
+  comm::TrafficLedger::add(comm::Traffic::DpGrads, bytes, bytes);
   if (hierarchical()) return comm::ihierarchical_reduce_scatter(*channel(c).local, *channel(c).inter, send, recv);
   return bulk_->ireduce_scatter(send, recv);
 }
@@ -62,6 +172,8 @@ comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>
   EXA_ASSERT(recv.extent(0) == send.extent(0) * std::size_t(size_));
   Kokkos::fence();
   ScopedRegion region("comm/launch");
+  const double bytes = ring_block_bytes(size_, std::int64_t(send.extent(0)), 4);
+  comm::TrafficLedger::add(comm::Traffic::ZeroWeights, bytes, bytes);
   if (hierarchical()) return comm::ihierarchical_allgather(*channel(c).local, *channel(c).inter, send, recv);
   return bulk_->iallgather(send, recv);
 }

@@ -24,6 +24,17 @@
 //
 // Views are float buffers in the execution space's memory (staged through
 // host by the MPI backend when that is a GPU).
+//
+// Compression (comm.compression = bf16 | int8, flat collectives only): the
+// gradient collectives move encoded payloads (kernels/wire_codec.hpp) and
+// sum in fp32. A reduce-scatter is an all-to-all of each destination's
+// encoded block, decoded and summed in rank order on arrival, so the
+// quantization error does not compound over hops (ZeRO++'s qgZ); an
+// allreduce is that reduce-scatter followed by an allgather of the encoded
+// sums, which every rank decodes alike (all ranks end with the same
+// values). Each channel then has a communicator of its own, since the
+// second stage is posted when the first is found complete. Parameter
+// allgathers stay fp32. Every collective is counted in comm::TrafficLedger.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +44,7 @@
 #include "comm/hierarchical.hpp"
 #include "comm/process_grid.hpp"
 #include "core/types.hpp"
+#include "kernels/wire_codec.hpp"
 
 namespace exa::parallel::data {
 
@@ -45,13 +57,17 @@ class DataGroup {
   // without NCCL or without a visible GPU.
   // `over`: Group::Data, or Group::ExpertData for the expert tensors under
   // expert parallelism (flat collectives only: `hierarchical` must be false).
+  // `codec`: the gradient collectives' wire format (F32: uncompressed);
+  // compression needs flat collectives (`hierarchical` false).
   DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1,
-            comm::Backend backend = comm::Backend::Mpi, comm::Group over = comm::Group::Data);
+            comm::Backend backend = comm::Backend::Mpi, comm::Group over = comm::Group::Data,
+            kernels::WireCodec codec = {});
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   int block_index() const { return block_index_; }
   bool hierarchical() const { return !hier_.empty(); }
+  bool compressed() const { return codec_.format() != kernels::WireFormat::F32; }
   int channels() const { return channels_; }
   const char* backend() const { return bulk_->backend(); }
   // "flat allreduce over 4 ranks" / "hierarchical: 2 node-local x 2 inter-node".
@@ -77,11 +93,24 @@ class DataGroup {
 
  private:
   comm::HierarchicalComms& channel(int c);
+  // A channel's encoded buffers (compression), grown to the largest payload.
+  struct Packed {
+    View1<std::int32_t> send, recv;
+    View1<float> padded, block, decoded;
+  };
+  Packed& packed(int c, std::int64_t words, std::int64_t padded, std::int64_t block);
+  // Encodes send's size() blocks of `block` values and exchanges them over
+  // channel c; on completion recv [block] = the decoded sum in rank order.
+  comm::Request compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c);
+  comm::Request compressed_allreduce(const View1<float>& v, int c);
 
   int size_ = 1, rank_ = 0, block_index_ = 0, channels_ = 1;
   std::unique_ptr<comm::Communicator> scalar_;  // MPI, host scalars
   std::unique_ptr<comm::Communicator> bulk_;    // flat collectives of the buffers (MPI or NCCL)
   std::vector<comm::HierarchicalComms> hier_;   // one per channel
+  kernels::WireCodec codec_;
+  std::vector<std::unique_ptr<comm::Communicator>> chan_;  // compression: one per channel
+  std::vector<Packed> packed_;                             // compression: one per channel
 };
 
 }  // namespace exa::parallel::data

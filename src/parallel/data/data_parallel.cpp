@@ -33,6 +33,8 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.overlap = cfg.get_bool("comm.overlap");
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
   o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
+  o.compression = kernels::WireCodec(kernels::wire_format_from_name(cfg.get_string("comm.compression")),
+                                     cfg.get_int("comm.quant_block"));
   return o;
 }
 
@@ -51,7 +53,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
   for (int k = 0; k < (experts_apart ? 2 : 1); ++k) {
     const auto over = k == 0 ? comm::Group::Data : comm::Group::ExpertData;
     const bool hier = k == 0 && opt.hierarchical;
-    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over);
+    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression);
     std::vector<model::Box> boxes;
     for (const auto& s : by_group[k]) boxes.push_back(model::local_box(s, plan, mcfg));
     ShardLayout layout(by_group[k], boxes, mcfg.n_layers, opt.zero > 0 ? group.size() : 1,

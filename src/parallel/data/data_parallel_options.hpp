@@ -1,6 +1,7 @@
 #pragma once
 // The data-parallel strategy's options (parallel/data/data_parallel.hpp).
 #include "comm/hierarchical.hpp"
+#include "kernels/wire_codec.hpp"
 
 namespace exa::deck {
 class Config;
@@ -14,7 +15,10 @@ struct DataParallelOptions {
   bool overlap = true;
   double bucket_bytes = 25.0 * 1024 * 1024;
   comm::Backend backend = comm::Backend::Mpi;
-  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend.
+  // The gradient collectives' wire format (F32: uncompressed).
+  kernels::WireCodec compression;
+  // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
+  // comm.compression, comm.quant_block.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
 

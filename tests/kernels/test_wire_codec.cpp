@@ -1,0 +1,123 @@
+// The compressed wire formats of the gradient collectives
+// (kernels/wire_codec.hpp): payload sizes, round trips within the stated
+// bounds (bf16: 2^-8 relative; int8: half the block's scale max|x|/127),
+// decoding a prefix, add_into, and deterministic words.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/wire_codec.hpp"
+
+using exa::View1;
+using exa::kernels::WireCodec;
+using exa::kernels::WireFormat;
+
+namespace {
+
+// n values of several magnitudes and both signs, with a run of zeros.
+std::vector<float> sample(std::int64_t n) {
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double t = std::sin(0.37 * double(i) + 0.1) * std::pow(10.0, double(i % 7) - 3.0);
+    x[std::size_t(i)] = (i >= 40 && i < 60) ? 0.0f : float(t);
+  }
+  return x;
+}
+
+View1<float> device(const std::vector<float>& h) {
+  View1<float> v("x", h.size());
+  auto m = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < h.size(); ++i) m(i) = h[i];
+  Kokkos::deep_copy(v, m);
+  return v;
+}
+
+template <class V>
+std::vector<typename V::non_const_value_type> host(const V& v) {
+  auto m = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(m, v);
+  return std::vector<typename V::non_const_value_type>(m.data(), m.data() + m.extent(0));
+}
+
+std::vector<float> round_trip(const WireCodec& c, const std::vector<float>& x, std::int64_t prefix = -1) {
+  const auto n = std::int64_t(x.size());
+  View1<std::int32_t> w("w", std::size_t(c.words(n)));
+  c.encode(device(x), w);
+  View1<float> y("y", std::size_t(prefix < 0 ? n : prefix));
+  c.decode(w, n, y);
+  return host(y);
+}
+
+}  // namespace
+
+TEST(WireCodec, PayloadWords) {
+  EXPECT_EQ(WireCodec(WireFormat::F32).words(1000), 1000);
+  EXPECT_EQ(WireCodec(WireFormat::BF16).words(1001), 501);
+  // 4 scales for 1000 values in blocks of 256, then 250 words of bytes.
+  EXPECT_EQ(WireCodec(WireFormat::Int8, 256).words(1000), 4 + 250);
+  EXPECT_EQ(WireCodec(WireFormat::Int8, 256).words(1), 2);
+}
+
+TEST(WireCodec, Bf16RoundTripWithinHalfAnUlp) {
+  const auto x = sample(1001);  // odd: the last word holds one value
+  const auto y = round_trip(WireCodec(WireFormat::BF16), x);
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::abs(y[i] - x[i]), std::abs(x[i]) * 0x1p-8) << i;
+}
+
+TEST(WireCodec, Int8RoundTripWithinHalfTheBlockScale) {
+  for (const std::int64_t Q : {256, 100, 3}) {
+    const WireCodec c(WireFormat::Int8, Q);
+    const auto x = sample(1000);
+    const auto y = round_trip(c, x);
+    for (std::size_t b = 0; b * std::size_t(Q) < x.size(); ++b) {
+      const std::size_t lo = b * std::size_t(Q), hi = std::min(x.size(), lo + std::size_t(Q));
+      float m = 0;
+      for (std::size_t i = lo; i < hi; ++i) m = std::max(m, std::abs(x[i]));
+      const float s = m / 127.0f;
+      for (std::size_t i = lo; i < hi; ++i) {
+        EXPECT_LE(std::abs(y[i] - x[i]), 0.5f * s * (1 + 1e-6f)) << "Q " << Q << " i " << i;
+        if (x[i] == 0.0f) EXPECT_EQ(y[i], 0.0f);
+      }
+    }
+  }
+}
+
+TEST(WireCodec, PrefixDecodesAndAccumulates) {
+  for (const auto f : {WireFormat::F32, WireFormat::BF16, WireFormat::Int8}) {
+    const WireCodec c(f, 64);
+    const auto x = sample(300);
+    const auto whole = round_trip(c, x);
+    const auto prefix = round_trip(c, x, 77);
+    for (std::size_t i = 0; i < prefix.size(); ++i) EXPECT_EQ(prefix[i], whole[i]);
+    // add_into: twice the decoded values, exactly.
+    View1<std::int32_t> w("w", std::size_t(c.words(300)));
+    c.encode(device(x), w);
+    View1<float> y("y", 300), d("d", 300);
+    c.decode(w, 300, y);
+    c.decode(w, 300, d);
+    exa::kernels::add_into(y, d);
+    const auto twice = host(y);
+    for (std::size_t i = 0; i < twice.size(); ++i) EXPECT_EQ(twice[i], 2 * whole[i]);
+  }
+}
+
+TEST(WireCodec, SameInputSameWords) {
+  for (const auto f : {WireFormat::BF16, WireFormat::Int8}) {
+    const WireCodec c(f, 256);
+    const auto x = sample(777);  // int8: a last word with unused bytes
+    View1<std::int32_t> a("a", std::size_t(c.words(777))), b("b", std::size_t(c.words(777)));
+    Kokkos::deep_copy(b, -1);
+    c.encode(device(x), a);
+    c.encode(device(x), b);
+    EXPECT_EQ(host(a), host(b));
+  }
+}
+
+TEST(WireCodec, NamesAreTheDecksValues) {
+  EXPECT_EQ(exa::kernels::wire_format_from_name("int8"), WireFormat::Int8);
+  EXPECT_STREQ(exa::kernels::wire_format_name(WireFormat::BF16), "bf16");
+  EXPECT_THROW(exa::kernels::wire_format_from_name("fp8"), exa::Error);
+}
