@@ -42,7 +42,7 @@ void WireCodec::encode(const View1<const float>& x, const View1<std::int32_t>& o
       break;
     case WireFormat::BF16:
       Kokkos::parallel_for(
-          "exa::wire_encode_bf16", Exec(0, ceil_div(n, 2)), KOKKOS_LAMBDA(const std::int64_t w) {
+          "exa::wire_encode_bf16", Exec(0, (n + 1) / 2), KOKKOS_LAMBDA(const std::int64_t w) {
             const std::uint32_t lo = to_bf16(x(2 * w)).bits;
             const std::uint32_t hi = 2 * w + 1 < n ? to_bf16(x(2 * w + 1)).bits : 0u;
             out(w) = static_cast<std::int32_t>(lo | (hi << 16));
@@ -71,10 +71,11 @@ void WireCodec::encode(const View1<const float>& x, const View1<std::int32_t>& o
           });
       // The last word's unused bytes are zero, so equal inputs give equal words.
       if (n % 4 != 0) {
+        const std::int64_t end = ceil_div(n, 4) * 4;
         Kokkos::parallel_for(
             "exa::wire_encode_int8_tail", Exec(0, 1), KOKKOS_LAMBDA(const std::int64_t) {
               auto* q = reinterpret_cast<std::int8_t*>(out.data() + nq);
-              for (std::int64_t i = n; i < ceil_div(n, 4) * 4; ++i) q[i] = 0;
+              for (std::int64_t i = n; i < end; ++i) q[i] = 0;
             });
       }
       break;
