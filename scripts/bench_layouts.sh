@@ -18,6 +18,7 @@
 #                       forward allgather)
 #       tp_no_overlap   tp = NP, comm.overlap = false
 #       cp, cp_a2a      cp = NP, parallel.cp_mode ring (cp) or a2a (Ulysses)
+#       dp_bf16, dp_int8  dp = NP with comm.compression = bf16 or int8
 #       pp, pp_1f1b     pp = NP, 1f1b; pp_gpipe, pp_zb; pp_interleaved
 #                       (virtual_stages = 2: n_layers divisible by 2 NP)
 #     --compare MODE  a named list (what the earlier per-strategy scripts ran):
@@ -25,6 +26,8 @@
 #       tp        one,dp,tp,tp_no_overlap      (was bench_tp.sh)
 #       cp        one,dp,cp,cp_a2a             (was bench_context.sh)
 #       pp        dp,pp                        (was bench_pipeline.sh vs-dp)
+#       compression  dp,dp_bf16,dp_int8: the bytes ledger's wire bytes,
+#                 the codec's time and a modeled link time per mode
 #       bubbles   pp_gpipe,pp_1f1b,pp_zb,pp_interleaved on a pipeline
 #                 shrink of DECK (d_model 64, 4 layers, T = 32, micro_batch
 #                 2; pp_interleaved on 2 NP one-layer chunks)
@@ -81,6 +84,7 @@ bench_defaults() {
     cp) list=one,dp,cp,cp_a2a ;;
     pp) list=dp,pp ;;
     bubbles) list=pp_gpipe,pp_1f1b,pp_zb,pp_interleaved ;;
+    compression) list=dp,dp_bf16,dp_int8 ;;
   esac
   [ "$list" = "$opt_compare" ] || mode=$opt_compare
   IFS=, read -ra configs <<<"$list"
@@ -93,6 +97,7 @@ bench_defaults() {
       tp|tp_no_overlap) s=tp ;;
       cp|cp_a2a) s='cp' ;;
       pp|pp_1f1b|pp_gpipe|pp_zb|pp_interleaved) s=pp ;;
+      dp_bf16|dp_int8) s=compress ;;
       *) bench_die "--compare: unknown configuration '$c' (see the header of $0)" ;;
     esac
     case "$seen" in *",$c,"*) bench_die "--compare: $c twice" ;; esac
@@ -139,6 +144,7 @@ for cfg in "${configs[@]}"; do
     dp) own=("${pure[@]}" --set parallel.dp="$NP")
         case "$strategy" in cp) own+=(--set train.grad_accum=1) ;; pp) own+=(--set train.grad_accum=$((m / NP))) ;; esac ;;
     ep) own=(--set parallel.ep="$NP") ;;
+    dp_bf16|dp_int8) own=("${pure[@]}" --set parallel.dp="$NP" --set comm.compression="${cfg#dp_}") ;;
     tp) own=(--set parallel.tp="$NP" --set comm.overlap=true) ;;
     tp_no_overlap) own=(--set parallel.tp="$NP" --set comm.overlap=false) ;;
     cp|cp_a2a) mode_cp=ring
@@ -162,6 +168,7 @@ case "$strategy" in
   ep) summary+=(--share all_to_all --moe) ;;
   tp) summary+=(--share tp) ;;
   cp) summary+=(--share context) ;;
+  compress) summary+=(--traffic) ;;
 esac
 if [[ ",$list," == *,tp,* && ",$list," == *,tp_no_overlap,* ]]; then summary+=(--gain 'tp_no_overlap,tp'); fi
 echo "load average $load_before -> $load_after on $cores cores (a shared machine: indicative only)"

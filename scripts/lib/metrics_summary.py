@@ -3,7 +3,7 @@
 shared reader: scripts/bench_layouts.sh, scripts/bench_overlap.sh,
 scripts/bench_async_ckpt.sh).
 
-  metrics_summary.py --event E --warmup N [--share S]... [--moe] [--weak BASE]
+  metrics_summary.py --event E --warmup N [--share S]... [--moe] [--traffic] [--weak BASE]
                      [--gain OFF,ON] [--meta KEY=VALUE]... NAME=RUN_DIR...
 
 Each NAME=RUN_DIR is one configuration and the run directory holding its
@@ -29,6 +29,12 @@ configuration, medians over the measured steps unless said otherwise:
   state_mib          params + grads + optim + buffers, MiB per rank
   loss_last          the last measured step's loss
   moe_last           with --moe: the last measured step's "moe" record
+  dp_grads_*_bytes   with --traffic: the bytes ledger's data-parallel
+                     gradient bytes per step on rank 0, logical (fp32) and
+                     wire; wire_fraction = wire / logical; compress_s
+                     (time.compress: the codec's kernels, part of
+                     comm_exposed); modeled_dp_comm_s: the wire bytes at 100
+                     and 25 Gb/s, a model, not a measurement
   pipeline           when the records carry one (parallel.pp > 1): the
                      schedule, stages, virtual_stages, micro_batches,
                      bubble (mean over the stages, median over the steps),
@@ -108,6 +114,18 @@ def summary(runs, args):
     }
     for s in args.share:
         out[f"{s}_s"] = med(SHARES[s](r) for r in recs)
+    if args.traffic:
+        # The bytes ledger (this rank's, per step) and the codec's time.
+        dp = [r["comm"]["dp_grads"] for r in recs]
+        wire = med(x["wire_bytes"] for x in dp)
+        logical = med(x["logical_bytes"] for x in dp)
+        out["dp_grads_logical_bytes"] = logical
+        out["dp_grads_wire_bytes"] = wire
+        out["wire_fraction"] = wire / logical if logical > 0 else None
+        out["compress_s"] = med(r["time"]["compress"] for r in recs)
+        # A model, not a measurement: shared memory here is faster than any
+        # network, so the wire bytes are also priced at link bandwidths.
+        out["modeled_dp_comm_s"] = {f"{g}Gbps": wire * 8 / (g * 1e9) for g in (100, 25)}
     out["memory"] = m
     out["state_mib"] = (m["params"] + m["grads"] + m["optim"] + m["buffers"]) / 2**20
     out["loss_last"] = last["loss"]
@@ -159,6 +177,7 @@ def main():
     ap.add_argument("--warmup", type=int, required=True)
     ap.add_argument("--share", action="append", default=[], choices=sorted(SHARES))
     ap.add_argument("--moe", action="store_true")
+    ap.add_argument("--traffic", action="store_true")
     ap.add_argument("--weak")
     ap.add_argument("--gain")
     ap.add_argument("--meta", action="append", default=[])

@@ -23,6 +23,10 @@ const char* TrafficLedger::name(Traffic t) {
   switch (t) {
     case Traffic::DpGrads: return "dp_grads";
     case Traffic::ZeroWeights: return "zero_weights";
+    case Traffic::ExpertA2a: return "expert_a2a";
+    case Traffic::Tp: return "tp";
+    case Traffic::PpP2p: return "pp_p2p";
+    case Traffic::Cp: return "cp";
   }
   return "?";
 }

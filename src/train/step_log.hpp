@@ -19,7 +19,8 @@ struct StepLog {
   double t_compute = 0, t_comm = 0, t_io = 0, t_eval = 0;  // seconds per step, averaged over the interval
   double t_a2a = 0;  // of t_comm: the expert all-to-all (counts and rows; blocking, so all exposed)
   double t_tp = 0;   // of t_comm: the tensor-parallel collectives (comm/tp_*) left exposed
-  double t_context = 0;  // of t_comm: context parallelism's exposed ring / all-to-all attention waits
+  double t_context = 0;
+  double t_compress = 0;  // gradient compression: encoding and decoding (inside t_comm)  // of t_comm: context parallelism's exposed ring / all-to-all attention waits
   double mem_params = 0, mem_grads = 0, mem_optim = 0;     // bytes on this rank (own accounting)
   double mem_buffers = 0;             // ZeRO-2/3 unit buffers (gathered parameters, unit gradients)
   double mem_experts = 0;             // the routed experts' share of params + grads + optim

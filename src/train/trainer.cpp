@@ -303,6 +303,7 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   s.t_a2a = iv.phase("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
   s.t_tp = iv.phase("comm/tp_") * k;           // tensor parallelism's (activations and replicated gradients)
   s.t_context = iv.phase("comm/context/") * k;  // ring / all-to-all attention waits
+  s.t_compress = iv.phase("compress/") * k;     // comm.compression's kernels (run inside the comm waits)
   s.t_io = iv.phase("io/") * k;
   s.t_eval = iv.phase("eval") * k;
   s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/traffic_ledger.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "kernels/attention.hpp"
@@ -94,6 +95,7 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
     std::vector<int> counts(P, int(n)), displs(P);
     for (int j = 0; j < P; ++j) displs[j] = int(j * n);
     ScopedRegion region("comm/context/a2a");
+    comm::TrafficLedger::sent(comm::Traffic::Cp, double(P - 1) * double(n) * sizeof(typename Buf::value_type));
     comm_->alltoallv(send, counts, displs, recv, counts, displs);
   }
 

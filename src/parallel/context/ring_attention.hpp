@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/traffic_ledger.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "kernels/attention.hpp"
@@ -147,6 +148,7 @@ class RingAttention final : public ZigzagAttention<T, D> {
         if (s > 0) ops::add(mine, in, nkv);
         std::swap(mine, sent);
         Kokkos::fence();  // the sum is complete before MPI reads it
+        comm::TrafficLedger::sent(comm::Traffic::Cp, double(nkv) * sizeof(T));
         dkv_sent = comm_->isend(flat(sent, nkv), next(), kTagDkv);
       }
       wait(x);
@@ -246,6 +248,7 @@ class RingAttention final : public ZigzagAttention<T, D> {
     const index_t n = kv_elems(b.shape);
     Exchange x;
     x.recv = comm_->irecv(flat(b.kv[(s + 1) % 2].data(), n), prev(), kTagKv);
+    comm::TrafficLedger::sent(comm::Traffic::Cp, double(n) * sizeof(T));
     x.send = comm_->isend(flat(b.kv[s % 2].data(), n), next(), kTagKv);
     return x;
   }

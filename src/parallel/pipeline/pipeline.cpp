@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "comm/traffic_ledger.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "kernels/global_norm.hpp"
@@ -115,7 +116,10 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         }
         Ctx& ctx = s.model.forward(s.weights, in);
         if (s.forwarded) s.forwarded(j, ctx);
-        if (has_next(c)) act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * slot(next_chunk(c), j));
+        if (has_next(c)) {
+          comm::TrafficLedger::sent(comm::Traffic::PpP2p, double(ctx.out.size()) * sizeof(float));
+          act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * slot(next_chunk(c), j));
+        }
         st.peak_live = std::max(st.peak_live, s.model.live_contexts());
         st.peak_activation_bytes = std::max(st.peak_activation_bytes, s.model.activation_bytes());
         return ctx;
@@ -143,8 +147,10 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
               std::max(st.peak_activation_bytes, s.model.activation_bytes() + deferred_->bytes());
           while (deferred_->pending() > std::size_t(stages_ - stage_)) deferred_->run_oldest();
         }
-        if (has_prev(c))
+        if (has_prev(c)) {
+          comm::TrafficLedger::sent(comm::Traffic::PpP2p, double(grad_out_[k].size()) * sizeof(float));
           grad_send_[k] = p2p_->isend(flat(grad_out_[k]), prev_rank(), 2 * slot(prev_chunk(c), j) + 1);
+        }
       });
   for (auto& r : grad_send_) wait(r, st.wait_s);
   if (deferred_) deferred_->run_all();
@@ -170,6 +176,7 @@ void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void
       if (!has_next(c)) {
         done(j, ctx);
       } else {
+        comm::TrafficLedger::sent(comm::Traffic::PpP2p, double(ctx.out.size()) * sizeof(float));
         act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * (next_chunk(c) * n_micro + j));
         wait(act_send_[k], waited);
       }
