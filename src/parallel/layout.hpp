@@ -21,6 +21,7 @@
 #include "model/model_config.hpp"
 #include "model/stage_plan.hpp"
 #include "parallel/context/context_parallel.hpp"
+#include "kernels/wire_codec.hpp"
 #include "parallel/data/data_parallel_options.hpp"
 #include "parallel/pipeline/deferred_weights.hpp"
 #include "parallel/pipeline/pipeline_options.hpp"
@@ -37,6 +38,7 @@ namespace exa::parallel {
 struct ExpertOptions {
   comm::Backend backend = comm::Backend::Mpi;
   bool hierarchical = false;
+  kernels::WireCodec compression;  // comm.a2a_compression: the token rows' wire format
 };
 
 // Tensor parallelism: `overlap` (comm.overlap) runs the column-parallel

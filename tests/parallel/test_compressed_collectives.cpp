@@ -5,7 +5,9 @@
 //   - the compressed allreduce leaves the same values on every rank: the
 //     decoded encoding of that reduce-scatter's sums;
 //   - the bytes ledger counts the cut (wire over logical: 1/2 for bf16,
-//     (1 + 4/Q)/4 for int8 in blocks of Q).
+//     (1 + 4/Q)/4 for int8 in blocks of Q);
+//   - the compressed parameter allgather (comm.weight_compression) gives
+//     every rank every part decoded, its own too.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -125,6 +127,27 @@ TEST_P(Compressed, AllreduceLeavesTheSameValuesEverywhere) {
     EXPECT_DOUBLE_EQ(wire, 2.0 * (P - 1) * double(codec.words(B)) * 4);
     EXPECT_LE(wire / logical, GetParam() == WireFormat::BF16 ? 0.51 : 0.27);
   }
+}
+
+TEST_P(Compressed, WeightAllgatherDecodesEveryPartAlike) {
+  const int P = size_of(), me = rank_of();
+  const WireCodec codec(GetParam(), 64);
+  const comm::ProcessGrid grid(comm::GridSizes{}, MPI_COMM_WORLD);
+  parallel::data::DataGroup g(grid, false, 2, comm::Backend::Mpi, comm::Group::Data, {}, codec);
+  const std::int64_t B = 130;
+  View1<float> recv("recv", std::size_t(P * B));
+  const auto before = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::ZeroWeights)];
+  auto r = g.iallgather(device(grads(me, B)), recv, 1);
+  parallel::data::DataGroup::wait(r);
+  const auto got = host(recv);
+  for (int q = 0; q < P; ++q) {
+    // One rank alone sends nothing: its part stays exact.
+    const auto want = P == 1 ? grads(q, B) : through(codec, grads(q, B));
+    for (std::int64_t i = 0; i < B; ++i)
+      EXPECT_EQ(got[std::size_t(q * B + i)], want[std::size_t(i)]) << "part " << q << " element " << i;
+  }
+  const auto after = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::ZeroWeights)];
+  if (P > 1) EXPECT_DOUBLE_EQ(after.wire - before.wire, double(P - 1) * double(codec.words(B)) * 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, Compressed, ::testing::Values(WireFormat::BF16, WireFormat::Int8),

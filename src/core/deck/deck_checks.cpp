@@ -356,11 +356,20 @@ void check_combinations(const Config& c) {
                      "pipeline.schedule = \"1f1b\"",
                      tp));
   }
-  // Compressed gradient collectives are built on the flat collectives only.
-  if (const auto comp = c.get_string("comm.compression"); comp != "none" && c.get_bool("parallel.hierarchical")) {
-    fail(c, {"comm.compression", "parallel.hierarchical"},
-         fmt::format("comm.compression = \"{}\" with parallel.hierarchical = true is not built yet (compression "
-                     "runs on the flat collectives); set parallel.hierarchical = false or comm.compression = \"none\"",
+  // Compressed collectives are built on the flat collectives only.
+  for (const char* key : {"comm.compression", "comm.weight_compression"}) {
+    if (const auto comp = c.get_string(key); comp != "none" && c.get_bool("parallel.hierarchical")) {
+      fail(c, {key, "parallel.hierarchical"},
+           fmt::format("{} = \"{}\" with parallel.hierarchical = true is not built yet (compression runs on the "
+                       "flat collectives); set parallel.hierarchical = false or {} = \"none\"",
+                       key, comp, key));
+    }
+  }
+  if (const auto comp = c.get_string("comm.a2a_compression"); comp != "none" && c.get_bool("comm.hierarchical_a2a")) {
+    fail(c, {"comm.a2a_compression", "comm.hierarchical_a2a"},
+         fmt::format("comm.a2a_compression = \"{}\" with comm.hierarchical_a2a = true is not built yet (compression "
+                     "runs on the flat all-to-all); set comm.hierarchical_a2a = false or comm.a2a_compression = "
+                     "\"none\"",
                      comp));
   }
   // Tier 1 is written synchronously; it must not overlap a background write.

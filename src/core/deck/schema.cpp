@@ -127,7 +127,9 @@ std::vector<KeySpec> build() {
       F("comm", "bucket_mb", 25.0, 0, 4096, O::lo, "gradient all-reduce bucket size in MiB"),
       B("comm", "overlap", true, "overlap gradient communication with the backward pass"),
       NotBuilt(S("comm", "compression", "none", {"none", "bf16", "int8", "topk"}, "wire format of the data-parallel gradient collectives (allreduce and reduce-scatter; fp32 sums): none; bf16 (half the bytes); int8 (block-quantized, one fp32 scale per comm.quant_block values, about a quarter); topk (sparsified with error feedback)"), {"topk"}),
-      I("comm", "quant_block", 256, 1, 1 << 20, "values per fp32 scale in comm.compression = \"int8\" payloads"),
+      S("comm", "weight_compression", "none", {"none", "bf16", "int8"}, "wire format of the ZeRO parameter allgathers (zero 3 before use, zero 1/2 after the step; ZeRO++ qwZ): the working copies are the decoded values, the fp32 masters are never quantized"),
+      S("comm", "a2a_compression", "none", {"none", "bf16", "int8"}, "wire format of the expert all-to-all's token rows (dispatch, combine and their backward; the flat all-to-all only)"),
+      I("comm", "quant_block", 256, 1, 1 << 20, "values per fp32 scale in int8 payloads (comm.compression, comm.weight_compression)"),
       S("comm", "backend", "mpi", {"mpi", "nccl"}, "data-parallel collectives: mpi, or nccl (CUDA builds with NCCL; device buffers, no host staging)"),
       B("comm", "hierarchical_a2a", false, "expert all-to-all in two stages: node-local gather/scatter around one inter-node message per node pair"),
 

@@ -11,13 +11,14 @@
 namespace exa::parallel::data {
 
 DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend,
-                     comm::Group over, kernels::WireCodec codec)
+                     comm::Group over, kernels::WireCodec codec, kernels::WireCodec weight_codec)
     : size_(grid.size(over)),
       rank_(grid.rank(over)),
       block_index_(rank_),
       channels_(channels),
       scalar_(comm::make_mpi_communicator(grid.comm(over))),
-      codec_(codec) {
+      codec_(codec),
+      weight_codec_(weight_codec) {
   EXA_ASSERT(channels >= 1);
   EXA_ASSERT(over == comm::Group::Data || (over == comm::Group::ExpertData && !hierarchical));
   if (backend == comm::Backend::Nccl) {
@@ -31,10 +32,10 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
     for (int c = 0; c < channels; ++c) hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, backend));
     block_index_ = static_cast<int>(comm::hierarchical_block_index(*hier_[0].local, *hier_[0].inter));
   }
-  if (compressed() && size_ > 1) {
-    EXA_REQUIRE(!hierarchical, "comm.compression = \"{}\" with parallel.hierarchical = true is not built yet; set "
-                "parallel.hierarchical = false or comm.compression = \"none\"",
-                kernels::wire_format_name(codec_.format()));
+  if ((compressed() || weights_compressed()) && size_ > 1) {
+    EXA_REQUIRE(!hierarchical, "comm.compression = \"{}\" or comm.weight_compression = \"{}\" with "
+                "parallel.hierarchical = true is not built yet; set parallel.hierarchical = false or both to \"none\"",
+                kernels::wire_format_name(codec_.format()), kernels::wire_format_name(weight_codec_.format()));
     for (int c = 0; c < channels; ++c)
       chan_.push_back(backend == comm::Backend::Nccl ? comm::make_nccl_communicator(grid.comm(over))
                                                      : comm::make_mpi_communicator(grid.comm(over)));
@@ -91,6 +92,23 @@ comm::Request DataGroup::compressed_reduce_scatter(const View1<float>& send, con
       codec_.decode(part(pk.recv, j * W, W), B, d);
       kernels::add_into(recv, d);
     }
+    Kokkos::fence();
+  });
+  return r;
+}
+
+comm::Request DataGroup::compressed_allgather(const View1<float>& send, const View1<float>& recv, int c) {
+  const std::int64_t B = std::int64_t(send.extent(0)), W = weight_codec_.words(B), P = size_;
+  auto& pk = packed(c, P * W, 0, 0);
+  {
+    ScopedRegion region("compress/encode");
+    weight_codec_.encode(send, part(pk.send, 0, W));
+    Kokkos::fence();
+  }
+  auto r = chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
+  r.then([this, &pk, recv, B, W, P] {
+    ScopedRegion region("compress/decode");
+    for (std::int64_t j = 0; j < P; ++j) weight_codec_.decode(part(pk.recv, j * W, W), B, part(recv, j * B, B));
     Kokkos::fence();
   });
   return r;
@@ -172,7 +190,12 @@ comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>
   EXA_ASSERT(recv.extent(0) == send.extent(0) * std::size_t(size_));
   Kokkos::fence();
   ScopedRegion region("comm/launch");
-  const double bytes = ring_block_bytes(size_, std::int64_t(send.extent(0)), 4);
+  const std::int64_t B = std::int64_t(send.extent(0));
+  const double bytes = ring_block_bytes(size_, B, 4);
+  if (weights_compressed() && size_ > 1) {
+    comm::TrafficLedger::add(comm::Traffic::ZeroWeights, bytes, ring_block_bytes(size_, weight_codec_.words(B), 4));
+    return compressed_allgather(send, recv, c);
+  }
   comm::TrafficLedger::add(comm::Traffic::ZeroWeights, bytes, bytes);
   if (hierarchical()) return comm::ihierarchical_allgather(*channel(c).local, *channel(c).inter, send, recv);
   return bulk_->iallgather(send, recv);

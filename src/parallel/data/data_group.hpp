@@ -33,8 +33,14 @@
 // allreduce is that reduce-scatter followed by an allgather of the encoded
 // sums, which every rank decodes alike (all ranks end with the same
 // values). Each channel then has a communicator of its own, since the
-// second stage is posted when the first is found complete. Parameter
-// allgathers stay fp32. Every collective is counted in comm::TrafficLedger.
+// second stage is posted when the first is found complete.
+//
+// Weight compression (comm.weight_compression = bf16 | int8, ZeRO++'s
+// qwZ): the parameter allgathers (ZeRO 3 before use, ZeRO 1/2 after the
+// step) send each rank's part encoded, and every rank decodes every part,
+// its own too, so the working copies are equal everywhere; the fp32 master
+// parts are never quantized. Every collective is counted in
+// comm::TrafficLedger.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -57,17 +63,19 @@ class DataGroup {
   // without NCCL or without a visible GPU.
   // `over`: Group::Data, or Group::ExpertData for the expert tensors under
   // expert parallelism (flat collectives only: `hierarchical` must be false).
-  // `codec`: the gradient collectives' wire format (F32: uncompressed);
-  // compression needs flat collectives (`hierarchical` false).
+  // `codec`: the gradient collectives' wire format, `weight_codec` the
+  // parameter allgathers' (F32: uncompressed); compression needs flat
+  // collectives (`hierarchical` false).
   DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1,
             comm::Backend backend = comm::Backend::Mpi, comm::Group over = comm::Group::Data,
-            kernels::WireCodec codec = {});
+            kernels::WireCodec codec = {}, kernels::WireCodec weight_codec = {});
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   int block_index() const { return block_index_; }
   bool hierarchical() const { return !hier_.empty(); }
   bool compressed() const { return codec_.format() != kernels::WireFormat::F32; }
+  bool weights_compressed() const { return weight_codec_.format() != kernels::WireFormat::F32; }
   int channels() const { return channels_; }
   const char* backend() const { return bulk_->backend(); }
   // "flat allreduce over 4 ranks" / "hierarchical: 2 node-local x 2 inter-node".
@@ -103,12 +111,13 @@ class DataGroup {
   // channel c; on completion recv [block] = the decoded sum in rank order.
   comm::Request compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c);
   comm::Request compressed_allreduce(const View1<float>& v, int c);
+  comm::Request compressed_allgather(const View1<float>& send, const View1<float>& recv, int c);
 
   int size_ = 1, rank_ = 0, block_index_ = 0, channels_ = 1;
   std::unique_ptr<comm::Communicator> scalar_;  // MPI, host scalars
   std::unique_ptr<comm::Communicator> bulk_;    // flat collectives of the buffers (MPI or NCCL)
   std::vector<comm::HierarchicalComms> hier_;   // one per channel
-  kernels::WireCodec codec_;
+  kernels::WireCodec codec_, weight_codec_;
   std::vector<std::unique_ptr<comm::Communicator>> chan_;  // compression: one per channel
   std::vector<Packed> packed_;                             // compression: one per channel
 };

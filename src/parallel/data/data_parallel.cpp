@@ -35,6 +35,8 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
   o.compression = kernels::WireCodec(kernels::wire_format_from_name(cfg.get_string("comm.compression")),
                                      cfg.get_int("comm.quant_block"));
+  o.weight_compression = kernels::WireCodec(
+      kernels::wire_format_from_name(cfg.get_string("comm.weight_compression")), cfg.get_int("comm.quant_block"));
   return o;
 }
 
@@ -53,7 +55,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
   for (int k = 0; k < (experts_apart ? 2 : 1); ++k) {
     const auto over = k == 0 ? comm::Group::Data : comm::Group::ExpertData;
     const bool hier = k == 0 && opt.hierarchical;
-    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression);
+    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression, opt.weight_compression);
     std::vector<model::Box> boxes;
     for (const auto& s : by_group[k]) boxes.push_back(model::local_box(s, plan, mcfg));
     ShardLayout layout(by_group[k], boxes, mcfg.n_layers, opt.zero > 0 ? group.size() : 1,

@@ -15,10 +15,11 @@ struct DataParallelOptions {
   bool overlap = true;
   double bucket_bytes = 25.0 * 1024 * 1024;
   comm::Backend backend = comm::Backend::Mpi;
-  // The gradient collectives' wire format (F32: uncompressed).
-  kernels::WireCodec compression;
+  // The gradient collectives' and the parameter allgathers' wire formats
+  // (F32: uncompressed).
+  kernels::WireCodec compression, weight_compression;
   // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
-  // comm.compression, comm.quant_block.
+  // comm.compression, comm.weight_compression, comm.quant_block.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
 

@@ -20,11 +20,14 @@
 // routing cannot leave a rank out of a collective.
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/hierarchical.hpp"
 #include "comm/hierarchical_alltoallv.hpp"
+#include "comm/traffic_ledger.hpp"
+#include "kernels/wire_codec.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "kernels/gemm.hpp"
@@ -64,6 +67,18 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
                 "AllToAllDispatcher: {} experts over {} expert-parallel ranks (the rows' group has {})", n_experts,
                 P, rows_->size());
     local_experts_ = n_experts / P;
+  }
+
+  // comm.a2a_compression: the token rows (dispatch, combine and their
+  // backward) travel encoded (kernels/wire_codec.hpp), each destination's
+  // rows as one payload, the rank's own too, so that every row sees the
+  // same rounding wherever its expert sits. Float rows on the default
+  // device only, and not with the hierarchical all-to-all.
+  void set_wire_codec(kernels::WireCodec codec) {
+    EXA_REQUIRE(codec.format() == kernels::WireFormat::F32 || (!hier_ && kFloatRows),
+                "comm.a2a_compression = \"{}\" needs the flat expert all-to-all (comm.hierarchical_a2a = false)",
+                kernels::wire_format_name(codec.format()));
+    codec_ = codec;
   }
 
   int ranks() const { return counts_->size(); }
@@ -231,6 +246,13 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     using Flat = Kokkos::View<T*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     const Flat a(from.data(), from.extent(0) * from.extent(1)), b(to.data(), to.extent(0) * to.extent(1));
     Kokkos::fence();  // the rows are written by kernels the host does not wait for otherwise
+    if constexpr (kFloatRows) {
+      if (codec_.format() != kernels::WireFormat::F32) return send_encoded(a, out, b, in, d);
+    }
+    std::int64_t leaving = 0;
+    for (int r = 0; r < int(out.size()); ++r)
+      if (r != rows_->rank()) leaving += out[std::size_t(r)];
+    comm::TrafficLedger::sent(comm::Traffic::ExpertA2a, double(leaving) * double(d) * sizeof(T));
     if (hier_) {
       comm::hierarchical_alltoallv(*hier_, a, o.counts, o.displs, b, i.counts, i.displs);
     } else {
@@ -238,6 +260,58 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     }
   }
 
+  static constexpr bool kFloatRows = std::is_same_v<T, float> && std::is_same_v<D, Device>;
+
+  // send() with comm.a2a_compression: each destination's rows one encoded
+  // payload, whose size the receiver knows from the row counts.
+  template <class Flat>
+  void send_encoded(const Flat& a, const std::vector<int>& out, const Flat& b, const std::vector<int>& in,
+                    std::int64_t d) {
+    const int P = ranks(), me = rows_->rank();
+    const auto n_ranks = static_cast<std::size_t>(P);
+    std::vector<int> sc(n_ranks), sd(n_ranks), rc(n_ranks), rd(n_ranks);
+    std::int64_t so = 0, ro = 0;
+    double logical = 0, wire = 0;
+    for (int r = 0; r < P; ++r) {
+      const auto k = std::size_t(r);
+      sc[k] = int(codec_.words(std::int64_t(out[k]) * d));
+      rc[k] = int(codec_.words(std::int64_t(in[k]) * d));
+      sd[k] = int(so);
+      rd[k] = int(ro);
+      so += sc[k];
+      ro += rc[k];
+      if (r != me) logical += double(out[k]) * double(d) * sizeof(float), wire += double(sc[k]) * 4;
+    }
+    comm::TrafficLedger::add(comm::Traffic::ExpertA2a, logical, wire);
+    if (std::int64_t(send_words_.extent(0)) < so) send_words_ = W1("exa::ep::send_words", std::size_t(so));
+    if (std::int64_t(recv_words_.extent(0)) < ro) recv_words_ = W1("exa::ep::recv_words", std::size_t(ro));
+    auto chunk = [](const auto& v, std::int64_t at, std::int64_t n) {
+      return Kokkos::subview(v, std::make_pair(at, at + n));
+    };
+    {
+      ScopedRegion region("compress/encode");
+      std::int64_t row = 0;
+      for (int r = 0; r < P; ++r) {
+        const std::int64_t n = std::int64_t(out[std::size_t(r)]) * d;
+        if (n > 0) codec_.encode(chunk(a, row * d, n), chunk(send_words_, sd[std::size_t(r)], sc[std::size_t(r)]));
+        row += out[std::size_t(r)];
+      }
+      Kokkos::fence();
+    }
+    rows_->alltoallv(chunk(send_words_, 0, so), sc, sd, chunk(recv_words_, 0, ro), rc, rd);
+    ScopedRegion region("compress/decode");
+    std::int64_t row = 0;
+    for (int r = 0; r < P; ++r) {
+      const std::int64_t n = std::int64_t(in[std::size_t(r)]) * d;
+      if (n > 0) codec_.decode(chunk(recv_words_, rd[std::size_t(r)], rc[std::size_t(r)]), n, chunk(b, row * d, n));
+      row += in[std::size_t(r)];
+    }
+    Kokkos::fence();
+  }
+
+  using W1 = Kokkos::View<std::int32_t*, Layout, D>;
+  kernels::WireCodec codec_;
+  W1 send_words_, recv_words_;  // comm.a2a_compression's payloads
   std::shared_ptr<comm::Communicator> counts_, rows_;
   std::shared_ptr<comm::HierarchicalComms> hier_;
   std::shared_ptr<const ExpertPlacement> placement_;

@@ -19,9 +19,11 @@ void use_expert_parallel(model::Seams<float>& seams, const ParallelLayout& layou
   if (opt.hierarchical)
     hier = std::make_shared<comm::HierarchicalComms>(comm::make_hierarchical(layout.grid(), comm::Group::Ep,
                                                                              opt.backend));
-  seams.dispatcher = std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows),
-                                                                 int(cfg.n_experts), std::move(hier),
-                                                                 std::move(placement));
+  auto dispatcher = std::make_shared<AllToAllDispatcher<float>>(std::move(counts), std::move(rows),
+                                                                int(cfg.n_experts), std::move(hier),
+                                                                std::move(placement));
+  dispatcher->set_wire_codec(opt.compression);
+  seams.dispatcher = std::move(dispatcher);
 }
 
 }  // namespace exa::parallel::expert
