@@ -42,6 +42,31 @@ add_library(ExaMoE::xxhash ALIAS ExaMoE_xxhash)
 target_include_directories(ExaMoE_xxhash SYSTEM INTERFACE ${XXHASH_INCLUDE_DIR})
 target_link_libraries(ExaMoE_xxhash INTERFACE ${XXHASH_LIBRARY})
 
+# SentencePiece: the subword tokenizers of examoe-tokenize (Debian:
+# libsentencepiece-dev, which scripts/deps-debian.sh installs; Spack:
+# sentencepiece). AUTO uses it when found and says so when not (the
+# tokenizer functions then throw, naming the package); ON requires it.
+set(EXAMOE_ENABLE_SENTENCEPIECE AUTO CACHE STRING "Subword tokenizers on SentencePiece: AUTO, ON or OFF")
+set(EXAMOE_HAVE_SENTENCEPIECE OFF)
+if(NOT EXAMOE_ENABLE_SENTENCEPIECE STREQUAL "OFF")
+  find_path(SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)
+  find_library(SENTENCEPIECE_LIBRARY NAMES sentencepiece)
+  find_library(SENTENCEPIECE_TRAIN_LIBRARY NAMES sentencepiece_train)
+  if(SENTENCEPIECE_INCLUDE_DIR AND SENTENCEPIECE_LIBRARY AND SENTENCEPIECE_TRAIN_LIBRARY)
+    set(EXAMOE_HAVE_SENTENCEPIECE ON)
+    add_library(ExaMoE_sentencepiece INTERFACE)
+    add_library(ExaMoE::sentencepiece ALIAS ExaMoE_sentencepiece)
+    target_include_directories(ExaMoE_sentencepiece SYSTEM INTERFACE ${SENTENCEPIECE_INCLUDE_DIR})
+    target_link_libraries(ExaMoE_sentencepiece INTERFACE ${SENTENCEPIECE_TRAIN_LIBRARY} ${SENTENCEPIECE_LIBRARY})
+  elseif(EXAMOE_ENABLE_SENTENCEPIECE STREQUAL "ON")
+    message(FATAL_ERROR "SentencePiece not found (Debian: libsentencepiece-dev; Spack: sentencepiece); install it "
+                        "or configure with -DEXAMOE_ENABLE_SENTENCEPIECE=OFF")
+  else()
+    message(STATUS "SentencePiece not found: examoe-tokenize will refuse to train or encode "
+                   "(Debian: libsentencepiece-dev; Spack: sentencepiece)")
+  endif()
+endif()
+
 # CBLAS is only used by the gemm benchmark's baseline, never by the library.
 find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
 find_library(OPENBLAS_LIBRARY NAMES openblas)

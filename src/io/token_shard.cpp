@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "io/little_endian.hpp"
 #include "io/mapped_file.hpp"
 #include "io/token_text.hpp"
 
@@ -14,18 +15,9 @@ namespace exa::io {
 
 namespace {
 
-void put_le(unsigned char* p, std::uint64_t v, int bytes) {
-  for (int b = 0; b < bytes; ++b) p[b] = static_cast<unsigned char>(v >> (8 * b));
-}
-std::uint64_t get_le(const unsigned char* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int b = 0; b < bytes; ++b) v |= static_cast<std::uint64_t>(p[b]) << (8 * b);
-  return v;
-}
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
+using le::FileCloser;
+void put_le(unsigned char* p, std::uint64_t v, int bytes) { le::put(p, v, bytes); }
+std::uint64_t get_le(const unsigned char* p, int bytes) { return le::get(p, bytes); }
 
 }  // namespace
 

@@ -21,6 +21,7 @@ class Examoe(CMakePackage, CudaPackage):
     variant("nccl", default=False, description="NCCL collectives on device buffers (needs +cuda)")
     variant("tests", default=False, description="Build the test suite (ctest)")
     variant("benchmarks", default=False, description="Build the Google Benchmark programs in bench/")
+    variant("sentencepiece", default=False, description="Subword tokenizers in examoe-tokenize (SentencePiece)")
 
     depends_on("cmake@3.20:", type="build")
 
@@ -48,6 +49,7 @@ class Examoe(CMakePackage, CudaPackage):
     depends_on("nccl", when="+nccl")
     depends_on("googletest", when="+tests")
     depends_on("benchmark", when="+benchmarks")
+    depends_on("sentencepiece", when="+sentencepiece")
 
     conflicts("+nccl", when="~cuda", msg="NCCL collectives need the CUDA backend: add +cuda")
     conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a GPU architecture, e.g. cuda_arch=80")
@@ -60,6 +62,7 @@ class Examoe(CMakePackage, CudaPackage):
             self.define("HDF5_ROOT", spec["hdf5"].prefix),
             self.define_from_variant("EXAMOE_ENABLE_TESTS", "tests"),
             self.define_from_variant("EXAMOE_ENABLE_BENCHMARKS", "benchmarks"),
+            self.define("EXAMOE_ENABLE_SENTENCEPIECE", "ON" if spec.satisfies("+sentencepiece") else "OFF"),
             self.define_from_variant("EXAMOE_ENABLE_NCCL", "nccl"),
             # An install compiles every source once: batches of 8 share one
             # parse of the Kokkos headers, about half the CPU time.

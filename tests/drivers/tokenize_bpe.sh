@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# input/bpe.toml end to end, as its header says: examoe-tokenize builds the
+# 4096-token BPE vocabulary of the bundled corpus and encodes it (shard and
+# document index), the deck validates against that shard and trains a few
+# steps on it. A build without SentencePiece exits 77 (skipped, not passed).
+#
+#   tokenize_bpe.sh EXAMOE_TOKENIZE EXAMOE SRC WORK
+set -euo pipefail
+tokenize=$1 examoe=$2 src=$3 work=$4
+rm -rf "$work" && mkdir -p "$work"
+if ! out=$("$tokenize" train --vocab 4096 --out "$work/bpe4k" --encode "$src/data/corpus.txt" 2>"$work/err"); then
+  if grep -q "has no SentencePiece" "$work/err"; then cat "$work/err"; exit 77; fi
+  cat "$work/err" >&2; exit 1
+fi
+echo "$out"
+# The bundled corpus has 11,857 blank-line-separated documents.
+grep -q "in 11857 documents" <<<"$out" || { echo "FAIL: expected 11857 documents" >&2; exit 1; }
+for f in bpe4k.model bpe4k.tok bpe4k.tok.docs; do
+  [ -s "$work/$f" ] || { echo "FAIL: $f was not written" >&2; exit 1; }
+done
+deck=("$src/input/bpe.toml" --set data.path="$work/bpe4k.tok")
+"$examoe" "${deck[@]}" --check --set output.run_dir="$work/run" >"$work/check.log" \
+  || { cat "$work/check.log" >&2; exit 1; }
+"$examoe" "${deck[@]}" --set train.steps=3 --set train.log_every=1 --set train.eval_every=3 \
+  --set model.d_model=32 --set model.n_layers=1 --set checkpoint.every=0 --set output.run_dir="$work/run" \
+  >"$work/train.log" 2>&1 || { cat "$work/train.log" >&2; exit 1; }
+grep -E "step +3/3 \| loss [0-9]" "$work/train.log" || { cat "$work/train.log" >&2; exit 1; }
+echo "bpe.toml: tokenized, checked and trained 3 steps"
