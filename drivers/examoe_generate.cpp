@@ -3,8 +3,8 @@
 //   examoe-generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //   mpiexec -n P examoe-generate --pp P --checkpoint DIR ...   # each rank holds 1/P of the layers
 //
-// Prints the prompt followed by the continuation (byte-level tokens) on
-// rank 0's stdout. The sampling lives in src/inference/generate.cpp.
+// Prints the prompt followed by the continuation on rank 0's stdout: bytes,
+// or subwords through --tokenizer MODEL (examoe-tokenize's model). The sampling lives in src/inference/generate.cpp.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -21,13 +21,16 @@ int main(int argc, char** argv) {
   exa::MpiEnvironment mpi(argc, argv);
   exa::KokkosRuntime kokkos(argc, argv);
   CLI::App app{
-      "examoe-generate: sample text from an ExaMoE checkpoint (byte-level tokens).\n"
+      "examoe-generate: sample text from an ExaMoE checkpoint (bytes, or subwords with --tokenizer).\n"
       "  examoe-generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] "
       "[--seed S] [--pp P]"};
   exa::inference::GenerateOptions opt;
   std::uint64_t seed = 0;
   app.add_option("--checkpoint", opt.checkpoint, "run directory, its ckpt/ directory or a step_<N> directory");
   app.add_option("--prompt", opt.prompt, "text to continue");
+  app.add_option("--tokenizer", opt.tokenizer,
+                 "the SentencePiece model a subword model was trained with (examoe-tokenize); default: bytes")
+      ->check(CLI::ExistingFile);
   app.add_option("--max-new-tokens", opt.max_new_tokens, "tokens (bytes) to sample")
       ->capture_default_str()
       ->check(exa::driver::at_least(0));

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "core/error.hpp"
 #include "core/philox.hpp"
 #include "core/profiling.hpp"
 #include "io/token_text.hpp"
+#include "io/tokenizer.hpp"
 #include "inference/checkpoint_model.hpp"
 #include "inference/pipeline_ranks.hpp"
 
@@ -69,14 +71,30 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
   const bool first = ranks.first(), last = ranks.last();
   CheckpointModel m(opt.checkpoint, comm, /*dropless=*/true, ranks.stage(), ranks.stages());
   const auto& mc = m.model_config();
-  EXA_REQUIRE(mc.vocab_size == io::kByteVocab,
-              "checkpoint {} has model.vocab_size = {}, but examoe-generate works with byte-level tokens "
-              "(vocab_size = {}) only",
-              m.directory(), mc.vocab_size, io::kByteVocab);
+  // Subword models speak through their tokenizer; byte models need none.
+  std::unique_ptr<io::Tokenizer> tok;
+  if (!opt.tokenizer.empty()) {
+    tok = std::make_unique<io::Tokenizer>(opt.tokenizer);
+    EXA_REQUIRE(mc.vocab_size == tok->vocab_size(),
+                "checkpoint {} has model.vocab_size = {}, but the tokenizer {} has {} tokens; pass the tokenizer "
+                "the model was trained with",
+                m.directory(), mc.vocab_size, opt.tokenizer, tok->vocab_size());
+  } else {
+    EXA_REQUIRE(mc.vocab_size == io::kByteVocab,
+                "checkpoint {} has model.vocab_size = {}, not byte-level tokens ({}): pass --tokenizer MODEL, the "
+                "SentencePiece model its shard was encoded with",
+                m.directory(), mc.vocab_size, io::kByteVocab);
+  }
 
   std::vector<std::int32_t> tokens;
   tokens.reserve(opt.prompt.size() + static_cast<std::size_t>(opt.max_new_tokens));
-  for (const unsigned char c : opt.prompt) tokens.push_back(c);
+  if (tok) {
+    for (const auto id : tok->encode(opt.prompt)) tokens.push_back(std::int32_t(id));
+  } else {
+    for (const unsigned char c : opt.prompt) tokens.push_back(c);
+  }
+  EXA_REQUIRE(!tokens.empty(), "the prompt encodes to no tokens; give some text to continue");
+  const std::size_t prompt_tokens = tokens.size();
   const std::int64_t total = static_cast<std::int64_t>(tokens.size()) + opt.max_new_tokens;
   const std::int64_t Tw = std::min<std::int64_t>(mc.seq_len, total);
 
@@ -111,7 +129,20 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
     }
     if (ranks.stages() > 1) MPI_Bcast(&next, 1, MPI_INT32_T, ranks.stages() - 1, ranks.comm());
     tokens.push_back(next);
-    out.push_back(static_cast<char>(static_cast<unsigned char>(next)));
+    if (!tok) out.push_back(static_cast<char>(static_cast<unsigned char>(next)));
+  }
+  if (tok) {
+    // The prompt as given, then what decoding everything adds to decoding
+    // the prompt (a subword carries its leading space, which decoding the
+    // continuation alone would drop).
+    const std::vector<std::uint32_t> all(tokens.begin(), tokens.end());
+    const std::vector<std::uint32_t> head(tokens.begin(), tokens.begin() + std::ptrdiff_t(prompt_tokens));
+    const std::string whole = tok->decode(all), prompt = tok->decode(head);
+    if (whole.compare(0, prompt.size(), prompt) == 0) {
+      out += whole.substr(prompt.size());
+    } else {
+      out = whole;  // the prompt as the tokenizer normalises it
+    }
   }
   return out;
 }

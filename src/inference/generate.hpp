@@ -2,7 +2,9 @@
 // `examoe-generate`: autoregressive sampling from a checkpoint's model.
 //
 // Tokens are bytes (V = 256 models; the prompt's bytes are its tokens and
-// every sampled token is written out as one byte). Each step runs the model
+// every sampled token is written out as one byte), or, with `tokenizer` (a
+// SentencePiece model, io/tokenizer.hpp), its subwords: the prompt is
+// encoded and the continuation decoded. Each step runs the model
 // on the context (the last seq_len tokens of prompt + continuation so far)
 // and samples the next token from the logits of its last position:
 //   temperature 0      greedy (argmax; the lowest token id on ties)
@@ -30,6 +32,7 @@ struct GenerateOptions {
   double temperature = 0.8;
   std::int64_t top_k = 40;
   std::uint64_t seed = 0;
+  std::string tokenizer;  // --tokenizer: the model's SentencePiece model (empty: bytes)
   // Pipeline stages (--pp): each rank loads and runs only its stage's
   // layers, so a model that needs several ranks to train generates on them
   // too. It must divide the ranks; the text is the same as on one rank.

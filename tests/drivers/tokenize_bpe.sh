@@ -2,11 +2,13 @@
 # input/bpe.toml end to end, as its header says: examoe-tokenize builds the
 # 4096-token BPE vocabulary of the bundled corpus and encodes it (shard and
 # document index), the deck validates against that shard and trains a few
-# steps on it. A build without SentencePiece exits 77 (skipped, not passed).
+# steps on it, and examoe-generate continues a prompt through the tokenizer
+# (and, without it, says to pass it). A build without SentencePiece exits
+# 77 (skipped, not passed).
 #
-#   tokenize_bpe.sh EXAMOE_TOKENIZE EXAMOE SRC WORK
+#   tokenize_bpe.sh EXAMOE_TOKENIZE EXAMOE EXAMOE_GENERATE SRC WORK
 set -euo pipefail
-tokenize=$1 examoe=$2 src=$3 work=$4
+tokenize=$1 examoe=$2 generate=$3 src=$4 work=$5
 rm -rf "$work" && mkdir -p "$work"
 if ! out=$("$tokenize" train --vocab 4096 --out "$work/bpe4k" --encode "$src/data/corpus.txt" 2>"$work/err"); then
   if grep -q "has no SentencePiece" "$work/err"; then cat "$work/err"; exit 77; fi
@@ -22,7 +24,13 @@ deck=("$src/input/bpe.toml" --set data.path="$work/bpe4k.tok")
 "$examoe" "${deck[@]}" --check --set output.run_dir="$work/run" >"$work/check.log" \
   || { cat "$work/check.log" >&2; exit 1; }
 "$examoe" "${deck[@]}" --set train.steps=3 --set train.log_every=1 --set train.eval_every=3 \
-  --set model.d_model=32 --set model.n_layers=1 --set checkpoint.every=0 --set output.run_dir="$work/run" \
+  --set model.d_model=32 --set model.n_layers=1 --set checkpoint.every=3 --set output.run_dir="$work/run" \
   >"$work/train.log" 2>&1 || { cat "$work/train.log" >&2; exit 1; }
 grep -E "step +3/3 \| loss [0-9]" "$work/train.log" || { cat "$work/train.log" >&2; exit 1; }
-echo "bpe.toml: tokenized, checked and trained 3 steps"
+gen=("$generate" --checkpoint "$work/run" --prompt "The hacker" --max-new-tokens 6 --seed 1)
+text=$("${gen[@]}" --tokenizer "$work/bpe4k.model" 2>"$work/gen.err") || { cat "$work/gen.err" >&2; exit 1; }
+echo "generated: $text"
+[[ "$text" == "The hacker"* && ${#text} -gt 10 ]] || { echo "FAIL: no continuation of the prompt" >&2; exit 1; }
+if "${gen[@]}" >/dev/null 2>"$work/gen.err"; then echo "FAIL: a subword model ran without its tokenizer" >&2; exit 1; fi
+grep -q "pass --tokenizer MODEL" "$work/gen.err" || { cat "$work/gen.err" >&2; exit 1; }
+echo "bpe.toml: tokenized, checked, trained 3 steps and generated"
