@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Layout fuzzer: random model shapes under random parallel layouts, each
+checked against the single-rank losses of the same shape.
+
+  scripts/layout_fuzz.py [--cases N] [--seed S] [--case I] [--max-ranks R]
+                         [--steps K] [--work DIR] [--examoe PATH] [--mpiexec CMD]
+
+Case i of seed S draws, from random.Random(f"{S}:{i}"), a model (d_model,
+layers, heads with GQA, tied or not, dense/MoE mix, shared experts, top-1/2,
+dropless or capacity 1.0) and a layout over dp, zero 0-3, ep, tp (with or
+without sequence parallelism), cp (ring or a2a), pp (gpipe, 1f1b, zb,
+interleaved) and hierarchical collectives on pretend nodes, on at most R
+ranks (default 8). `examoe --check` decides whether the deck accepts the
+layout: a refused one is counted as refused, not run. An accepted one
+trains K steps (default 3) and must give the single-rank run's loss at
+every step to 1e-5 relative; the global batch (8 sequences of 32 tokens)
+and micro-batch (2) are the same in both. A failure prints the seed, the
+case and the command that reruns it alone (--seed S --case i).
+
+Capacity limits are drawn only without context parallelism: with cp > 1
+each cp rank drops over its own rows (docs/parallel.md), so the losses
+differ from one rank by design. Exit 0 when no accepted case failed, 1
+otherwise. It reports; it never times anything.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def draw(rng, max_ranks):
+    """(model keys, layout keys, ranks) of one case."""
+    d = rng.choice([32, 64])
+    heads = rng.choice([2, 4])
+    kv = rng.choice([h for h in (1, 2, 4) if heads % h == 0 and h <= heads])
+    layers = rng.choice([2, 4])
+    experts = rng.choice([4, 8])
+    model = {
+        "model.d_model": d, "model.n_layers": layers, "model.n_heads": heads, "model.n_kv_heads": kv,
+        "model.seq_len": 32, "model.tie_embeddings": rng.random() < 0.3,
+        "moe.n_experts": experts, "moe.top_k": rng.choice([1, 2]), "moe.d_expert": 32,
+        "moe.moe_every": rng.choice([1, 2]), "moe.n_shared_experts": rng.choice([0, 0, 1]),
+    }
+    while True:
+        tp, cp, pp, dp = (rng.choice([1, 1, 2]) for _ in range(4))
+        if tp * cp * pp * dp <= max_ranks:
+            break
+    ranks = tp * cp * pp * dp
+    eps = [e for e in (1, 2, 4) if (dp * cp) % e == 0 and experts % e == 0]
+    layout = {"parallel.tp": tp, "parallel.cp": cp, "parallel.pp": pp, "parallel.dp": dp,
+              "parallel.ep": rng.choice(eps), "parallel.zero": rng.choice([0, 1, 2, 3]),
+              "train.grad_accum": 4 // dp}
+    if tp > 1:
+        layout["parallel.sequence_parallel"] = rng.random() < 0.5
+    if cp > 1:
+        layout["parallel.cp_mode"] = rng.choice(["ring", "a2a"])
+        layout["moe.aux_scope"] = "sequence"  # the aux loss over the whole sequence, as one rank has it
+    elif rng.random() < 0.3:
+        model["moe.capacity_factor"] = 1.0
+    if pp > 1:
+        sched = rng.choice(["gpipe", "1f1b", "zb", "interleaved"])
+        layout["pipeline.schedule"] = sched
+        if sched == "interleaved":
+            layout["pipeline.virtual_stages"] = 2
+    if dp > 1 and rng.random() < 0.25:
+        layout["parallel.hierarchical"] = True
+        layout["parallel.ranks_per_node"] = rng.choice([r for r in (1, 2) if ranks % r == 0])
+    return model, layout, ranks
+
+
+def sets(keys):
+    out = []
+    for k, v in keys.items():
+        out += ["--set", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+    return out
+
+
+def losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r["loss"] for r in map(json.loads, f) if "loss" in r and "event" not in r]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=None, help="default: the time (printed)")
+    ap.add_argument("--case", type=int, default=None, help="run this case of --seed alone")
+    ap.add_argument("--max-ranks", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--work", default=None, help="default: a temporary directory, removed")
+    ap.add_argument("--examoe", default=os.environ.get("EXAMOE", os.path.join(ROOT, "build/bin/examoe")))
+    ap.add_argument("--mpiexec", default=os.environ.get("MPIEXEC", "mpiexec"))
+    a = ap.parse_args()
+    seed = a.seed if a.seed is not None else int(time.time())
+    work = a.work or os.path.join("/tmp", f"exa_layout_fuzz_{os.getpid()}")
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    base = [os.path.join(ROOT, "input/tiny.toml"), "--set", f"train.steps={a.steps}", "--set", "train.micro_batch=2",
+            "--set", "train.log_every=1", "--set", "train.eval_every=0", "--set", "checkpoint.every=0",
+            "--set", "optim.warmup_steps=1"]
+    cases = [a.case] if a.case is not None else range(a.cases)
+    print(f"layout_fuzz: seed {seed}, {len(cases)} case(s), at most {a.max_ranks} ranks "
+          f"(rerun one: scripts/layout_fuzz.py --seed {seed} --case I)", flush=True)
+    refs, ran, refused, failed = {}, 0, 0, []
+    for i in cases:
+        model, layout, ranks = draw(random.Random(f"{seed}:{i}"), a.max_ranks)
+        desc = " ".join(f"{k.split('.')[1]}={v}" for k, v in {**layout, **model}.items())
+        check = subprocess.run([a.examoe, *base, *sets(model), *sets(layout), "--check", "--ranks", str(ranks)],
+                               capture_output=True, text=True, env=env)
+        if check.returncode != 0:
+            why = (check.stderr.strip().splitlines() or ["?"])[-1][:160]
+            print(f"  case {i}: refused ({ranks} ranks): {why}", flush=True)
+            refused += 1
+            continue
+        key = json.dumps(model, sort_keys=True)
+        if key not in refs:
+            ref_dir = os.path.join(work, f"ref{len(refs)}")
+            shutil.rmtree(ref_dir, ignore_errors=True)
+            subprocess.run([a.examoe, *base, *sets(model), "--set", "train.grad_accum=4", "--set",
+                            f"output.run_dir={ref_dir}"], check=True, capture_output=True, env=env)
+            refs[key] = losses(ref_dir)
+        run_dir = os.path.join(work, f"case{i}")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = [*a.mpiexec.split(), "-n", str(ranks), a.examoe, *base, *sets(model), *sets(layout),
+               "--set", f"output.run_dir={run_dir}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        ran += 1
+        ref = refs[key]
+        got = losses(run_dir) if r.returncode == 0 else []
+        worst = max((abs(x - y) / abs(y) for x, y in zip(got, ref)), default=float("inf"))
+        ok = r.returncode == 0 and len(got) == len(ref) and worst <= 1e-5
+        print(f"  case {i}: {'ok  ' if ok else 'FAIL'} {ranks} ranks, worst {worst:.1e}: {desc}", flush=True)
+        if not ok:
+            failed.append(i)
+            tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-5:])
+            print(f"    rerun: scripts/layout_fuzz.py --seed {seed} --case {i}\n    {tail}", flush=True)
+    print(f"layout_fuzz: seed {seed}: {ran} ran, {len(failed)} failed, {refused} refused by the deck", flush=True)
+    if a.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
