@@ -60,13 +60,15 @@ void WireCodec::encode(const View1<const float>& x, const View1<std::int32_t>& o
               const float a = x(i) < 0.0f ? -x(i) : x(i);
               m = a > m ? a : m;
             }
-            const float s = m / 127.0f;
-            out(b) = static_cast<std::int32_t>(kx::bits_of(s));
+            out(b) = static_cast<std::int32_t>(kx::bits_of(m / 127.0f));
+            // One reciprocal per block, then a multiply and a round half
+            // away from zero per value: no division or branch in the loop.
+            const float inv = m > 0.0f ? 127.0f / m : 0.0f;
             auto* q = reinterpret_cast<std::int8_t*>(out.data() + nq);
             for (std::int64_t i = lo; i < hi; ++i) {
-              float r = s > 0.0f ? x(i) / s : 0.0f;
+              float r = x(i) * inv;
               r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
-              q[i] = static_cast<std::int8_t>(r < 0.0f ? -static_cast<int>(-r + 0.5f) : static_cast<int>(r + 0.5f));
+              q[i] = static_cast<std::int8_t>(static_cast<int>(r + (r < 0.0f ? -0.5f : 0.5f)));
             }
           });
       // The last word's unused bytes are zero, so equal inputs give equal words.
@@ -101,13 +103,15 @@ void WireCodec::decode(const View1<const std::int32_t>& in, std::int64_t encoded
           });
       break;
     case WireFormat::Int8: {
-      // The scales count the payload's own values (`encoded`; y may be a prefix).
-      const std::int64_t Q = quant_block_, nq = ceil_div(encoded, Q);
+      // The scales count the payload's own values (`encoded`; y may be a
+      // prefix). One block per thread: its scale read once, no division.
+      const std::int64_t Q = quant_block_, nq = ceil_div(encoded, Q), blocks = ceil_div(n, Q);
       Kokkos::parallel_for(
-          "exa::wire_decode_int8", Exec(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
-            const float s = kx::float_of(static_cast<std::uint32_t>(in(i / Q)));
+          "exa::wire_decode_int8", Exec(0, blocks), KOKKOS_LAMBDA(const std::int64_t b) {
+            const float s = kx::float_of(static_cast<std::uint32_t>(in(b)));
             const auto* q = reinterpret_cast<const std::int8_t*>(in.data() + nq);
-            y(i) = float(q[i]) * s;
+            const std::int64_t lo = b * Q, hi = lo + Q < n ? lo + Q : n;
+            for (std::int64_t i = lo; i < hi; ++i) y(i) = float(q[i]) * s;
           });
       break;
     }

@@ -8,8 +8,9 @@
 //         of word i/2, rounded to nearest even (core/bf16.hpp).
 //   int8  ceil(n/Q) fp32 scales, then ceil(n/4) words of int8: block b of Q
 //         values (Q = comm.quant_block) has scale s_b = max|x| / 127 over
-//         the block and q_i = round(x_i / s_b), so that
-//         |x_i - q_i s_b| <= s_b / 2 (a block of zeros has s_b = 0).
+//         the block and q_i = round(x_i * 127 / max|x|), so that
+//         |x_i - q_i s_b| <= s_b / 2 up to float rounding (a block of
+//         zeros has s_b = 0).
 //
 // Decoding a prefix of a payload gives that prefix of the values, so a
 // payload encoded from a zero-padded block can be decoded into a shorter
