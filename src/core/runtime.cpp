@@ -1,5 +1,7 @@
 #include "core/runtime.hpp"
 
+#include "core/memory_ledger.hpp"
+
 #include <Kokkos_Core.hpp>
 #include <cstring>
 #include <vector>
@@ -17,6 +19,9 @@ KokkosRuntime::KokkosRuntime(int& argc, char** argv) {
   int n = static_cast<int>(args.size());
   args.push_back(nullptr);
   Kokkos::initialize(n, args.data());
+  // Every View from here on is counted by category (core/memory_ledger.hpp),
+  // unless a Kokkos Tools library owns the callbacks.
+  MemoryLedger::install();
   // Kokkos has read its own --kokkos-* options (--kokkos-tools-libs=...,
   // --kokkos-threads=...); the drivers' parsers would reject them as unknown.
   int kept = 0;

@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/memory.hpp"
+#include "core/memory_ledger.hpp"
 #include "core/profiling.hpp"
 #include "io/checkpoint/checkpoint.hpp"
 #include "io/dataset.hpp"
@@ -334,6 +335,16 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   if (const auto st = exec_->stats(); !st.key.empty()) {
     record[st.key] = st.record;
     line += st.line;
+  }
+  if (record_due && MemoryLedger::installed()) {
+    // The ledger's bytes by category: the interval's peak and now.
+    for (const auto c : {MemCategory::Parameters, MemCategory::Gradients, MemCategory::Optimizer,
+                         MemCategory::Activations, MemCategory::Communication, MemCategory::Checkpoint,
+                         MemCategory::Workspace}) {
+      const auto b = MemoryLedger::snapshot()[std::size_t(c)];
+      record["mem"][MemoryLedger::name(c)] = {{"peak", b.peak}, {"current", b.current}};
+    }
+    MemoryLedger::restart_peaks();
   }
   if (line_due) log::info("{}", line);
   if (record_due) metrics_->write(record);

@@ -1,0 +1,95 @@
+#include "core/memory_ledger.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <atomic>
+#include <cstring>
+#include <utility>
+
+namespace exa {
+
+namespace {
+
+struct Counters {
+  std::atomic<std::int64_t> current{0}, peak{0};
+};
+
+std::array<Counters, kMemCategories>& counters() {
+  static std::array<Counters, kMemCategories> c;
+  return c;
+}
+
+std::atomic<bool>& installed_flag() {
+  static std::atomic<bool> f{false};
+  return f;
+}
+
+void add(const char* label, std::int64_t bytes) {
+  auto& c = counters()[std::size_t(MemoryLedger::category_of(label ? label : ""))];
+  const std::int64_t now = c.current.fetch_add(bytes) + bytes;
+  std::int64_t p = c.peak.load();
+  while (now > p && !c.peak.compare_exchange_weak(p, now)) {
+  }
+}
+
+void on_allocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t size) {
+  add(label, static_cast<std::int64_t>(size));
+}
+
+void on_deallocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t size) {
+  add(label, -static_cast<std::int64_t>(size));
+}
+
+}  // namespace
+
+MemCategory MemoryLedger::category_of(const std::string& label) {
+  static const std::pair<const char*, MemCategory> rules[] = {
+      {"exa::params", MemCategory::Parameters},       {"exa::dp::params", MemCategory::Parameters},
+      {"exa::dp::param_slot", MemCategory::Parameters}, {"exa::grads", MemCategory::Gradients},
+      {"exa::dp::grads", MemCategory::Gradients},       {"exa::dp::grad_slot", MemCategory::Gradients},
+      {"exa::optim::", MemCategory::Optimizer},         {"exa::model::", MemCategory::Activations},
+      {"exa::dp::", MemCategory::Communication},        {"exa::dp_packed", MemCategory::Communication},
+      {"exa::pipeline::", MemCategory::Communication},  {"exa::ep::", MemCategory::Communication},
+      {"exa::tp", MemCategory::Communication},          {"exa::context::", MemCategory::Communication},
+      {"exa::comm::", MemCategory::Communication},      {"exa::ckpt::", MemCategory::Checkpoint},
+  };
+  for (const auto& [prefix, cat] : rules)
+    if (label.compare(0, std::strlen(prefix), prefix) == 0) return cat;
+  return MemCategory::Workspace;
+}
+
+const char* MemoryLedger::name(MemCategory c) {
+  switch (c) {
+    case MemCategory::Parameters: return "parameters";
+    case MemCategory::Gradients: return "gradients";
+    case MemCategory::Optimizer: return "optimizer";
+    case MemCategory::Activations: return "activations";
+    case MemCategory::Communication: return "communication";
+    case MemCategory::Checkpoint: return "checkpoint";
+    case MemCategory::Workspace: return "workspace";
+  }
+  return "?";
+}
+
+bool MemoryLedger::install() {
+  if (installed_flag().load()) return true;
+  if (Kokkos::Tools::profileLibraryLoaded()) return false;
+  Kokkos::Tools::Experimental::set_allocate_data_callback(on_allocate);
+  Kokkos::Tools::Experimental::set_deallocate_data_callback(on_deallocate);
+  installed_flag() = true;
+  return true;
+}
+
+bool MemoryLedger::installed() { return installed_flag().load(); }
+
+std::array<MemBytes, kMemCategories> MemoryLedger::snapshot() {
+  std::array<MemBytes, kMemCategories> out;
+  for (int k = 0; k < kMemCategories; ++k)
+    out[std::size_t(k)] = {counters()[std::size_t(k)].current.load(), counters()[std::size_t(k)].peak.load()};
+  return out;
+}
+
+void MemoryLedger::restart_peaks() {
+  for (auto& c : counters()) c.peak.store(c.current.load());
+}
+
+}  // namespace exa
