@@ -10,6 +10,7 @@
 #include "core/profiling.hpp"
 #include "io/token_text.hpp"
 #include "io/tokenizer.hpp"
+#include "train/deck_dataset.hpp"
 #include "inference/checkpoint_model.hpp"
 #include "inference/pipeline_ranks.hpp"
 
@@ -73,12 +74,14 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
   const auto& mc = m.model_config();
   // Subword models speak through their tokenizer; byte models need none.
   std::unique_ptr<io::Tokenizer> tok;
-  if (!opt.tokenizer.empty()) {
-    tok = std::make_unique<io::Tokenizer>(opt.tokenizer);
+  // --tokenizer, else the one the checkpoint's deck names (data.tokenizer).
+  const std::string tok_path = opt.tokenizer.empty() ? train::deck_tokenizer_path(m.config()) : opt.tokenizer;
+  if (!tok_path.empty()) {
+    tok = std::make_unique<io::Tokenizer>(tok_path);
     EXA_REQUIRE(mc.vocab_size == tok->vocab_size(),
                 "checkpoint {} has model.vocab_size = {}, but the tokenizer {} has {} tokens; pass the tokenizer "
                 "the model was trained with",
-                m.directory(), mc.vocab_size, opt.tokenizer, tok->vocab_size());
+                m.directory(), mc.vocab_size, tok_path, tok->vocab_size());
   } else {
     EXA_REQUIRE(mc.vocab_size == io::kByteVocab,
                 "checkpoint {} has model.vocab_size = {}, not byte-level tokens ({}): pass --tokenizer MODEL, the "

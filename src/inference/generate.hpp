@@ -32,7 +32,9 @@ struct GenerateOptions {
   double temperature = 0.8;
   std::int64_t top_k = 40;
   std::uint64_t seed = 0;
-  std::string tokenizer;  // --tokenizer: the model's SentencePiece model (empty: bytes)
+  // --tokenizer: the model's SentencePiece model (empty: the checkpoint
+  // deck's data.tokenizer, else bytes).
+  std::string tokenizer;
   // Pipeline stages (--pp): each rank loads and runs only its stage's
   // layers, so a model that needs several ranks to train generates on them
   // too. It must divide the ranks; the text is the same as on one rank.

@@ -20,7 +20,7 @@ grep -q "in 11857 documents" <<<"$out" || { echo "FAIL: expected 11857 documents
 for f in bpe4k.model bpe4k.tok bpe4k.tok.docs; do
   [ -s "$work/$f" ] || { echo "FAIL: $f was not written" >&2; exit 1; }
 done
-deck=("$src/input/bpe.toml" --set data.path="$work/bpe4k.tok")
+deck=("$src/input/bpe.toml" --set data.path="$work/bpe4k.tok" --set data.tokenizer="$work/bpe4k.model")
 "$examoe" "${deck[@]}" --check --set output.run_dir="$work/run" >"$work/check.log" \
   || { cat "$work/check.log" >&2; exit 1; }
 "$examoe" "${deck[@]}" --set train.steps=3 --set train.log_every=1 --set train.eval_every=3 \
@@ -28,9 +28,20 @@ deck=("$src/input/bpe.toml" --set data.path="$work/bpe4k.tok")
   >"$work/train.log" 2>&1 || { cat "$work/train.log" >&2; exit 1; }
 grep -E "step +3/3 \| loss [0-9]" "$work/train.log" || { cat "$work/train.log" >&2; exit 1; }
 gen=("$generate" --checkpoint "$work/run" --prompt "The hacker" --max-new-tokens 6 --seed 1)
-text=$("${gen[@]}" --tokenizer "$work/bpe4k.model" 2>"$work/gen.err") || { cat "$work/gen.err" >&2; exit 1; }
+# The checkpoint's deck names the tokenizer (data.tokenizer): no option needed.
+text=$("${gen[@]}" 2>"$work/gen.err") || { cat "$work/gen.err" >&2; exit 1; }
 echo "generated: $text"
 [[ "$text" == "The hacker"* && ${#text} -gt 10 ]] || { echo "FAIL: no continuation of the prompt" >&2; exit 1; }
-if "${gen[@]}" >/dev/null 2>"$work/gen.err"; then echo "FAIL: a subword model ran without its tokenizer" >&2; exit 1; fi
+# A deck whose tokenizer does not match the model is refused at start.
+if "$examoe" "${deck[@]}" --check --set model.vocab_size=512 >/dev/null 2>"$work/check.err"; then
+  echo "FAIL: a tokenizer of another vocabulary was accepted" >&2; exit 1
+fi
+grep -q "has 4096 tokens but model.vocab_size = 512" "$work/check.err" || { cat "$work/check.err" >&2; exit 1; }
+# Without a tokenizer anywhere, generate says to pass one.
+"$examoe" "${deck[@]}" --set data.tokenizer=none --set train.steps=3 --set model.d_model=32 --set model.n_layers=1 \
+  --set checkpoint.every=3 --set train.eval_every=0 --set output.run_dir="$work/run_bare" >/dev/null 2>&1
+if "$generate" --checkpoint "$work/run_bare" --prompt "The" --max-new-tokens 2 --seed 1 >/dev/null 2>"$work/gen.err"; then
+  echo "FAIL: a subword model generated without its tokenizer" >&2; exit 1
+fi
 grep -q "pass --tokenizer MODEL" "$work/gen.err" || { cat "$work/gen.err" >&2; exit 1; }
 echo "bpe.toml: tokenized, checked, trained 3 steps and generated"

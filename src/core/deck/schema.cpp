@@ -103,6 +103,7 @@ std::vector<KeySpec> build() {
       F("optim", "grad_clip", 1.0, 0, 1e6, O::none, "clip the global gradient norm to this; 0 = no clipping"),
 
       S("data", "path", "data/corpus.txt", {}, "training data file; the default is the bundled English corpus"),
+      S("data", "tokenizer", "none", {}, "the SentencePiece model a subword shard was encoded with (examoe-tokenize): checked against model.vocab_size when the data is opened, and examoe-generate speaks through it; \"none\": no tokenizer (bytes, or a shard made elsewhere)"),
       S("data", "format", "text", {"text", "shard", "hdf5"}, "text: bytes as tokens (V=256); shard: uint16/32 token file; hdf5: token dataset"),
       F("data", "val_fraction", 0.05, 0, 0.5, O::none, "share of the data held out for validation"),
 
