@@ -21,6 +21,14 @@
 
 namespace exa::comm {
 
+// A ring collective's per-rank sends over p ranks, in bytes of `elem`: an
+// allreduce of n elements sends 2 (p-1)/p n; a reduce-scatter or an
+// allgather of blocks b sends (p-1) b.
+inline double ring_allreduce_bytes(int p, std::int64_t n, double elem) {
+  return 2.0 * (p - 1) / p * double(n) * elem;
+}
+inline double ring_block_bytes(int p, std::int64_t b, double elem) { return double(p - 1) * double(b) * elem; }
+
 enum class Traffic { DpGrads, ZeroWeights, ExpertA2a, Tp, PpP2p, Cp };
 constexpr int kTrafficKinds = 6;
 

@@ -45,11 +45,8 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
 
 namespace {
 
-// Per-rank sends of a ring collective over p ranks, for the ledger: an
-// allreduce of n elements sends 2 (p-1)/p n, a reduce-scatter or allgather
-// of blocks b sends (p-1) b.
-double ring_allreduce_bytes(int p, std::int64_t n, double elem) { return 2.0 * (p - 1) / p * double(n) * elem; }
-double ring_block_bytes(int p, std::int64_t b, double elem) { return double(p - 1) * double(b) * elem; }
+using comm::ring_allreduce_bytes;
+using comm::ring_block_bytes;
 
 template <class V>
 auto part(const V& v, std::int64_t at, std::int64_t n) {

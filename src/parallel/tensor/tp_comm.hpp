@@ -37,7 +37,7 @@ class TpComm {
     if (v.size() == 0) return {};
     ScopedRegion region("comm/tp_allreduce");
     Kokkos::fence();
-    count(2.0 * (size() - 1) / size() * double(v.size()) * sizeof(typename V::value_type));
+    count(comm::ring_allreduce_bytes(size(), std::int64_t(v.size()), sizeof(typename V::value_type)));
     return comm_->iallreduce(flat(v), op);
   }
   // full [size() n, c] = the ranks' local [n, c] blocks in rank order.
@@ -52,7 +52,7 @@ class TpComm {
     require_row_blocks(local, full, "allgather");
     ScopedRegion region("comm/tp_allgather");
     Kokkos::fence();
-    count(double(size() - 1) * double(local.size()) * sizeof(typename L::value_type));
+    count(comm::ring_block_bytes(size(), std::int64_t(local.size()), sizeof(typename L::value_type)));
     return comm_->iallgather(flat(local), flat(full));
   }
   // The allgather split by source rank (the chunked gather of the overlapped
@@ -66,7 +66,7 @@ class TpComm {
     ScopedRegion region("comm/tp_allgather");
     Kokkos::fence();
     const std::size_t n = local.extent(0);
-    count(double(size() - 1) * double(local.size()) * sizeof(typename L::value_type));  // as the allgather
+    count(comm::ring_block_bytes(size(), std::int64_t(local.size()), sizeof(typename L::value_type)));  // as the allgather
     std::vector<comm::Request> parts;
     for (int s = 0; s < size(); ++s) {
       if (s == rank()) {
@@ -96,7 +96,7 @@ class TpComm {
                 local.extent(0), local.extent(1));
     ScopedRegion region("comm/tp_reduce_scatter");
     Kokkos::fence();
-    count(double(size() - 1) * double(local.size()) * sizeof(typename L::value_type));
+    count(comm::ring_block_bytes(size(), std::int64_t(local.size()), sizeof(typename L::value_type)));
     return comm_->ireduce_scatter(flat(full), flat(local));
   }
   // The bytes ledger (comm/traffic_ledger.hpp): this rank's sends.
