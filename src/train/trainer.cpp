@@ -338,12 +338,10 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   }
   if (record_due && MemoryLedger::installed()) {
     // The ledger's bytes by category: the interval's peak and now.
-    for (const auto c : {MemCategory::Parameters, MemCategory::Gradients, MemCategory::Optimizer,
-                         MemCategory::Activations, MemCategory::Communication, MemCategory::Checkpoint,
-                         MemCategory::Workspace}) {
-      const auto b = MemoryLedger::snapshot()[std::size_t(c)];
-      record["mem"][MemoryLedger::name(c)] = {{"peak", b.peak}, {"current", b.current}};
-    }
+    const auto bytes = MemoryLedger::snapshot();
+    for (int c = 0; c < kMemCategories; ++c)
+      record["mem"][MemoryLedger::name(MemCategory(c))] = {{"peak", bytes[std::size_t(c)].peak},
+                                                           {"current", bytes[std::size_t(c)].current}};
     MemoryLedger::restart_peaks();
   }
   if (line_due) log::info("{}", line);
