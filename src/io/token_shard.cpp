@@ -13,13 +13,6 @@
 
 namespace exa::io {
 
-namespace {
-
-using le::FileCloser;
-void put_le(unsigned char* p, std::uint64_t v, int bytes) { le::put(p, v, bytes); }
-std::uint64_t get_le(const unsigned char* p, int bytes) { return le::get(p, bytes); }
-
-}  // namespace
 
 TokenDtype parse_token_dtype(const std::string& name) {
   if (name == "uint16") return TokenDtype::uint16;
@@ -36,15 +29,15 @@ void write_shard(const std::string& path, const TokenStore& tokens, TokenDtype d
   EXA_REQUIRE(tokens.vocab() <= (std::int64_t{1} << 31), "{}: vocabulary size {} is above the shard limit 2^31", path,
               tokens.vocab());
   const std::string tmp = path + ".tmp";
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
+  std::unique_ptr<std::FILE, le::FileCloser> f(std::fopen(tmp.c_str(), "wb"));
   EXA_REQUIRE(f, "{}: cannot create: {}; check the directory exists and is writable", tmp, std::strerror(errno));
 
   unsigned char header[kShardHeaderBytes] = {};
   std::memcpy(header, kShardMagic, sizeof kShardMagic);
-  put_le(header + 8, kShardVersion, 4);
-  put_le(header + 12, static_cast<std::uint32_t>(dtype), 4);
-  put_le(header + 16, static_cast<std::uint64_t>(tokens.size()), 8);
-  put_le(header + 24, static_cast<std::uint64_t>(tokens.vocab()), 4);
+  le::put(header + 8, kShardVersion, 4);
+  le::put(header + 12, static_cast<std::uint32_t>(dtype), 4);
+  le::put(header + 16, static_cast<std::uint64_t>(tokens.size()), 8);
+  le::put(header + 24, static_cast<std::uint64_t>(tokens.vocab()), 4);
   bool ok = std::fwrite(header, 1, sizeof header, f.get()) == sizeof header;
 
   // Encode in blocks: the source may be a mapped file far larger than memory.
@@ -57,7 +50,7 @@ void write_shard(const std::string& path, const TokenStore& tokens, TokenDtype d
       EXA_REQUIRE(t < static_cast<std::uint64_t>(tokens.vocab()),
                   "{}: token at position {} is {}, not below the vocabulary size {}; nothing was written", path, i0 + i,
                   t, tokens.vocab());
-      put_le(buf.data() + i * width, t, width);
+      le::put(buf.data() + i * width, t, width);
     }
     ok = std::fwrite(buf.data(), static_cast<std::size_t>(width), static_cast<std::size_t>(n), f.get()) ==
          static_cast<std::size_t>(n);
@@ -77,7 +70,7 @@ void write_shard(const std::string& path, const std::vector<std::uint32_t>& toke
                  TokenDtype dtype) {
   // Re-encode as little-endian bytes so TokenStore reads them on any host.
   auto bytes = std::make_shared<std::vector<unsigned char>>(tokens.size() * 4);
-  for (std::size_t i = 0; i < tokens.size(); ++i) put_le(bytes->data() + 4 * i, tokens[i], 4);
+  for (std::size_t i = 0; i < tokens.size(); ++i) le::put(bytes->data() + 4 * i, tokens[i], 4);
   const std::shared_ptr<const unsigned char> keep(bytes, bytes->data());
   write_shard(path, TokenStore(keep, bytes->data(), 4, static_cast<std::int64_t>(tokens.size()), vocab, path), dtype);
 }
@@ -100,17 +93,17 @@ TokenStore read_shard(const std::string& path) {
               "{}: truncated: {} bytes, shorter than the {}-byte token-shard header; the file was cut short, {}", path,
               size, kShardHeaderBytes, remake);
 
-  const auto version = get_le(p + 8, 4);
+  const auto version = le::get(p + 8, 4);
   EXA_REQUIRE(version == kShardVersion,
               "{}: token-shard format version {} is not supported (this ExaMoE reads version {}); {}", path, version,
               kShardVersion, remake);
-  const auto code = get_le(p + 12, 4);
+  const auto code = le::get(p + 12, 4);
   EXA_REQUIRE(code == 2 || code == 4, "{}: token dtype code {} is not supported (2 = uint16, 4 = uint32); {}", path,
               code, remake);
   const auto dtype = static_cast<TokenDtype>(code);
   const int width = static_cast<int>(code);
-  const std::uint64_t count = get_le(p + 16, 8);
-  const auto vocab = static_cast<std::int64_t>(get_le(p + 24, 4));
+  const std::uint64_t count = le::get(p + 16, 8);
+  const auto vocab = static_cast<std::int64_t>(le::get(p + 24, 4));
   EXA_REQUIRE(vocab > 0, "{}: header vocabulary size is 0; the file is corrupt, {}", path, remake);
   // Tokens are int32 from here on: a larger vocabulary would turn its upper
   // tokens negative. The writer refuses it too.
