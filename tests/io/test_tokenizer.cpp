@@ -7,44 +7,21 @@
 // SentencePiece refuses with the package to install.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <functional>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "io/document_index.hpp"
 #include "io/tokenizer.hpp"
+#include "io_test_util.hpp"
 
-namespace fs = std::filesystem;
 using namespace exa::io;
+using exa::io::test::error_of;
+using exa::io::test::read_bytes;
+using exa::io::test::scratch;
+using exa::io::test::write_bytes;
 
 namespace {
-
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("exa_test_tokenizer_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d / name;
-}
-
-void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const exa::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A small corpus of paragraphs from a few words, enough for a vocabulary of 100.
 std::string corpus_text(int paragraphs) {
@@ -70,7 +47,7 @@ TEST(Tokenizer, DocumentsAreRunsOfNonEmptyLines) {
 }
 
 TEST(DocumentIndex, RoundTripAndDamage) {
-  const auto p = scratch("a.docs").string();
+  const auto p = scratch("a.docs");
   write_document_index(p, {100, {0, 7, 40}});
   const auto d = read_document_index(p);
   EXPECT_EQ(d.tokens, 100u);
@@ -78,18 +55,18 @@ TEST(DocumentIndex, RoundTripAndDamage) {
   EXPECT_NE(error_of([&] { write_document_index(p, {10, {0, 5, 5}}); }).find("starts must rise"), std::string::npos);
   // Cut the last offset off: refused as truncated.
   const std::string bytes = read_bytes(p);
-  write(p, bytes.substr(0, bytes.size() - 8));
+  write_bytes(p, bytes.substr(0, bytes.size() - 8));
   EXPECT_NE(error_of([&] { read_document_index(p); }).find("truncated"), std::string::npos);
-  write(p, "not an index at all, just some text here");
+  write_bytes(p, "not an index at all, just some text here");
   EXPECT_NE(error_of([&] { read_document_index(p); }).find("not an ExaMoE document index"), std::string::npos);
 }
 
 TEST(Tokenizer, TrainsEncodesAndDecodes) {
   const auto text = scratch("corpus.txt");
-  write(text, corpus_text(60));
+  write_bytes(text, corpus_text(60));
   TokenizerTraining t;
-  t.corpus = {text.string()};
-  t.model_prefix = scratch("m").string();
+  t.corpus = {text};
+  t.model_prefix = scratch("m");
   t.vocab_size = 100;
   if (!tokenizer_available()) {
     EXPECT_NE(error_of([&] { train_tokenizer(t); }).find("libsentencepiece-dev"), std::string::npos);
@@ -103,14 +80,14 @@ TEST(Tokenizer, TrainsEncodesAndDecodes) {
   const auto ids = tok.encode(doc);
   EXPECT_LT(ids.size(), doc.size());  // subwords, not bytes
   EXPECT_EQ(tok.decode(ids), "the expert router sends tokens to each rank");  // newlines normalise to spaces
-  EXPECT_NE(error_of([&] { Tokenizer bad(text.string()); }).find("not a SentencePiece model"), std::string::npos);
+  EXPECT_NE(error_of([&] { Tokenizer bad(text); }).find("not a SentencePiece model"), std::string::npos);
 
   // Two files in one or two threads: the same shard and index, documents in
   // file order, each ending with the end-of-sequence token.
   const auto second = scratch("second.txt");
-  write(second, "gradients flow back\n\nthrough each rank\n");
-  const std::vector<std::string> files{text.string(), second.string()};
-  const auto one = scratch("one.tok").string(), two = scratch("two.tok").string();
+  write_bytes(second, "gradients flow back\n\nthrough each rank\n");
+  const std::vector<std::string> files{text, second};
+  const auto one = scratch("one.tok"), two = scratch("two.tok");
   const auto s1 = encode_corpus(tok, files, one, TokenDtype::uint16, 1);
   const auto s2 = encode_corpus(tok, files, two, TokenDtype::uint16, 2);
   EXPECT_EQ(read_bytes(one), read_bytes(two));

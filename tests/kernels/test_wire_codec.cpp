@@ -9,9 +9,12 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "harness/host_views.hpp"
 #include "kernels/wire_codec.hpp"
 
 using exa::View1;
+using exa::test::to_device;
+using exa::test::to_host;
 using exa::kernels::WireCodec;
 using exa::kernels::WireFormat;
 
@@ -27,28 +30,13 @@ std::vector<float> sample(std::int64_t n) {
   return x;
 }
 
-View1<float> device(const std::vector<float>& h) {
-  View1<float> v("x", h.size());
-  auto m = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < h.size(); ++i) m(i) = h[i];
-  Kokkos::deep_copy(v, m);
-  return v;
-}
-
-template <class V>
-std::vector<typename V::non_const_value_type> host(const V& v) {
-  auto m = Kokkos::create_mirror_view(v);
-  Kokkos::deep_copy(m, v);
-  return std::vector<typename V::non_const_value_type>(m.data(), m.data() + m.extent(0));
-}
-
 std::vector<float> round_trip(const WireCodec& c, const std::vector<float>& x, std::int64_t prefix = -1) {
   const auto n = std::int64_t(x.size());
   View1<std::int32_t> w("w", std::size_t(c.words(n)));
-  c.encode(device(x), w);
+  c.encode(to_device(x), w);
   View1<float> y("y", std::size_t(prefix < 0 ? n : prefix));
   c.decode(w, n, y);
-  return host(y);
+  return to_host(y);
 }
 
 }  // namespace
@@ -104,12 +92,12 @@ TEST(WireCodec, PrefixDecodesAndAccumulates) {
     for (std::size_t i = 0; i < prefix.size(); ++i) EXPECT_EQ(prefix[i], whole[i]);
     // add_into: twice the decoded values, exactly.
     View1<std::int32_t> w("w", std::size_t(c.words(300)));
-    c.encode(device(x), w);
+    c.encode(to_device(x), w);
     View1<float> y("y", 300), d("d", 300);
     c.decode(w, 300, y);
     c.decode(w, 300, d);
     exa::kernels::add_into(y, d);
-    const auto twice = host(y);
+    const auto twice = to_host(y);
     for (std::size_t i = 0; i < twice.size(); ++i) EXPECT_EQ(twice[i], 2 * whole[i]);
   }
 }
@@ -120,9 +108,9 @@ TEST(WireCodec, SameInputSameWords) {
     const auto x = sample(777);  // int8: a last word with unused bytes
     View1<std::int32_t> a("a", std::size_t(c.words(777))), b("b", std::size_t(c.words(777)));
     Kokkos::deep_copy(b, -1);
-    c.encode(device(x), a);
-    c.encode(device(x), b);
-    EXPECT_EQ(host(a), host(b));
+    c.encode(to_device(x), a);
+    c.encode(to_device(x), b);
+    EXPECT_EQ(to_host(a), to_host(b));
   }
 }
 

@@ -16,12 +16,15 @@
 
 #include "comm/process_grid.hpp"
 #include "comm/traffic_ledger.hpp"
+#include "harness/host_views.hpp"
 #include "kernels/wire_codec.hpp"
 #include "parallel/data/data_group.hpp"
 
 using namespace exa;
 using kernels::WireCodec;
 using kernels::WireFormat;
+using test::to_device;
+using test::to_host;
 
 namespace {
 
@@ -43,28 +46,14 @@ std::vector<float> grads(int r, std::int64_t n) {
   return g;
 }
 
-View1<float> device(const std::vector<float>& h) {
-  View1<float> v("x", h.size());
-  auto m = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < h.size(); ++i) m(i) = h[i];
-  Kokkos::deep_copy(v, m);
-  return v;
-}
-
-std::vector<float> host(const View1<float>& v) {
-  auto m = Kokkos::create_mirror_view(v);
-  Kokkos::deep_copy(m, v);
-  return std::vector<float>(m.data(), m.data() + m.extent(0));
-}
-
 // decode(encode(x)) over the whole of x.
 std::vector<float> through(const WireCodec& c, const std::vector<float>& x) {
   const auto n = std::int64_t(x.size());
   View1<std::int32_t> w("w", std::size_t(c.words(n)));
-  c.encode(device(x), w);
+  c.encode(to_device(x), w);
   View1<float> y("y", x.size());
   c.decode(w, n, y);
-  return host(y);
+  return to_host(y);
 }
 
 }  // namespace
@@ -78,7 +67,7 @@ TEST_P(Compressed, ReduceScatterSumsTheDecodedPayloadsInRankOrder) {
   parallel::data::DataGroup g(grid, false, 2, comm::Backend::Mpi, comm::Group::Data, codec);
   const std::int64_t B = 150;  // not a multiple of the quantization block
   View1<float> recv("recv", std::size_t(B));
-  auto r = g.ireduce_scatter(device(grads(me, P * B)), recv, 1);
+  auto r = g.ireduce_scatter(to_device(grads(me, P * B)), recv, 1);
   parallel::data::DataGroup::wait(r);
   std::vector<float> want(std::size_t(B), 0.0f);
   for (int q = 0; q < P; ++q) {
@@ -88,7 +77,7 @@ TEST_P(Compressed, ReduceScatterSumsTheDecodedPayloadsInRankOrder) {
     for (std::int64_t i = 0; i < B; ++i) want[std::size_t(i)] = q == 0 ? d[std::size_t(i)] : want[std::size_t(i)] + d[std::size_t(i)];
   }
   if (P == 1) want = std::vector<float>(grads(0, B));  // nothing to send: the gradient itself
-  const auto got = host(recv);
+  const auto got = to_host(recv);
   for (std::int64_t i = 0; i < B; ++i) EXPECT_EQ(got[std::size_t(i)], want[std::size_t(i)]) << "element " << i;
 }
 
@@ -99,10 +88,10 @@ TEST_P(Compressed, AllreduceLeavesTheSameValuesEverywhere) {
   parallel::data::DataGroup g(grid, false, 2, comm::Backend::Mpi, comm::Group::Data, codec);
   const std::int64_t n = 1001;  // pads to P blocks
   const auto before = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::DpGrads)];
-  auto v = device(grads(me, n));
+  auto v = to_device(grads(me, n));
   auto r = g.iallreduce(v, 0);
   parallel::data::DataGroup::wait(r);
-  const auto got = host(v);
+  const auto got = to_host(v);
   // Close to the exact sum ...
   std::vector<double> exact(std::size_t(n), 0.0);
   for (int q = 0; q < P; ++q) {
@@ -137,9 +126,9 @@ TEST_P(Compressed, WeightAllgatherDecodesEveryPartAlike) {
   const std::int64_t B = 130;
   View1<float> recv("recv", std::size_t(P * B));
   const auto before = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::ZeroWeights)];
-  auto r = g.iallgather(device(grads(me, B)), recv, 1);
+  auto r = g.iallgather(to_device(grads(me, B)), recv, 1);
   parallel::data::DataGroup::wait(r);
-  const auto got = host(recv);
+  const auto got = to_host(recv);
   for (int q = 0; q < P; ++q) {
     // One rank alone sends nothing: its part stays exact.
     const auto want = P == 1 ? grads(q, B) : through(codec, grads(q, B));
