@@ -67,6 +67,26 @@ if(NOT EXAMOE_ENABLE_SENTENCEPIECE STREQUAL "OFF")
   endif()
 endif()
 
+# oneDNN: the bf16 matrix products of precision.compute = "bf16" on host
+# execution spaces (AVX512-BF16 / AMX; OpenBLAS has no bf16 GEMM). Debian:
+# libdnnl-dev, which scripts/deps-debian.sh installs; Spack: onednn. AUTO
+# uses it when found and says so when not (a bf16 deck is then refused,
+# naming the package); ON requires it.
+set(EXAMOE_ENABLE_ONEDNN AUTO CACHE STRING "bf16 host matmuls through oneDNN: AUTO, ON or OFF")
+set(EXAMOE_HAVE_ONEDNN OFF)
+if(NOT EXAMOE_ENABLE_ONEDNN STREQUAL "OFF")
+  find_package(dnnl CONFIG QUIET)
+  if(dnnl_FOUND)
+    set(EXAMOE_HAVE_ONEDNN ON)
+  elseif(EXAMOE_ENABLE_ONEDNN STREQUAL "ON")
+    message(FATAL_ERROR "oneDNN not found (Debian: libdnnl-dev; Spack: onednn); install it "
+                        "or configure with -DEXAMOE_ENABLE_ONEDNN=OFF")
+  else()
+    message(STATUS "oneDNN not found: precision.compute = \"bf16\" will be refused "
+                   "(Debian: libdnnl-dev; Spack: onednn)")
+  endif()
+endif()
+
 # CBLAS is only used by the gemm benchmark's baseline, never by the library.
 find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
 find_library(OPENBLAS_LIBRARY NAMES openblas)

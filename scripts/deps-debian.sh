@@ -10,7 +10,7 @@ PKGS=(
   mpich libmpich-dev libhdf5-mpich-dev
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
   libopenblas-dev googletest libgtest-dev libgmock-dev
-  libtomlplusplus-dev libcli11-dev libfmt-dev libxxhash-dev libsentencepiece-dev
+  libtomlplusplus-dev libcli11-dev libfmt-dev libxxhash-dev libsentencepiece-dev libdnnl-dev
   nlohmann-json3-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib
 )

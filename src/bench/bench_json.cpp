@@ -18,6 +18,8 @@ std::string to_json_line(const BenchResult& r) {
   j["version"] = version_string();
   j["git"] = git_hash();
   j["exec_space"] = r.exec_space;
+  j["precision"] = r.precision;
+  j["matmuls"] = r.matmuls;
   j["blas_threads"] = r.blas_threads;
   j["blas"] = r.blas;
   j["ranks"] = 1;

@@ -43,13 +43,14 @@ std::string format_report(const BenchResult& r) {
                    r.torch.ran ? fmt::format(", {:.2f} before PyTorch", r.torch.load_before) : std::string(),
                    r.blas_threads, r.exec_space));
   if (!r.blas.empty()) line(fmt::format("BLAS: {}", r.blas));
+  line(fmt::format("precision.compute = {}: {}", r.precision, r.matmuls));
   line("");
   line(fmt::format("  {:<22} {:>12} {:>12}", "", "wall", "CPU time"));
   line(fmt::format("  {:<22} {:12.1f} {:12.1f}   (best step {:.1f} / {:.1f})", "tokens/s", r.tokens_per_s,
                    r.tokens_per_s_cpu, r.tokens_per_s_best, r.tokens_per_s_cpu_best));
   line(fmt::format("  {:<22} {:12.2f} {:12.2f}", "achieved GFLOP/s", r.gflops, r.gflops_cpu));
   line(fmt::format("  {:<22} {:12.2f} {:12.2f}   (one core, n = 1024; after the steps {:.2f} / {:.2f})",
-                   "sgemm peak GFLOP/s", r.sgemm_gflops, r.sgemm_gflops_cpu, r.sgemm_gflops_after,
+                   r.precision + " gemm peak GFLOP/s", r.sgemm_gflops, r.sgemm_gflops_cpu, r.sgemm_gflops_after,
                    r.sgemm_gflops_cpu_after));
   line(fmt::format("  {:<22} {:11.1f}% {:11.1f}%", "MFU", 100 * r.mfu, 100 * r.mfu_cpu));
   if (r.torch.ran) {

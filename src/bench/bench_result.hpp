@@ -31,6 +31,7 @@ struct KernelRow {
 struct BenchResult {
   // Configuration.
   std::string deck, exec_space;
+  std::string precision = "fp32", matmuls;  // precision.compute; model::describe_precision()
   std::int64_t tokens_per_step = 0, micro_batch = 0, grad_accum = 0, seq_len = 0, params = 0;
   double active_params = 0, flops_per_token = 0, attn_flops_per_token = 0;
   int blas_threads = 0;  // 0 = could not be queried

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/profiling.hpp"
+#include "model/precision.hpp"
 #include "train/flops.hpp"
 
 namespace exa::bench {
@@ -22,14 +23,14 @@ BenchResult run_bench(const deck::Config& cfg, const BenchOptions& opt) {
   EXA_REQUIRE(opt.warmup >= 0, "examoe-bench: --warmup must be at least 0, not {}", opt.warmup);
   for (const char* k : {"parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep"})
     EXA_REQUIRE(cfg.get_int(k) == 1, "examoe-bench runs one rank: {} = {}; set {} = 1", k, cfg.get_int(k), k);
-  EXA_REQUIRE(cfg.get_string("precision.compute") == "fp32",
-              "examoe-bench: precision.compute = \"{}\" is not available in this build; use fp32",
-              cfg.get_string("precision.compute"));
+  model::use_deck_precision(cfg);
   BenchResult r;
   r.deck = cfg.deck_path();
   r.steps = opt.steps;
   r.warmup = opt.warmup;
   r.exec_space = default_exec_space();
+  r.precision = cfg.get_string("precision.compute");
+  r.matmuls = model::describe_precision();
   r.blas_threads = pin_blas_threads(opt.blas_threads);
   r.blas = blas_config();
   warn_generic_blas(r.blas);

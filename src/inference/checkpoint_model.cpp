@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "model/parameter_specs.hpp"
+#include "model/precision.hpp"
 #include "model/router_bias.hpp"
 #include "model/weights.hpp"
 #include "parallel/pipeline/stage_split.hpp"
@@ -68,6 +69,22 @@ deck::Config config_from_checkpoint(const io::CheckpointMeta& meta) {
   }
 }
 
+namespace {
+
+// The products run in the precision the checkpoint was trained in; where
+// this build cannot (a bf16 run read on a GPU build), in fp32, which reads
+// the same fp32 masters, and the log says so.
+void use_training_precision(const deck::Config& cfg) {
+  try {
+    model::use_deck_precision(cfg);
+  } catch (const Error& e) {
+    kernels::set_matmul_precision(kernels::MatmulPrecision::fp32);
+    log::warn("evaluating in fp32 instead of the training run's precision: {}", e.what());
+  }
+}
+
+}  // namespace
+
 CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dropless)
     : CheckpointModel(path, comm, dropless, 0, 1) {}
 
@@ -77,6 +94,7 @@ CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dr
   meta_ = io::inspect_checkpoint(path).meta;
   config_.emplace(config_from_checkpoint(meta_));
   mcfg_ = model::ModelConfig::from_deck(*config_);
+  use_training_precision(*config_);
   if (dropless) mcfg_.capacity_factor = 0.0;
   EXA_REQUIRE(stages >= 1 && stage >= 0 && stage < stages, "CheckpointModel: stage {} is not one of {}", stage,
               stages);

@@ -9,6 +9,12 @@
 // swapping is needed here; bench/bench_gemm.cpp measures the wrapper against
 // raw cblas_sgemm on the model's shapes.
 //
+// Under matmul_precision() == bf16 the fp32 products on a host execution
+// space round their inputs to bf16 and go to oneDNN (onednn_matmul.hpp);
+// their operands must then be row-contiguous (stride 1 along a row), as
+// every tensor of the model is. A device space has no bf16 path yet, and
+// refuses rather than compute in fp32.
+//
 // Forms:
 //   gemm(ta, tb, alpha, A, B, beta, C)       C = alpha op(A) op(B) + beta C
 //   linear_forward(x, W, y)                  y = x W^T            (nn.Linear)
@@ -38,6 +44,8 @@
 #include "core/types.hpp"
 #include "kernels/host_loops.hpp"
 #include "kernels/host_tasks.hpp"
+#include "kernels/matmul_precision.hpp"
+#include "kernels/onednn_matmul.hpp"
 
 // KokkosBlas::gemm(space, transA, ...) is used from Kokkos Kernels 4.0 on
 // (every 4.x has it; 3.4.1, the oldest release ExaMoE supports, does not).
@@ -120,6 +128,32 @@ void run_gemm(const char* ta, const char* tb, typename CV::const_value_type alph
 #endif
 }
 
+// Row stride of a row-contiguous rank-2 View, for the bf16 path.
+template <class V>
+index_t bf16_row_stride(const V& v, const char* which) {
+  EXA_REQUIRE(v.extent(1) <= 1 || v.stride(1) == 1,
+              "exa::gemm: bf16 products take row-contiguous operands, but {} has stride {} along its rows", which,
+              v.stride(1));
+  return v.extent(0) <= 1 ? index_t(v.extent(1)) : index_t(v.stride(0));
+}
+
+// The bf16 form of gemm() (matmul_precision.hpp): on a host space, oneDNN;
+// on a device space, a refusal. true when it took the product.
+template <class AV, class BV, class CV>
+bool gemm_reduced_precision(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const AV& A,
+                            const BV& B, float beta, const CV& C) {
+  if (matmul_precision() != MatmulPrecision::bf16) return false;
+  if constexpr (host_task_space<exec_of<CV>>) {
+    onednn_bf16_gemm(ta, tb, m, n, k, alpha, A.data(), bf16_row_stride(A, "A"), B.data(), bf16_row_stride(B, "B"),
+                     beta, C.data(), bf16_row_stride(C, "C"));
+    return true;
+  } else {
+    throw Error(
+        "exa::gemm: bf16 products are built for host execution spaces only (oneDNN); this device has no bf16 "
+        "path yet: set precision.compute = \"fp32\"");
+  }
+}
+
 }  // namespace detail
 
 // C = alpha * op(A) * op(B) + beta * C, op = identity ('N') or transpose ('T').
@@ -147,7 +181,12 @@ void gemm(char transA, char transB, typename CV::const_value_type alpha, const A
   const char ta_s[2] = {ta ? 'T' : 'N', '\0'};
   const char tb_s[2] = {tb ? 'T' : 'N', '\0'};
   Kokkos::Profiling::pushRegion("exa::gemm");
-  detail::run_gemm(ta_s, tb_s, alpha, A, B, beta, C, exec);
+  bool done = false;
+  if constexpr (std::is_same<T, float>::value) {
+    done = detail::gemm_reduced_precision(ta, tb, m, n, k, alpha, A, B, beta, C);
+    if (done) exec.fence();
+  }
+  if (!done) detail::run_gemm(ta_s, tb_s, alpha, A, B, beta, C, exec);
   Kokkos::Profiling::popRegion();
 }
 

@@ -14,7 +14,11 @@
 #include <Kokkos_Core.hpp>
 #include <KokkosKernels_config.h>
 
+#include <type_traits>
+
 #include "core/types.hpp"
+#include "kernels/matmul_precision.hpp"
+#include "kernels/onednn_matmul.hpp"
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
 #include <KokkosBlas_Host_tpl.hpp>
@@ -38,10 +42,17 @@ bool host_tasks(const Exec& exec) {
 }
 
 // Row-major C[m,n] = alpha op(A) op(B) + beta C on the calling thread
-// (lda, ldb, ldc: row strides). Only where host_tasks() holds.
+// (lda, ldb, ldc: row strides). Only where host_tasks() holds. fp32 under
+// matmul_precision() == bf16 goes to oneDNN, single-threaded here.
 template <class T>
 void serial_gemm(char ta, char tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
                  T* C, int ldc) {
+  if constexpr (std::is_same<T, float>::value) {
+    if (matmul_precision() == MatmulPrecision::bf16) {
+      onednn_bf16_gemm(ta == 'T' || ta == 't', tb == 'T' || tb == 't', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+  }
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   KokkosBlas::Impl::HostBlas<T>::gemm(tb, ta, n, m, k, alpha, B, ldb, A, lda, beta, C, ldc);

@@ -1,5 +1,7 @@
 #include "train/trainer.hpp"
 
+#include "model/precision.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/memory.hpp"
+#include "model/precision.hpp"
 #include "core/memory_ledger.hpp"
 #include "core/profiling.hpp"
 #include "io/checkpoint/checkpoint.hpp"
@@ -49,6 +52,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       // message before any communicator is built.
       layout_([&] {
         require_supported_layout(cfg, true);
+        model::use_deck_precision(cfg);
         return parallel::ParallelLayout::from_deck(cfg, world);
       }()),
       run_dir_(cfg.get_string("output.run_dir")),
@@ -405,9 +409,9 @@ double Trainer::run() {
   const std::int64_t metrics_every = cfg_.get_int("output.metrics_every");
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
-            "({:.2f}M active per token), sgemm peak {:.1f} GFLOP/s per rank ({} cores)",
+            "({:.2f}M active per token), {}, gemm peak {:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.model_numel()) / 1e6,
-            flops_.active_params / 1e6, peak_gflops_, peak_cores_);
+            flops_.active_params / 1e6, model::describe_precision(), peak_gflops_, peak_cores_);
   energy_.restart();
   const std::int64_t tokens0 = tokens_seen_;
   LogInterval line, record;

@@ -1,0 +1,37 @@
+#pragma once
+// The precision of the matrix products, for the whole process
+// (precision.compute; docs/architecture.md, "Mixed precision").
+//
+//   fp32  the products run in fp32 (the vendor BLAS).
+//   bf16  the fp32 inputs of every fp32 product on a host execution space
+//         are rounded to bf16 and multiplied with fp32 accumulation into an
+//         fp32 result (oneDNN, onednn_matmul.hpp). A bf16 x bf16 product is
+//         exact in fp32, so this is bf16 GEMM arithmetic, whatever the ISA.
+//
+// One setting per process, not per call: every product of a step follows
+// it, so the model code does not thread a flag through each layer. Products
+// that must stay fp32 (the router's logits) are computed without gemm().
+// Set it once before the first step; tests switch it with
+// ScopedMatmulPrecision.
+#include <string>
+
+namespace exa::kernels {
+
+enum class MatmulPrecision { fp32, bf16 };
+
+MatmulPrecision matmul_precision();
+void set_matmul_precision(MatmulPrecision p);
+const char* to_string(MatmulPrecision p);
+
+class ScopedMatmulPrecision {
+ public:
+  explicit ScopedMatmulPrecision(MatmulPrecision p) : saved_(matmul_precision()) { set_matmul_precision(p); }
+  ~ScopedMatmulPrecision() { set_matmul_precision(saved_); }
+  ScopedMatmulPrecision(const ScopedMatmulPrecision&) = delete;
+  ScopedMatmulPrecision& operator=(const ScopedMatmulPrecision&) = delete;
+
+ private:
+  MatmulPrecision saved_;
+};
+
+}  // namespace exa::kernels

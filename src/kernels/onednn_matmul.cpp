@@ -1,0 +1,177 @@
+#include "kernels/onednn_matmul.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "core/error.hpp"
+
+#if EXAMOE_HAVE_ONEDNN
+#include <dnnl.hpp>
+#endif
+
+namespace exa::kernels {
+
+#if EXAMOE_HAVE_ONEDNN
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// A primitive per (transposes, alpha, beta), with the shapes and ldc given
+// at execution (oneDNN's runtime dimensions): the expert products change
+// their row counts every step, and a primitive per exact shape would build
+// (about 0.25 ms each) and keep one for every count ever seen. Measured on
+// the model's shapes (AVX512-BF16, one core), the runtime-shape kernel
+// runs at 0.8-1.05x the fixed-shape one.
+struct Key {
+  bool ta, tb;
+  std::uint32_t alpha, beta;
+  bool operator==(const Key& o) const { return ta == o.ta && tb == o.tb && alpha == o.alpha && beta == o.beta; }
+};
+
+struct KeyHash {
+  std::size_t operator()(const Key& key) const {
+    return (std::size_t(key.alpha) * 1000003u ^ std::size_t(key.beta)) * 4u + std::size_t(key.ta) * 2u +
+           std::size_t(key.tb);
+  }
+};
+
+using dims = dnnl::memory::dims;
+
+// op(A) is rows x cols from a packed A stored [rows,cols] (or [cols,rows]
+// when transposed); likewise op(B). With `runtime`, the sizes are left to
+// the execution.
+dnnl::memory::desc operand(dnnl::memory::dim rows, dnnl::memory::dim cols, bool trans, bool runtime = false) {
+  const dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL;
+  if (runtime) return dnnl::memory::desc(dims{R, R}, dt::bf16, trans ? dims{1, R} : dims{R, 1});
+  return dnnl::memory::desc(dims{rows, cols}, dt::bf16, trans ? dims{1, rows} : dims{cols, 1});
+}
+
+dnnl::memory::desc result(dnnl::memory::dim rows, dnnl::memory::dim cols, dnnl::memory::dim ld) {
+  return dnnl::memory::desc(dims{rows, cols}, dt::f32, dims{ld, 1});
+}
+
+dnnl::matmul::primitive_desc make_pd(const Key& key, bool runtime) {
+  const dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL, n = 256;
+  const dnnl::memory::desc a = operand(n, n, key.ta, runtime);
+  const dnnl::memory::desc b = operand(n, n, key.tb, runtime);
+  const dnnl::memory::desc c = runtime ? result(R, R, R) : result(n, n, n);
+  dnnl::primitive_attr attr;
+  float alpha, beta;
+  std::memcpy(&alpha, &key.alpha, sizeof alpha);
+  std::memcpy(&beta, &key.beta, sizeof beta);
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+}
+
+// Each thread's stream, primitives and bf16 operand scratch.
+struct ThreadState {
+  dnnl::stream stream{cpu_engine()};
+  std::unordered_map<Key, dnnl::matmul, KeyHash> cache;
+  std::vector<bf16> a, b;
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState s;
+  return s;
+}
+
+// Packs the rows x cols fp32 matrix at p (row stride ld) into out as bf16.
+void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<bf16>& out) {
+  out.resize(std::size_t(rows) * std::size_t(cols));
+  bf16* o = out.data();
+  for (index_t r = 0; r < rows; ++r) {
+    const float* src = p + r * ld;
+    bf16* dst = o + r * cols;
+    for (index_t c = 0; c < cols; ++c) dst[c] = to_bf16(src[c]);
+  }
+}
+
+const char* isa_name() {
+  using isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case isa::avx512_core_amx: return "AMX";
+    case isa::avx512_core_bf16: return "AVX512-BF16";
+    case isa::avx512_core_vnni: return "AVX512-VNNI";
+    case isa::avx512_core: return "AVX512";
+    case isa::avx2_vnni: return "AVX2-VNNI";
+    case isa::avx2: return "AVX2";
+    default: return "pre-AVX2";
+  }
+}
+
+}  // namespace
+
+bool onednn_available() { return true; }
+
+void onednn_bf16_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A, index_t lda,
+                      const float* B, index_t ldb, float beta, float* C, index_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = 0; j < n; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  ThreadState& s = thread_state();
+  pack(A, ta ? k : m, ta ? m : k, lda, s.a);
+  pack(B, tb ? n : k, tb ? k : n, ldb, s.b);
+  const Key key{ta, tb, bits(alpha), bits(beta)};
+  auto it = s.cache.find(key);
+  if (it == s.cache.end()) it = s.cache.emplace(key, dnnl::matmul(make_pd(key, true))).first;
+  dnnl::memory ma(operand(m, k, ta), cpu_engine(), s.a.data());
+  dnnl::memory mb(operand(k, n, tb), cpu_engine(), s.b.data());
+  dnnl::memory mc(result(m, n, ldc), cpu_engine(), C);
+  it->second.execute(s.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  s.stream.wait();
+}
+
+std::string onednn_describe() {
+  const dnnl_version_t* v = dnnl_version();
+  const Key key{false, true, bits(1.0f), bits(0.0f)};
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+         " " + make_pd(key, true).impl_info_str() + ", " + isa_name();
+}
+
+bool onednn_native_bf16() {
+  using isa = dnnl::cpu_isa;
+  const isa i = dnnl::get_effective_cpu_isa();
+  return i == isa::avx512_core_bf16 || i == isa::avx512_core_amx;
+}
+
+#else
+
+bool onednn_available() { return false; }
+
+void onednn_bf16_gemm(bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*, index_t,
+                      float, float*, index_t) {
+  throw Error(
+      "bf16 matrix products need oneDNN, which this build does not have: install it (Debian: libdnnl-dev; Spack: "
+      "examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON, or set precision.compute = \"fp32\"");
+}
+
+std::string onednn_describe() { return ""; }
+
+bool onednn_native_bf16() { return false; }
+
+#endif
+
+}  // namespace exa::kernels

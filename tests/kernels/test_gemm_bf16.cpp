@@ -1,0 +1,185 @@
+// bf16 matrix products (precision.compute = "bf16"): exa::gemm and the
+// grouped expert linears under MatmulPrecision::bf16, against fp32.
+//
+// Tolerances, from bf16's 8-bit significand (unit roundoff u = 2^-9 for
+// round-to-nearest): each input of a product a*b is rounded with relative
+// error <= u, so the product's error is <= (2u + u^2) |a||b| < 2^-7.9 |a||b|;
+// the sum over k adds fp32 accumulation error, <= k 2^-24 sum|a||b|. So
+//   |C_bf16 - C_exact| <= (2^-8 + k 2^-24) (|A||B|)_ij          (per element)
+// and against the exact product of the rounded inputs only the fp32 term
+// remains. A product that skipped the rounding would miss the second check
+// by the first's margin: the test asserts that the rounding really happened.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "harness/backend.hpp"
+#include "harness/splitmix_noise.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/matmul_precision.hpp"
+#include "kernels/onednn_matmul.hpp"
+
+using namespace exa::test;
+namespace ek = exa::kernels;
+using exa::index_t;
+
+namespace {
+
+using V2 = Kokkos::View<float**, Kokkos::LayoutRight, TestDevice>;
+using V3 = Kokkos::View<float***, Kokkos::LayoutRight, TestDevice>;
+using H2 = std::vector<std::vector<double>>;
+
+constexpr bool kHost = Kokkos::SpaceAccessibility<TestExec, Kokkos::HostSpace>::accessible;
+
+template <class V>
+void fill(const V& v, std::uint64_t seed) {
+  auto h = Kokkos::create_mirror_view(v);
+  float* p = h.data();
+  for (std::size_t i = 0; i < h.span(); ++i) p[i] = float(2.0 * splitmix_noise(seed, i));
+  Kokkos::deep_copy(v, h);
+}
+
+H2 host2(const V2& v, bool rounded = false) {
+  auto m = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  H2 h(v.extent(0), std::vector<double>(v.extent(1)));
+  for (std::size_t i = 0; i < v.extent(0); ++i)
+    for (std::size_t j = 0; j < v.extent(1); ++j)
+      h[i][j] = rounded ? double(exa::to_float(exa::to_bf16(m(i, j)))) : double(m(i, j));
+  return h;
+}
+
+struct Bounds {
+  double worst_vs_exact = 0;    // max |C - exact| / (|A||B|)_ij
+  double worst_vs_rounded = 0;  // max |C - exact(rounded inputs)| / (|A||B|)_ij
+};
+
+// Checks C = alpha op(A) op(B) + beta C0 against both references.
+Bounds check(char ta, char tb, double alpha, const V2& A, const V2& B, double beta, const H2& C0, const V2& C) {
+  const H2 a = host2(A), b = host2(B), ar = host2(A, true), br = host2(B, true), c = host2(C);
+  const bool at = ta == 'T', bt = tb == 'T';
+  const std::size_t m = c.size(), n = c[0].size(), k = at ? a.size() : a[0].size();
+  Bounds w;
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      double exact = 0, rounded = 0, mag = 0;
+      for (std::size_t p = 0; p < k; ++p) {
+        const double x = at ? a[p][i] : a[i][p], y = bt ? b[j][p] : b[p][j];
+        const double xr = at ? ar[p][i] : ar[i][p], yr = bt ? br[j][p] : br[p][j];
+        exact += x * y;
+        rounded += xr * yr;
+        mag += std::fabs(x * y);
+      }
+      mag *= std::fabs(alpha);
+      const double base = beta * C0[i][j];
+      w.worst_vs_exact = std::max(w.worst_vs_exact, std::fabs(c[i][j] - (alpha * exact + base)) / mag);
+      w.worst_vs_rounded = std::max(w.worst_vs_rounded, std::fabs(c[i][j] - (alpha * rounded + base)) / mag);
+    }
+  return w;
+}
+
+}  // namespace
+
+TEST(GemmBf16, EveryTransposeAlphaBetaWithinTheBf16Bound) {
+  if (!kHost || !ek::onednn_available()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  ek::ScopedMatmulPrecision bf16(ek::MatmulPrecision::bf16);
+  const index_t m = 37, n = 29, k = 53;
+  const double fp32_term = double(k) * std::ldexp(1.0, -24);
+  int seed = 1;
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'})
+      for (auto [alpha, beta] : {std::pair<float, float>{1, 0}, {0.125f, 1}, {-1.5f, 0.5f}}) {
+        V2 A("A", ta == 'T' ? k : m, ta == 'T' ? m : k), B("B", tb == 'T' ? n : k, tb == 'T' ? k : n), C("C", m, n);
+        fill(A, seed++);
+        fill(B, seed++);
+        fill(C, seed++);
+        const H2 c0 = host2(C);
+        ek::gemm(ta, tb, alpha, A, B, beta, C);
+        const Bounds w = check(ta, tb, alpha, A, B, beta, c0, C);
+        SCOPED_TRACE(std::string("op ") + ta + tb + " alpha " + std::to_string(alpha) + " beta " +
+                     std::to_string(beta));
+        EXPECT_LE(w.worst_vs_rounded, 4 * fp32_term) << "not bf16 x bf16 -> fp32 arithmetic";
+        EXPECT_LE(w.worst_vs_exact, std::ldexp(1.0, -8) + 4 * fp32_term);
+        EXPECT_GT(w.worst_vs_exact, 16 * fp32_term) << "no bf16 rounding seen: the product ran in fp32";
+      }
+}
+
+TEST(GemmBf16, Fp32PrecisionIsUntouched) {
+  if (!kHost) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  const index_t m = 16, n = 24, k = 40;
+  V2 A("A", m, k), B("B", n, k), C("C", m, n);
+  fill(A, 7);
+  fill(B, 8);
+  ek::gemm('N', 'T', 1.0f, A, B, 0.0f, C);
+  const Bounds w = check('N', 'T', 1.0, A, B, 0.0, host2(C), C);
+  EXPECT_LE(w.worst_vs_exact, 4 * double(k) * std::ldexp(1.0, -24));
+  EXPECT_EQ(ek::matmul_precision(), ek::MatmulPrecision::fp32);
+}
+
+// The expert FFN products: grouped forward and backward (dX and dW), with
+// an empty group, against the fp32 forms, within the bf16 bound of the
+// magnitudes.
+TEST(GemmBf16, GroupedLinearForwardAndBackward) {
+  if (!kHost || !ek::onednn_available()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  const index_t E = 3, in = 24, out = 40, rows = 150;
+  const std::vector<index_t> off{0, 70, 70, 150};
+  V2 X("X", rows, in), dY("dY", rows, out);
+  V3 W("W", E, out, in);
+  fill(X, 11);
+  fill(dY, 12);
+  fill(W, 13);
+  auto run = [&](ek::MatmulPrecision p) {
+    ek::ScopedMatmulPrecision s(p);
+    V2 Y("Y", rows, out), dX("dX", rows, in);
+    V3 dW("dW", E, out, in);
+    ek::grouped_linear_forward(X, W, off, Y);
+    ek::grouped_linear_backward(X, W, dY, off, dX, dW, false);
+    auto h = [](auto v) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v); };
+    return std::make_tuple(h(Y), h(dX), h(dW));
+  };
+  const auto [y32, dx32, dw32] = run(ek::MatmulPrecision::fp32);
+  const auto [y16, dx16, dw16] = run(ek::MatmulPrecision::bf16);
+  // Inputs are uniform in [-1, 1): |x||w| averages 1/4, so a sum over n
+  // terms has magnitude <= n; the bound is relative to that.
+  auto worst = [](const auto& a, const auto& b, double n) {
+    double w = 0;
+    for (std::size_t i = 0; i < a.span(); ++i) w = std::max(w, std::fabs(double(a.data()[i]) - b.data()[i]) / n);
+    return w;
+  };
+  const double bound = std::ldexp(1.0, -8);
+  const double wy = worst(y32, y16, in), wdx = worst(dx32, dx16, out), wdw = worst(dw32, dw16, 80);
+  EXPECT_LE(wy, bound);
+  EXPECT_LE(wdx, bound);
+  EXPECT_LE(wdw, bound);
+  EXPECT_GT(wy, 1e-6) << "the bf16 forward matched fp32 exactly: no rounding happened";
+  EXPECT_GT(wdw, 1e-6) << "the bf16 dW matched fp32 exactly: no rounding happened";
+  for (index_t o = 0; o < out; ++o)
+    for (index_t i = 0; i < in; ++i) EXPECT_EQ(dw16(1, o, i), 0.0f) << "the empty group's dW";
+}
+
+// Where there is no bf16 path (a device space, or a build without oneDNN)
+// a bf16 product is refused with a message, never computed in fp32.
+TEST(GemmBf16, RefusedWhereNotBuilt) {
+  if (kHost && ek::onednn_available()) {
+    Kokkos::View<float**, Kokkos::LayoutLeft, TestDevice> L("L", 8, 8);
+    V2 R("R", 8, 8), C("C", 8, 8);
+    ek::ScopedMatmulPrecision bf16(ek::MatmulPrecision::bf16);
+    try {
+      ek::gemm('N', 'N', 1.0f, L, R, 0.0f, C);
+      FAIL() << "a column-major operand was taken";
+    } catch (const exa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("row-contiguous"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  V2 A("A", 4, 4), B("B", 4, 4), C("C", 4, 4);
+  ek::ScopedMatmulPrecision bf16(ek::MatmulPrecision::bf16);
+  try {
+    ek::gemm('N', 'N', 1.0f, A, B, 0.0f, C);
+    FAIL() << "a bf16 product ran where no bf16 path is built";
+  } catch (const exa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("precision.compute"), std::string::npos) << e.what();
+  }
+}
