@@ -97,6 +97,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                              {"pp", grid_.sizes().pp},
                                              {"zero", dp_.options().zero}, {"experts_here",
                                               dp_.plan().local_experts()}}},
+                                 {"precision", {{"matmuls", kernels::to_string(kernels::matmul_precision())}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
   ckpt_ = std::make_unique<CheckpointManager>(

@@ -1,11 +1,16 @@
-# require_close(<a> <b> <what>): |a - b| <= 1e-5 |a| (the determinism
-# contract's tolerance), or a FATAL_ERROR naming `what` and both values.
-# CMake has no floating-point arithmetic; awk does.
+# require_close(<a> <b> <what>): |a - b| <= TOL |a|, TOL = 1e-5 (the
+# determinism contract's tolerance) unless the caller sets LOSS_TOL, or a
+# FATAL_ERROR naming `what` and both values. CMake has no floating-point
+# arithmetic; awk does.
 function(require_close a b what)
-  execute_process(COMMAND awk "BEGIN{a=${a};b=${b};d=a-b;if(d<0)d=-d;m=(a<0?-a:a);exit !(d<=1e-5*m)}"
+  set(tol 1e-5)
+  if(DEFINED LOSS_TOL AND NOT LOSS_TOL STREQUAL "")
+    set(tol ${LOSS_TOL})
+  endif()
+  execute_process(COMMAND awk "BEGIN{a=${a};b=${b};d=a-b;if(d<0)d=-d;m=(a<0?-a:a);exit !(d<=${tol}*m)}"
                   RESULT_VARIABLE ok)
   if(NOT ok EQUAL 0)
-    message(FATAL_ERROR "${what}: ${a} vs ${b} differ by more than 1e-5 relative")
+    message(FATAL_ERROR "${what}: ${a} vs ${b} differ by more than ${tol} relative")
   endif()
 endfunction()
 

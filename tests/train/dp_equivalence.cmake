@@ -31,6 +31,18 @@ foreach(arg IN LISTS ARGS EXTRA)
 endforeach()
 compare_steps(${REF}/metrics.jsonl ${WORK}/metrics.jsonl ${steps} "${NP} ranks ${EXTRA}")
 
+# A bf16 case (LOSS_TOL set by the caller, see tests/train/CMakeLists.txt)
+# must really have multiplied in bf16: its losses alone cannot show it, as
+# the bf16-fp32 gap on these decks is of the size of the tolerance. The
+# start record carries the process's matmul precision, as the kernels had it.
+if("${ARGS};${EXTRA}" MATCHES "precision\\.compute=bf16")
+  file(STRINGS ${WORK}/metrics.jsonl lines LIMIT_COUNT 1)
+  string(JSON matmuls GET "${lines}" precision matmuls)
+  if(NOT matmuls STREQUAL "bf16")
+    message(FATAL_ERROR "the run was asked for bf16 but its start record says its products ran in ${matmuls}")
+  endif()
+endif()
+
 # An expert-parallel layout must really have run as one: its start record
 # names the ep size and this rank's share of the experts.
 if(EXTRA MATCHES "parallel\\.ep=([0-9]+)")
