@@ -74,7 +74,10 @@ endif()
 # naming the package); ON requires it.
 set(EXAMOE_ENABLE_ONEDNN AUTO CACHE STRING "bf16 host matmuls through oneDNN: AUTO, ON or OFF")
 set(EXAMOE_HAVE_ONEDNN OFF)
-if(NOT EXAMOE_ENABLE_ONEDNN STREQUAL "OFF")
+if(EXAMOE_ENABLE_CUDA AND NOT EXAMOE_ENABLE_ONEDNN STREQUAL "ON")
+  # A CUDA build's products run on the device, where oneDNN does not help.
+  message(STATUS "oneDNN: not used in a CUDA build (precision.compute = \"bf16\" is refused there)")
+elseif(NOT EXAMOE_ENABLE_ONEDNN STREQUAL "OFF")
   find_package(dnnl CONFIG QUIET)
   if(dnnl_FOUND)
     set(EXAMOE_HAVE_ONEDNN ON)

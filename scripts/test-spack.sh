@@ -78,6 +78,7 @@ hdf5_prefix=/usr/lib/x86_64-linux-gnu/hdf5/mpich
   external nlohmann-json "nlohmann-json@$(dpkg-query -W -f='${Version}' nlohmann-json3-dev | sed 's/-.*//')" /usr
   external googletest "googletest@$(dpkg-query -W -f='${Version}' googletest | sed 's/-.*//')" /usr
   external benchmark "benchmark@$(dpkg-query -W -f='${Version}' libbenchmark-dev | sed 's/-.*//')" /usr
+  external onednn "onednn@$(dpkg-query -W -f='${Version}' libdnnl-dev | sed 's/-.*//') cpu_runtime=omp" /usr
 } >"$cfg/packages.yaml"
 # The original concretizer: clingo cannot be bootstrapped offline.
 spack() { "$work/spack/bin/spack" -C "$cfg" -c config:concretizer:original "$@"; }
@@ -135,7 +136,8 @@ phase "dev-build examoe@develop: installed in $prefix"
 "$prefix/bin/examoe" --version
 [ -x "$prefix/share/examoe/batch/slurm-cpu.sbatch" ] || { echo "[spack] FAIL: no batch scripts under $prefix/share" >&2; exit 1; }
 (cd "$root" && mpiexec -n 2 "$prefix/bin/examoe" input/tiny.toml --set train.steps=4 --set train.log_every=2 \
-   --set train.eval_every=4 --set train.eval_batches=1 --set checkpoint.every=4 --set output.run_dir="$work/run") \
+   --set train.eval_every=4 --set train.eval_batches=1 --set checkpoint.every=4 --set output.run_dir="$work/run" \
+   --set precision.compute=bf16) \
   >"$work/train.log" 2>&1 || { cat "$work/train.log" >&2; echo "[spack] FAIL: the installed examoe did not train" >&2; exit 1; }
 grep -E '^step ' "$work/train.log"
 [ -f "$work/run/ckpt/step_00000004/state.h5" ] || { echo "[spack] FAIL: no step-4 checkpoint" >&2; exit 1; }

@@ -225,6 +225,13 @@ class Trainer:
             [dict(params=decay, weight_decay=o["weight_decay"]), dict(params=no_decay, weight_decay=0.0)],
             lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=True)
         self.n_params = sum(t.numel() for t in self.p.values())
+        # precision.compute = "bf16": PyTorch's own CPU mixed precision
+        # (autocast: bf16 matmul inputs through oneDNN, fp32 masters), the
+        # fair counterpart of ExaMoE's bf16 products.
+        self.bf16 = deck.get("precision", {}).get("compute", "fp32") == "bf16"
+
+    def autocast(self):
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16)
 
     def step(self, s, micro_batches):
         for g in self.adamw.param_groups:
@@ -233,13 +240,15 @@ class Trainer:
         loss_sum = 0.0
         for i, (inputs, targets) in enumerate(micro_batches):
             if self.ddp is None:
-                loss, _, _, _ = forward(self.p, self.cfg, self.st, inputs, targets)
+                with self.autocast():
+                    loss, _, _, _ = forward(self.p, self.cfg, self.st, inputs, targets)
                 (loss / len(micro_batches)).backward()
             else:
                 # Gradients are all-reduced on the last micro-batch only.
                 last = i == len(micro_batches) - 1
                 with contextlib.nullcontext() if last else self.ddp.no_sync():
-                    loss, _, _, _ = self.ddp(inputs, targets)
+                    with self.autocast():
+                        loss, _, _, _ = self.ddp(inputs, targets)
                     (loss / len(micro_batches)).backward()
             loss_sum += loss.item()
         if self.opt["grad_clip"] > 0:
@@ -270,11 +279,12 @@ def load_batches(path, B, T, count, V, seed):
     return out
 
 
-def sgemm_gflops(n=1024, seconds=0.5):
-    """Best-of GFLOP/s of a square fp32 matmul in this process (torch's BLAS,
-    one thread), in wall and in process CPU time (as examoe-bench measures)."""
-    a, b = torch.full((n, n), 0.5), torch.full((n, n), 0.25)
-    c = torch.empty(n, n)
+def sgemm_gflops(n=1024, seconds=0.5, dtype=torch.float32):
+    """Best-of GFLOP/s of a square matmul of dtype in this process (torch's
+    BLAS or oneDNN, one thread), in wall and in process CPU time (as
+    examoe-bench measures)."""
+    a, b = torch.full((n, n), 0.5, dtype=dtype), torch.full((n, n), 0.25, dtype=dtype)
+    c = torch.empty(n, n, dtype=dtype)
     torch.mm(a, b.t(), out=c)
     best_w = best_c = 1e30
     reps, stop = 0, time.perf_counter() + seconds
@@ -364,7 +374,7 @@ def run(a, rank, world):
 
     worst = None if a.no_verify or rank else verify(tr, *mbs[0])
     losses = [tr.step(s, mine(s)) for s in range(a.warmup)]
-    peak, peak_cpu = sgemm_gflops()
+    peak, peak_cpu = sgemm_gflops(dtype=torch.bfloat16 if tr.bf16 else torch.float32)
 
     times, cpu = [], []
     for s in range(a.warmup, n_steps):
@@ -389,6 +399,7 @@ def run(a, rank, world):
                median_step_s=med, best_step_s=best, median_step_cpu_s=cmed, best_step_cpu_s=cbest,
                tokens_per_s=tokens / med, tokens_per_s_best=tokens / best, tokens_per_s_cpu=tokens / cmed,
                sgemm_gflops=peak, sgemm_gflops_cpu=peak_cpu, params=tr.n_params, losses=losses,
+               precision="bf16" if tr.bf16 else "fp32",
                verify_max_rel=worst)
     print(f"bench_torch: torch {torch.__version__}, {world} process(es) x {torch.get_num_threads()} thread(s), {tr.n_params / 1e6:.2f}M params; "
           f"sgemm {peak:.1f} GFLOP/s wall, {peak_cpu:.1f} CPU; step median {med:.3f} s wall, {cmed:.3f} s CPU -> "
