@@ -9,10 +9,10 @@
 // swapping is needed here; bench/bench_gemm.cpp measures the wrapper against
 // raw cblas_sgemm on the model's shapes.
 //
-// Under matmul_precision() == bf16 the fp32 products on a host execution
-// space round their inputs to bf16 and go to oneDNN (onednn_matmul.hpp);
+// Under matmul_precision() == bf16 or fp16 the fp32 products on a host
+// execution space round their inputs and go to oneDNN (onednn_matmul.hpp);
 // their operands must then be row-contiguous (stride 1 along a row), as
-// every tensor of the model is. A device space has no bf16 path yet, and
+// every tensor of the model is. A device space has no such path yet, and
 // refuses rather than compute in fp32.
 //
 // Forms:
@@ -132,25 +132,26 @@ void run_gemm(const char* ta, const char* tb, typename CV::const_value_type alph
 template <class V>
 index_t bf16_row_stride(const V& v, const char* which) {
   EXA_REQUIRE(v.extent(1) <= 1 || v.stride(1) == 1,
-              "exa::gemm: bf16 products take row-contiguous operands, but {} has stride {} along its rows", which,
+              "exa::gemm: bf16/fp16 products take row-contiguous operands, but {} has stride {} along its rows", which,
               v.stride(1));
   return v.extent(0) <= 1 ? index_t(v.extent(1)) : index_t(v.stride(0));
 }
 
-// The bf16 form of gemm() (matmul_precision.hpp): on a host space, oneDNN;
-// on a device space, a refusal. true when it took the product.
+// The bf16/fp16 form of gemm() (matmul_precision.hpp): on a host space,
+// oneDNN; on a device space, a refusal. true when it took the product.
 template <class AV, class BV, class CV>
 bool gemm_reduced_precision(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const AV& A,
                             const BV& B, float beta, const CV& C) {
-  if (matmul_precision() != MatmulPrecision::bf16) return false;
+  const MatmulPrecision p = matmul_precision();
+  if (p == MatmulPrecision::fp32) return false;
   if constexpr (host_task_space<exec_of<CV>>) {
-    onednn_bf16_gemm(ta, tb, m, n, k, alpha, A.data(), bf16_row_stride(A, "A"), B.data(), bf16_row_stride(B, "B"),
+    onednn_gemm(p, ta, tb, m, n, k, alpha, A.data(), bf16_row_stride(A, "A"), B.data(), bf16_row_stride(B, "B"),
                      beta, C.data(), bf16_row_stride(C, "C"));
     return true;
   } else {
     throw Error(
-        "exa::gemm: bf16 products are built for host execution spaces only (oneDNN); this device has no bf16 "
-        "path yet: set precision.compute = \"fp32\"");
+        "exa::gemm: bf16 and fp16 products are built for host execution spaces only (oneDNN); this device has "
+        "no such path yet: set precision.compute = \"fp32\"");
   }
 }
 

@@ -43,13 +43,13 @@ bool host_tasks(const Exec& exec) {
 
 // Row-major C[m,n] = alpha op(A) op(B) + beta C on the calling thread
 // (lda, ldb, ldc: row strides). Only where host_tasks() holds. fp32 under
-// matmul_precision() == bf16 goes to oneDNN, single-threaded here.
+// matmul_precision() == bf16 or fp16 goes to oneDNN, single-threaded here.
 template <class T>
 void serial_gemm(char ta, char tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
                  T* C, int ldc) {
   if constexpr (std::is_same<T, float>::value) {
-    if (matmul_precision() == MatmulPrecision::bf16) {
-      onednn_bf16_gemm(ta == 'T' || ta == 't', tb == 'T' || tb == 't', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (const MatmulPrecision p = matmul_precision(); p != MatmulPrecision::fp32) {
+      onednn_gemm(p, ta == 'T' || ta == 't', tb == 'T' || tb == 't', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     }
   }

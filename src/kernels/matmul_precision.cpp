@@ -13,6 +13,12 @@ MatmulPrecision matmul_precision() { return g_precision.load(std::memory_order_r
 
 void set_matmul_precision(MatmulPrecision p) { g_precision.store(p, std::memory_order_relaxed); }
 
-const char* to_string(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
+const char* to_string(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::bf16: return "bf16";
+    case MatmulPrecision::fp16: return "fp16";
+    default: return "fp32";
+  }
+}
 
 }  // namespace exa::kernels

@@ -7,6 +7,8 @@
 //         are rounded to bf16 and multiplied with fp32 accumulation into an
 //         fp32 result (oneDNN, onednn_matmul.hpp). A bf16 x bf16 product is
 //         exact in fp32, so this is bf16 GEMM arithmetic, whatever the ISA.
+//   fp16  likewise with IEEE half precision (core/fp16.hpp): its narrow
+//         range overflows to infinity, which dynamic loss scaling watches.
 //
 // One setting per process, not per call: every product of a step follows
 // it, so the model code does not thread a flag through each layer. Products
@@ -17,7 +19,7 @@
 
 namespace exa::kernels {
 
-enum class MatmulPrecision { fp32, bf16 };
+enum class MatmulPrecision { fp32, bf16, fp16 };
 
 MatmulPrecision matmul_precision();
 void set_matmul_precision(MatmulPrecision p);

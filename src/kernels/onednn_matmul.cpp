@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
+#include "core/fp16.hpp"
 #include "core/error.hpp"
 
 #if EXAMOE_HAVE_ONEDNN
@@ -40,13 +41,16 @@ std::uint32_t bits(float f) {
 struct Key {
   bool ta, tb;
   std::uint32_t alpha, beta;
-  bool operator==(const Key& o) const { return ta == o.ta && tb == o.tb && alpha == o.alpha && beta == o.beta; }
+  dt type;  // of the packed operands: bf16, or f32 holding fp16 values
+  bool operator==(const Key& o) const {
+    return ta == o.ta && tb == o.tb && alpha == o.alpha && beta == o.beta && type == o.type;
+  }
 };
 
 struct KeyHash {
   std::size_t operator()(const Key& key) const {
     return (std::size_t(key.alpha) * 1000003u ^ std::size_t(key.beta)) * 4u + std::size_t(key.ta) * 2u +
-           std::size_t(key.tb);
+           std::size_t(key.tb) + 16u * std::size_t(key.type);
   }
 };
 
@@ -55,10 +59,11 @@ using dims = dnnl::memory::dims;
 // op(A) is rows x cols from a packed A stored [rows,cols] (or [cols,rows]
 // when transposed); likewise op(B). With `runtime`, the sizes are left to
 // the execution.
-dnnl::memory::desc operand(dnnl::memory::dim rows, dnnl::memory::dim cols, bool trans, bool runtime = false) {
+dnnl::memory::desc operand(dt type, dnnl::memory::dim rows, dnnl::memory::dim cols, bool trans,
+                           bool runtime = false) {
   const dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL;
-  if (runtime) return dnnl::memory::desc(dims{R, R}, dt::bf16, trans ? dims{1, R} : dims{R, 1});
-  return dnnl::memory::desc(dims{rows, cols}, dt::bf16, trans ? dims{1, rows} : dims{cols, 1});
+  if (runtime) return dnnl::memory::desc(dims{R, R}, type, trans ? dims{1, R} : dims{R, 1});
+  return dnnl::memory::desc(dims{rows, cols}, type, trans ? dims{1, rows} : dims{cols, 1});
 }
 
 dnnl::memory::desc result(dnnl::memory::dim rows, dnnl::memory::dim cols, dnnl::memory::dim ld) {
@@ -67,8 +72,8 @@ dnnl::memory::desc result(dnnl::memory::dim rows, dnnl::memory::dim cols, dnnl::
 
 dnnl::matmul::primitive_desc make_pd(const Key& key, bool runtime) {
   const dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL, n = 256;
-  const dnnl::memory::desc a = operand(n, n, key.ta, runtime);
-  const dnnl::memory::desc b = operand(n, n, key.tb, runtime);
+  const dnnl::memory::desc a = operand(key.type, n, n, key.ta, runtime);
+  const dnnl::memory::desc b = operand(key.type, n, n, key.tb, runtime);
   const dnnl::memory::desc c = runtime ? result(R, R, R) : result(n, n, n);
   dnnl::primitive_attr attr;
   float alpha, beta;
@@ -88,6 +93,7 @@ struct ThreadState {
   dnnl::stream stream{cpu_engine()};
   std::unordered_map<Key, dnnl::matmul, KeyHash> cache;
   std::vector<bf16> a, b;
+  std::vector<float> a16, b16;  // fp16 values held as fp32
 };
 
 ThreadState& thread_state() {
@@ -95,7 +101,8 @@ ThreadState& thread_state() {
   return s;
 }
 
-// Packs the rows x cols fp32 matrix at p (row stride ld) into out as bf16.
+// Packs the rows x cols fp32 matrix at p (row stride ld) into out, each
+// value rounded to bf16 (or to the fp16 value it rounds to).
 void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<bf16>& out) {
   out.resize(std::size_t(rows) * std::size_t(cols));
   bf16* o = out.data();
@@ -103,6 +110,16 @@ void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<bf
     const float* src = p + r * ld;
     bf16* dst = o + r * cols;
     for (index_t c = 0; c < cols; ++c) dst[c] = to_bf16(src[c]);
+  }
+}
+
+void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<float>& out) {
+  out.resize(std::size_t(rows) * std::size_t(cols));
+  float* o = out.data();
+  for (index_t r = 0; r < rows; ++r) {
+    const float* src = p + r * ld;
+    float* dst = o + r * cols;
+    for (index_t c = 0; c < cols; ++c) dst[c] = round_to_fp16(src[c]);
   }
 }
 
@@ -123,8 +140,9 @@ const char* isa_name() {
 
 bool onednn_available() { return true; }
 
-void onednn_bf16_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A, index_t lda,
-                      const float* B, index_t ldb, float beta, float* C, index_t ldc) {
+void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A,
+                 index_t lda, const float* B, index_t ldb, float beta, float* C, index_t ldc) {
+  EXA_REQUIRE(p != MatmulPrecision::fp32, "onednn_gemm: the fp32 products go to the BLAS, not here");
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) {
     for (index_t i = 0; i < m; ++i)
@@ -132,13 +150,23 @@ void onednn_bf16_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, float a
     return;
   }
   ThreadState& s = thread_state();
-  pack(A, ta ? k : m, ta ? m : k, lda, s.a);
-  pack(B, tb ? n : k, tb ? k : n, ldb, s.b);
-  const Key key{ta, tb, bits(alpha), bits(beta)};
+  const bool half = p == MatmulPrecision::fp16;
+  void *pa, *pb;
+  if (half) {
+    pack(A, ta ? k : m, ta ? m : k, lda, s.a16);
+    pack(B, tb ? n : k, tb ? k : n, ldb, s.b16);
+    pa = s.a16.data(), pb = s.b16.data();
+  } else {
+    pack(A, ta ? k : m, ta ? m : k, lda, s.a);
+    pack(B, tb ? n : k, tb ? k : n, ldb, s.b);
+    pa = s.a.data(), pb = s.b.data();
+  }
+  const dt type = half ? dt::f32 : dt::bf16;
+  const Key key{ta, tb, bits(alpha), bits(beta), type};
   auto it = s.cache.find(key);
   if (it == s.cache.end()) it = s.cache.emplace(key, dnnl::matmul(make_pd(key, true))).first;
-  dnnl::memory ma(operand(m, k, ta), cpu_engine(), s.a.data());
-  dnnl::memory mb(operand(k, n, tb), cpu_engine(), s.b.data());
+  dnnl::memory ma(operand(type, m, k, ta), cpu_engine(), pa);
+  dnnl::memory mb(operand(type, k, n, tb), cpu_engine(), pb);
   dnnl::memory mc(result(m, n, ldc), cpu_engine(), C);
   it->second.execute(s.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
   s.stream.wait();
@@ -146,7 +174,7 @@ void onednn_bf16_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, float a
 
 std::string onednn_describe() {
   const dnnl_version_t* v = dnnl_version();
-  const Key key{false, true, bits(1.0f), bits(0.0f)};
+  const Key key{false, true, bits(1.0f), bits(0.0f), dt::bf16};
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
          " " + make_pd(key, true).impl_info_str() + ", " + isa_name();
 }
@@ -161,10 +189,10 @@ bool onednn_native_bf16() {
 
 bool onednn_available() { return false; }
 
-void onednn_bf16_gemm(bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*, index_t,
-                      float, float*, index_t) {
+void onednn_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
+                 index_t, float, float*, index_t) {
   throw Error(
-      "bf16 matrix products need oneDNN, which this build does not have: install it (Debian: libdnnl-dev; Spack: "
+      "bf16 and fp16 matrix products need oneDNN, which this build does not have: install it (Debian: libdnnl-dev; Spack: "
       "examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON, or set precision.compute = \"fp32\"");
 }
 

@@ -1,19 +1,23 @@
 #pragma once
-// bf16 matrix products on host execution spaces through oneDNN's matmul
-// primitive (precision.compute = "bf16"; matmul_precision.hpp).
+// bf16 and fp16 matrix products on host execution spaces through oneDNN's
+// matmul primitive (precision.compute; matmul_precision.hpp).
 //
-// The fp32 operands are rounded to bf16 (to nearest, ties to even; the
-// rounding of core/bf16.hpp) into per-thread scratch, multiplied with fp32
+// The fp32 operands are rounded (to nearest, ties to even; core/bf16.hpp,
+// core/fp16.hpp) into per-thread scratch, multiplied with fp32
 // accumulation, and written to the fp32 C with alpha and beta applied
 // (oneDNN's output scale and sum post-op). Each thread creates a primitive
-// once per (transposes, alpha, beta), with the shapes left to execution
-// time, and reuses it: the expert products change shape every step.
+// once per (precision, transposes, alpha, beta), with the shapes left to
+// execution time, and reuses it: the expert products change shape every
+// step. bf16 operands go to oneDNN's bf16 kernels; fp16 operands are kept
+// as the fp32 values they round to and go to its fp32 kernels (CPUs
+// without AVX512-FP16 have no fp16 arithmetic): fp16 numerics, fp32 speed.
 //
 // Called from a thread of a host parallel region (the host tasks of
 // host_tasks.hpp), oneDNN runs single-threaded, as a threaded BLAS does.
 #include <string>
 
 #include "core/types.hpp"
+#include "kernels/matmul_precision.hpp"
 
 namespace exa::kernels {
 
@@ -21,10 +25,10 @@ namespace exa::kernels {
 bool onednn_available();
 
 // Row-major C[m,n] = alpha op(A) op(B) + beta C (op(A) is m x k, op(B)
-// k x n; lda, ldb, ldc are row strides) in bf16 x bf16 -> fp32. Throws when
-// the build has no oneDNN.
-void onednn_bf16_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A, index_t lda,
-                      const float* B, index_t ldb, float beta, float* C, index_t ldc);
+// k x n; lda, ldb, ldc are row strides) with the operands rounded to p
+// (bf16 or fp16) and fp32 accumulation. Throws when the build has no oneDNN.
+void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A,
+                 index_t lda, const float* B, index_t ldb, float beta, float* C, index_t ldc);
 
 // What the products run on, e.g. "oneDNN 2.6.3 gemm:jit, AVX512-BF16"
 // (oneDNN's implementation and the instruction set it dispatches to); ""

@@ -11,24 +11,29 @@ namespace exa::model {
 kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg) {
   const std::string compute = cfg.get_string("precision.compute");
   if (compute == "fp32") return kernels::MatmulPrecision::fp32;
-  EXA_REQUIRE(compute == "bf16", "precision.compute = \"{}\": this build runs fp32 and bf16; use one of them",
-              compute);
+  EXA_REQUIRE(compute == "bf16" || compute == "fp16",
+              "precision.compute = \"{}\": this build runs fp32, bf16 and fp16; use one of them", compute);
   constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   EXA_REQUIRE(host,
-              "precision.compute = \"bf16\": this build runs on {}, and bf16 products are built for CPUs only "
-              "(oneDNN) so far; set precision.compute = \"fp32\"",
-              ExecSpace::name());
+              "precision.compute = \"{}\": this build runs on {}, and reduced-precision products are built for "
+              "CPUs only (oneDNN) so far; set precision.compute = \"fp32\"",
+              compute, ExecSpace::name());
   EXA_REQUIRE(kernels::onednn_available(),
-              "precision.compute = \"bf16\" needs oneDNN, which this build does not have: install it (Debian: "
+              "precision.compute = \"{}\" needs oneDNN, which this build does not have: install it (Debian: "
               "libdnnl-dev; Spack: examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON, or set "
-              "precision.compute = \"fp32\"");
-  return kernels::MatmulPrecision::bf16;
+              "precision.compute = \"fp32\"",
+              compute);
+  return compute == "bf16" ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp16;
 }
 
 void use_deck_precision(const deck::Config& cfg) { kernels::set_matmul_precision(matmul_precision_of(cfg)); }
 
 std::string describe_precision() {
-  if (kernels::matmul_precision() == kernels::MatmulPrecision::fp32) return "fp32 matmuls";
+  const auto p = kernels::matmul_precision();
+  if (p == kernels::MatmulPrecision::fp32) return "fp32 matmuls";
+  if (p == kernels::MatmulPrecision::fp16)
+    return "fp16 matmuls (inputs rounded to fp16, fp32 products and accumulation on oneDNN's fp32 kernels: fp16 "
+           "numerics at fp32 speed)";
   std::string s = "bf16 matmuls (" + kernels::onednn_describe() + ")";
   if (!kernels::onednn_native_bf16())
     s += "; WARNING: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so oneDNN converts and bf16 runs "

@@ -48,6 +48,8 @@ class Optimizer {
   GradClipper& clipper() { return clipper_; }
   const GradClipper& clipper() const { return clipper_; }
   const GradAccumulation& accumulation() const { return accum_; }
+  // The loss scale S of the steps from now on (dynamic loss scaling).
+  void set_loss_scale(double s) { accum_.loss_scale = s; }
   AdamW& adamw() { return adamw_; }
   const AdamW& adamw() const { return adamw_; }
   std::size_t bytes() const { return adamw_.bytes(); }

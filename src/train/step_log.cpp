@@ -19,10 +19,12 @@ std::string format_line(const StepLog& s) {
   const std::string moe = s.moe_summary.empty() ? std::string() : " | " + s.moe_summary;
   return fmt::format(
       "step {:>6}/{} | loss {:.4f} | val {} | lr {:.3e} | gnorm {:.3f}{} | {} tok/s | {:.3f} TFLOP/s | MFU {:.1f}% | "
-      "imb {:.2f}{}{} | compute {:.3f}s comm {:.3f}s io {:.3f}s | mem {}{} + act {} (rss {}){}",
+      "imb {:.2f}{}{}{} | compute {:.3f}s comm {:.3f}s io {:.3f}s | mem {}{} + act {} (rss {}){}",
       s.step, s.steps, s.loss, val, s.lr, s.grad_norm, s.skipped ? " SKIPPED" : "", si(s.tokens_per_s), s.tflops,
       100.0 * s.mfu, s.imbalance, moe,
-      s.nonfinite_steps > 0 ? fmt::format(" | non-finite steps {}", s.nonfinite_steps) : std::string(), s.t_compute, s.t_comm, s.t_io, mib(s.mem_params + s.mem_grads + s.mem_optim),
+      s.nonfinite_steps > 0 ? fmt::format(" | non-finite steps {}", s.nonfinite_steps) : std::string(),
+      s.loss_scale ? fmt::format(" | scale {:g} overflows {}", *s.loss_scale, s.overflow_skips) : std::string(),
+      s.t_compute, s.t_comm, s.t_io, mib(s.mem_params + s.mem_grads + s.mem_optim),
       s.mem_buffers > 0 ? " + buf " + mib(s.mem_buffers) : std::string(), mib(s.mem_activations), mib(s.mem_peak_rss),
       s.joules_per_token ? fmt::format(" | {:.3g} J/tok {:.3g} kWh", *s.joules_per_token, *s.kwh) : std::string());
 }
@@ -50,6 +52,7 @@ nlohmann::json to_json(const StepLog& s) {
                  {"peak_rss", s.mem_peak_rss}};
   j["skipped"] = s.skipped;
   j["nonfinite_steps"] = s.nonfinite_steps;
+  if (s.loss_scale) j["loss_scale"] = {{"scale", *s.loss_scale}, {"overflow_skips", s.overflow_skips}};
   if (s.joules_per_token) j["energy"] = {{"joules_per_token", *s.joules_per_token}, {"kwh", *s.kwh}};
   if (!s.moe.is_null()) j["moe"] = s.moe;
   return j;

@@ -28,6 +28,8 @@ struct StepLog {
   double mem_peak_rss = 0;            // bytes, from the OS
   bool skipped = false;               // non-finite gradient: update not applied
   std::int64_t nonfinite_steps = 0;   // steps dropped so far by resilience.nan_policy (train/nan_policy.hpp)
+  std::optional<double> loss_scale;   // dynamic loss scaling (optim/loss_scaler.hpp): S after the step
+  std::int64_t overflow_skips = 0;    // steps it skipped so far
   std::optional<double> joules_per_token, kwh;  // energy estimate (train/energy.hpp): interval, run so far
   std::string moe_summary;            // parallel/expert/moe_load.hpp: the worst layer's loads (empty: no MoE layers)
   nlohmann::json moe;                 // parallel/expert/moe_load.hpp: every layer's loads (null: no MoE layers)

@@ -123,6 +123,7 @@ std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); 
 
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
+  opt_.set_loss_scale(scaler_.scale());
   const auto& acc = opt_.accumulation();
   const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
   parallel::StepWork work{[&](int j) { return batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_))); },
@@ -146,13 +147,24 @@ StepResult Trainer::train_step(std::int64_t step) {
     r.report.clip.norm = std::numeric_limits<double>::quiet_NaN();
     r.report.clip.finite = false;
   }
+  // A finite loss with a non-finite gradient under dynamic loss scaling is
+  // an fp16 overflow: the scaler halves S and the step is skipped without
+  // reaching resilience.nan_policy (the norm is reduced, so every rank
+  // agrees). At S = 1 the scaler declines, and the policy decides.
+  if (std::isfinite(r.loss) && !r.report.applied) r.overflow = scaler_.after_step(false);
+  else if (r.report.applied) scaler_.after_step(true);
   if (r.report.applied) dp_.params_updated();
   balance_.after_step(r.moe, r.report.applied, *model_);
   if (r.report.applied)
     r.replaced = replace_.after_step(r.moe, step + 1, [&](const parallel::expert::ExpertMove& m) { move_experts(m); });
-  if (!r.report.finite() && nan_.enabled() && nan_.policy() == NanGuard::Policy::abort && std::isfinite(r.loss))
-    optim::require_finite(r.report.clip, step + 1);
-  r.nan_action = nan_.after_step(step + 1, r.loss, r.report.clip.norm);
+  if (r.overflow) {
+    log::info("step {}: gradient overflow at loss scale {:g}; skipped, scale now {:g}", step + 1,
+              2 * scaler_.scale(), scaler_.scale());
+  } else {
+    if (!r.report.finite() && nan_.enabled() && nan_.policy() == NanGuard::Policy::abort && std::isfinite(r.loss))
+      optim::require_finite(r.report.clip, step + 1);
+    r.nan_action = nan_.after_step(step + 1, r.loss, r.report.clip.norm);
+  }
   tokens_seen_ += global_batch_ * mcfg_.seq_len;
   return r;
 }
@@ -220,6 +232,10 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   meta.layout.ep = grid_.sizes().ep;
   meta.layout.pp = grid_.sizes().pp;
   balance_.save(meta);
+  if (scaler_.dynamic()) {
+    const auto st = scaler_.state();
+    meta.state[optim::LossScaler::kStateName] = io::StateArray{{std::int64_t(st.size())}, st};
+  }
   return meta;
 }
 
@@ -234,6 +250,8 @@ void Trainer::restore(const io::CheckpointMeta& meta) {
   replace_.forget_placement();  // the checkpoint holds the experts in global order
   dp_.params_updated();
   balance_.restore(meta, *model_);
+  if (const auto it = meta.state.find(optim::LossScaler::kStateName); it != meta.state.end())
+    scaler_.restore(it->second.values);
   step_ = static_cast<std::int64_t>(meta.step);
   tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);
   const auto it = meta.lr_schedule.find("adamw_step_count");
@@ -294,6 +312,10 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   s.grad_norm = r.report.clip.norm;
   s.skipped = !r.report.applied;
   s.nonfinite_steps = nan_.nonfinite_steps();
+  if (scaler_.dynamic()) {
+    s.loss_scale = scaler_.scale();
+    s.overflow_skips = scaler_.overflow_skips();
+  }
   const double tokens = double(global_batch_ * mcfg_.seq_len * steps_in_interval);
   s.tokens_per_s = tokens / interval_s;
   const double flops_per_rank = flops_.per_token_train * tokens / comm_size(world_) / interval_s;

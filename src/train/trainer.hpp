@@ -26,6 +26,7 @@
 #include "io/sampler.hpp"
 #include "model/parameter_store.hpp"
 #include "model/stage_model.hpp"
+#include "optim/loss_scaler.hpp"
 #include "optim/optimizer.hpp"
 #include "parallel/data/data_parallel.hpp"
 #include "parallel/layout.hpp"
@@ -51,6 +52,7 @@ struct StepResult {
   optim::StepReport report;
   std::vector<nlohmann::json> replaced;     // expert re-placements after the step (ExpertReplacement)
   NanGuard::Action nan_action = NanGuard::Action::none;  // resilience.nan_policy's verdict on the step
+  bool overflow = false;  // skipped by dynamic loss scaling (optim/loss_scaler.hpp), not a non-finite step
 };
 
 // The steps one log line or one metrics record sums up. The two have their
@@ -142,6 +144,7 @@ class Trainer {
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
   StopSignal stop_;
   NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
+  optim::LossScaler scaler_ = optim::LossScaler::from_deck(cfg_);  // precision.loss_scaling
   ReplicaCheck replica_{cfg_, grid_, dp_.options().zero};  // resilience.replica_check_every
   std::unique_ptr<CheckpointManager> ckpt_;  // tiers 0, 1 and 2, the async writer, resume and rollback
 };

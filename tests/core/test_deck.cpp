@@ -381,7 +381,7 @@ TEST(DeckReads, ReservedAndNotBuiltValuesAreRefusedWhereSet) {
   EXPECT_NE(load_error(tiny, {"memory.recompute=true"}, 1).find("--set memory.recompute=true: memory.recompute = "
                                                                   "true is reserved"),
             std::string::npos);
-  EXPECT_NE(load_error(tiny, {"precision.compute=bf16"}, 1).find("is not available in this build yet"),
+  EXPECT_NE(load_error(tiny, {"precision.matmul=tf32"}, 1).find("is not available in this build yet"),
             std::string::npos);
   EXPECT_NE(exa::deck::schema_markdown().find("reserved: only the default false is accepted in this build"),
             std::string::npos);

@@ -119,9 +119,11 @@ std::vector<KeySpec> build() {
       S("checkpoint", "memory_dir", "/dev/shm", {}, "where tier-0 snapshots live: POSIX shared memory (node memory that outlives the job), one file per rank and copy, named for the run directory"),
       I("checkpoint", "memory_ranks_per_node", 0, 0, kDim, "ranks per (pretend) node for choosing tier-0 buddies (rank r's copy goes to rank r + this); 0 = the detected node split"),
 
-      NotBuilt(S("precision", "compute", "fp32", {"fp32", "bf16", "fp16"}, "type of the matrix products' inputs: fp32; bf16 (inputs rounded to bf16, fp32 accumulation, through oneDNN on CPUs; activations, softmax, norms, the router, the loss and the master weights stay fp32); fp16 (with dynamic loss scaling)"), {"fp16"}),
+      S("precision", "compute", "fp32", {"fp32", "bf16", "fp16"}, "type of the matrix products' inputs: fp32; bf16 (inputs rounded to bf16, fp32 accumulation, through oneDNN on CPUs; activations, softmax, norms, the router, the loss and the master weights stay fp32); fp16 (likewise in IEEE half precision, whose range overflows: use precision.loss_scaling = \"dynamic\")"),
       NotBuilt(S("precision", "matmul", "fp32", {"fp32", "tf32"}, "arithmetic of fp32 matrix products: fp32; tf32 (a GPU's TF32 tensor cores)"), {"tf32"}),
-      F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "static factor on the loss before backward, divided out of gradients"),
+      F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "factor on the loss before backward, divided out of gradients; under dynamic scaling its start (e.g. 65536)"),
+      S("precision", "loss_scaling", "static", {"static", "dynamic"}, "static: loss_scale throughout; dynamic: a step whose gradient overflows is skipped and the scale halved, and the scale doubles after loss_scale_window clean steps"),
+      I("precision", "loss_scale_window", 1000, 1, 1 << 30, "clean steps in a row before dynamic loss scaling doubles the scale"),
 
       Reserved(B("memory", "recompute", false, "recompute activations in backward instead of storing them")),
       Reserved(B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer")),

@@ -1,5 +1,5 @@
-// bf16 matrix products (precision.compute = "bf16"): exa::gemm and the
-// grouped expert linears under MatmulPrecision::bf16, against fp32.
+// bf16 and fp16 matrix products (precision.compute): exa::gemm and the
+// grouped expert linears under MatmulPrecision::bf16 / fp16, against fp32.
 //
 // Tolerances, from bf16's 8-bit significand (unit roundoff u = 2^-9 for
 // round-to-nearest): each input of a product a*b is rounded with relative
@@ -9,6 +9,8 @@
 // and against the exact product of the rounded inputs only the fp32 term
 // remains. A product that skipped the rounding would miss the second check
 // by the first's margin: the test asserts that the rounding really happened.
+// fp16 (11-bit significand, u = 2^-11) gives the same with 2^-10 in place
+// of 2^-8, and its range ends at 65504: a larger input becomes infinity.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
+#include "core/fp16.hpp"
 #include "harness/backend.hpp"
 #include "harness/splitmix_noise.hpp"
 #include "kernels/gemm.hpp"
@@ -42,12 +45,18 @@ void fill(const V& v, std::uint64_t seed) {
   Kokkos::deep_copy(v, h);
 }
 
-H2 host2(const V2& v, bool rounded = false) {
+enum class Round { none, bf16, fp16 };
+
+H2 host2(const V2& v, Round round = Round::none) {
   auto m = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   H2 h(v.extent(0), std::vector<double>(v.extent(1)));
   for (std::size_t i = 0; i < v.extent(0); ++i)
-    for (std::size_t j = 0; j < v.extent(1); ++j)
-      h[i][j] = rounded ? double(exa::to_float(exa::to_bf16(m(i, j)))) : double(m(i, j));
+    for (std::size_t j = 0; j < v.extent(1); ++j) {
+      const float x = m(i, j);
+      h[i][j] = round == Round::bf16   ? double(exa::to_float(exa::to_bf16(x)))
+                : round == Round::fp16 ? double(exa::round_to_fp16(x))
+                                       : double(x);
+    }
   return h;
 }
 
@@ -57,8 +66,9 @@ struct Bounds {
 };
 
 // Checks C = alpha op(A) op(B) + beta C0 against both references.
-Bounds check(char ta, char tb, double alpha, const V2& A, const V2& B, double beta, const H2& C0, const V2& C) {
-  const H2 a = host2(A), b = host2(B), ar = host2(A, true), br = host2(B, true), c = host2(C);
+Bounds check(char ta, char tb, double alpha, const V2& A, const V2& B, double beta, const H2& C0, const V2& C,
+             Round round = Round::bf16) {
+  const H2 a = host2(A), b = host2(B), ar = host2(A, round), br = host2(B, round), c = host2(C);
   const bool at = ta == 'T', bt = tb == 'T';
   const std::size_t m = c.size(), n = c[0].size(), k = at ? a.size() : a[0].size();
   Bounds w;
@@ -104,6 +114,42 @@ TEST(GemmBf16, EveryTransposeAlphaBetaWithinTheBf16Bound) {
         EXPECT_LE(w.worst_vs_exact, std::ldexp(1.0, -8) + 4 * fp32_term);
         EXPECT_GT(w.worst_vs_exact, 16 * fp32_term) << "no bf16 rounding seen: the product ran in fp32";
       }
+}
+
+TEST(GemmFp16, EveryTransposeWithinTheFp16BoundAndOverflowIsInfinite) {
+  if (!kHost || !ek::onednn_available()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  ek::ScopedMatmulPrecision fp16(ek::MatmulPrecision::fp16);
+  const index_t m = 33, n = 21, k = 45;
+  const double fp32_term = double(k) * std::ldexp(1.0, -24);
+  int seed = 40;
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'}) {
+      V2 A("A", ta == 'T' ? k : m, ta == 'T' ? m : k), B("B", tb == 'T' ? n : k, tb == 'T' ? k : n), C("C", m, n);
+      fill(A, seed++);
+      fill(B, seed++);
+      fill(C, seed++);
+      const H2 c0 = host2(C);
+      ek::gemm(ta, tb, 0.5f, A, B, 1.0f, C);
+      const Bounds w = check(ta, tb, 0.5, A, B, 1.0, c0, C, Round::fp16);
+      SCOPED_TRACE(std::string("op ") + ta + tb);
+      EXPECT_LE(w.worst_vs_rounded, 4 * fp32_term) << "not fp16 x fp16 -> fp32 arithmetic";
+      EXPECT_LE(w.worst_vs_exact, std::ldexp(1.0, -10) + 4 * fp32_term);
+      EXPECT_GT(w.worst_vs_exact, 16 * fp32_term) << "no fp16 rounding seen: the product ran in fp32";
+    }
+  // 70000 rounds to infinity in fp16 (the largest finite value is 65504):
+  // the overflow dynamic loss scaling watches for.
+  V2 A("A", 2, 3), B("B", 3, 2), C("C", 2, 2);
+  Kokkos::deep_copy(A, 1.0f);
+  Kokkos::deep_copy(B, 1.0f);
+  auto h = Kokkos::create_mirror_view(A);
+  Kokkos::deep_copy(h, A);
+  h(0, 1) = 70000.0f;
+  h(1, 2) = 65000.0f;
+  Kokkos::deep_copy(A, h);
+  ek::gemm('N', 'N', 1.0f, A, B, 0.0f, C);
+  auto c = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), C);
+  EXPECT_TRUE(std::isinf(c(0, 0)) && std::isinf(c(0, 1))) << c(0, 0);
+  EXPECT_EQ(c(1, 0), 64994.0f) << "65000 rounds to the fp16 value 64992; 1 + 1 + 64992";
 }
 
 TEST(GemmBf16, Fp32PrecisionIsUntouched) {
