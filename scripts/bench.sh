@@ -10,6 +10,11 @@
 #     (scripts/lib/bench_cores.sh says how; BUILD_OPENMP=dir the OpenMP build)
 #     DECK      default input/bench.toml
 #     options   --steps N (5) --warmup N (2) --set k=v ... --no-torch
+#   PRECISIONS="fp32 bf16"  the precision.compute values to run, one
+#               examoe-bench run each (against PyTorch at the same
+#               precision: torch.autocast for bf16), tabulated at the end
+#               with tokens/s, the GEMM peak of that precision and the MFU
+#               against it (scripts/lib/bench_precision_report.py)
 #   BUILD=dir   build directory holding bin/examoe-bench (default: build),
 #               configured and built (examoe-bench only) when missing
 #   OUT=file    also append the result's JSON line to this file
@@ -52,9 +57,18 @@ exa_blas_coretype bench "both ExaMoE and PyTorch" "$python"
 
 echo "[bench] $(date -u +%FT%TZ) $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
      "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<auto>}" >&2
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-"$exe" "$deck" --python "$python" "$@" | tee "$log"
-if [ -n "${OUT:-}" ]; then
-  grep '^{' "$log" | tail -n 1 >>"$OUT"
-fi
+logs=()
+trap 'rm -f "${logs[@]}"' EXIT
+for precision in ${PRECISIONS:-fp32 bf16}; do
+  log=$(mktemp)
+  logs+=("$log")
+  echo "[bench] precision.compute = $precision" >&2
+  if ! "$exe" "$deck" --python "$python" "$@" --set precision.compute="$precision" | tee "$log"; then
+    echo "[bench] precision.compute = $precision did not run (above); the table leaves it out" >&2
+    continue
+  fi
+  if [ -n "${OUT:-}" ]; then
+    grep '^{' "$log" | tail -n 1 >>"$OUT"
+  fi
+done
+"$python" "$here/scripts/lib/bench_precision_report.py" "${logs[@]}"
