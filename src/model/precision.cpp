@@ -13,16 +13,17 @@ kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg) {
   if (compute == "fp32") return kernels::MatmulPrecision::fp32;
   EXA_REQUIRE(compute == "bf16" || compute == "fp16",
               "precision.compute = \"{}\": this build runs fp32, bf16 and fp16; use one of them", compute);
+  // Kokkos' accessibility says whether the model's tensors live on the host.
   constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
-  EXA_REQUIRE(host,
-              "precision.compute = \"{}\": this build runs on {}, and reduced-precision products are built for "
-              "CPUs only (oneDNN) so far; set precision.compute = \"fp32\"",
-              compute, ExecSpace::name());
-  EXA_REQUIRE(kernels::onednn_available(),
-              "precision.compute = \"{}\" needs oneDNN, which this build does not have: install it (Debian: "
-              "libdnnl-dev; Spack: examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON, or set "
-              "precision.compute = \"fp32\"",
-              compute);
+  std::string why;
+  if (!host)
+    why = fmt::format("this build runs on {}, and reduced-precision products are built for CPUs only (oneDNN) "
+                      "so far",
+                      ExecSpace::name());
+  else if (!kernels::onednn_available())
+    why = "it needs oneDNN, which this build does not have: install it (Debian: libdnnl-dev; Spack: "
+          "examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON";
+  EXA_REQUIRE(why.empty(), "precision.compute = \"{}\": {}; or set precision.compute = \"fp32\"", compute, why);
   return compute == "bf16" ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp16;
 }
 

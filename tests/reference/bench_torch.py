@@ -126,7 +126,7 @@ def moe(x, p, prefix, cfg):
             for e, xe in enumerate(xs.split(kept.tolist())) if xe.shape[0] > 0]
     ys = torch.cat(outs) if outs else xs.new_zeros(0, d)
     ys = ys * gates.reshape(-1).index_select(0, order)[:, None]
-    y = torch.zeros_like(x).index_add_(0, tok, ys)
+    y = torch.zeros_like(x).index_add_(0, tok, ys.to(x.dtype))  # autocast gives bf16 ys
     if prefix + "shared.w1" in p:
         s1, s3, s2 = (p[prefix + "shared." + w].unbind(0) for w in ("w1", "w3", "w2"))
         for s in range(len(s1)):
