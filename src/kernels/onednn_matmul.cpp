@@ -1,5 +1,7 @@
 #include "kernels/onednn_matmul.hpp"
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstring>
 #include <unordered_map>
@@ -179,6 +181,13 @@ std::string onednn_describe() {
          " " + make_pd(key, true).impl_info_str() + ", " + isa_name();
 }
 
+void onednn_set_threads(int n) {
+  // oneDNN's OpenMP runtime, looked up rather than linked: ExaMoE's own
+  // code is not built with OpenMP in a Serial build.
+  using SetFn = void (*)(int);
+  if (auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(n < 1 ? 1 : n);
+}
+
 bool onednn_native_bf16() {
   using isa = dnnl::cpu_isa;
   const isa i = dnnl::get_effective_cpu_isa();
@@ -197,6 +206,8 @@ void onednn_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, 
 }
 
 std::string onednn_describe() { return ""; }
+
+void onednn_set_threads(int) {}
 
 bool onednn_native_bf16() { return false; }
 

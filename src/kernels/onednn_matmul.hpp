@@ -35,6 +35,14 @@ void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
 // when the build has no oneDNN.
 std::string onednn_describe();
 
+// Threads oneDNN may use for a product called outside a parallel region.
+// oneDNN runs on OpenMP: in an OpenMP Kokkos build it shares Kokkos'
+// threads (OMP_NUM_THREADS), but in a Serial build nothing else sets its
+// count, and it would take every core of the node in each rank. The model
+// gives it the BLAS's count there (model/precision.cpp), so that oneDNN
+// and the fp32 BLAS run on the same cores. No-op without oneDNN.
+void onednn_set_threads(int n);
+
 // True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX). Without
 // it oneDNN still computes bf16 products, through conversions, slower than
 // fp32.

@@ -2,7 +2,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
+
 #include "core/error.hpp"
+#include "core/thread_check.hpp"
 #include "core/types.hpp"
 #include "kernels/onednn_matmul.hpp"
 
@@ -27,7 +30,15 @@ kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg) {
   return compute == "bf16" ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp16;
 }
 
-void use_deck_precision(const deck::Config& cfg) { kernels::set_matmul_precision(matmul_precision_of(cfg)); }
+void use_deck_precision(const deck::Config& cfg) {
+  const auto p = matmul_precision_of(cfg);
+  kernels::set_matmul_precision(p);
+  // A Serial build's products run on the BLAS's threads
+  // (OPENBLAS_NUM_THREADS); oneDNN's are made to match, so that a bf16 run
+  // uses the cores an fp32 run would, and thread_check's warnings hold.
+  if (p == kernels::MatmulPrecision::fp32) return;
+  if (const ThreadSetup t = probe_threads(); !t.host_openmp) kernels::onednn_set_threads(std::max(1, t.blas_threads));
+}
 
 std::string describe_precision() {
   const auto p = kernels::matmul_precision();
