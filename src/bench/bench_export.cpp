@@ -7,6 +7,7 @@
 #include "bench/bench_step.hpp"
 #include "bench/bench_torch.hpp"
 #include "core/error.hpp"
+#include "model/precision.hpp"
 #include "train/flops.hpp"
 
 namespace exa::bench {
@@ -20,6 +21,8 @@ std::string export_batches(const deck::Config& cfg, const BenchOptions& opt, con
     for (std::int64_t j = 0; j < step.grad_accum; ++j) step.sample(s, j);
   write_torch_inputs(cfg, step.tokens_log, dir);
   pin_blas_threads();
+  // The peak of the deck's precision (bf16 runs count MFU against bf16's).
+  model::use_deck_precision(cfg);
   const auto [peak, peak_cpu] = sgemm_peak_two_clocks(1024, 0.5);
   const auto& m = step.mcfg;
   return nlohmann::json{{"event", "bench_export"},
@@ -32,7 +35,8 @@ std::string export_batches(const deck::Config& cfg, const BenchOptions& opt, con
                         {"steps", opt.steps},
                         {"warmup", opt.warmup},
                         {"sgemm_gflops", peak},
-                        {"sgemm_gflops_cpu", peak_cpu}}
+                        {"sgemm_gflops_cpu", peak_cpu},
+                        {"precision", cfg.get_string("precision.compute")}}
       .dump();
 }
 

@@ -58,13 +58,11 @@ struct KeyHash {
 
 using dims = dnnl::memory::dims;
 
+constexpr dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL;
+
 // op(A) is rows x cols from a packed A stored [rows,cols] (or [cols,rows]
-// when transposed); likewise op(B). With `runtime`, the sizes are left to
-// the execution.
-dnnl::memory::desc operand(dt type, dnnl::memory::dim rows, dnnl::memory::dim cols, bool trans,
-                           bool runtime = false) {
-  const dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL;
-  if (runtime) return dnnl::memory::desc(dims{R, R}, type, trans ? dims{1, R} : dims{R, 1});
+// when transposed); likewise op(B). R for a size leaves it to execution.
+dnnl::memory::desc operand(dt type, dnnl::memory::dim rows, dnnl::memory::dim cols, bool trans) {
   return dnnl::memory::desc(dims{rows, cols}, type, trans ? dims{1, rows} : dims{cols, 1});
 }
 
@@ -72,11 +70,10 @@ dnnl::memory::desc result(dnnl::memory::dim rows, dnnl::memory::dim cols, dnnl::
   return dnnl::memory::desc(dims{rows, cols}, dt::f32, dims{ld, 1});
 }
 
-dnnl::matmul::primitive_desc make_pd(const Key& key, bool runtime) {
-  const dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL, n = 256;
-  const dnnl::memory::desc a = operand(key.type, n, n, key.ta, runtime);
-  const dnnl::memory::desc b = operand(key.type, n, n, key.tb, runtime);
-  const dnnl::memory::desc c = runtime ? result(R, R, R) : result(n, n, n);
+dnnl::matmul::primitive_desc make_pd(const Key& key) {
+  const dnnl::memory::desc a = operand(key.type, R, R, key.ta);
+  const dnnl::memory::desc b = operand(key.type, R, R, key.tb);
+  const dnnl::memory::desc c = result(R, R, R);
   dnnl::primitive_attr attr;
   float alpha, beta;
   std::memcpy(&alpha, &key.alpha, sizeof alpha);
@@ -95,7 +92,7 @@ struct ThreadState {
   dnnl::stream stream{cpu_engine()};
   std::unordered_map<Key, dnnl::matmul, KeyHash> cache;
   std::vector<bf16> a, b;
-  std::vector<float> a16, b16;  // fp16 values held as fp32
+  std::vector<float> a16, b16;  // fp16 (or bf16) values held as fp32
 };
 
 ThreadState& thread_state() {
@@ -104,7 +101,7 @@ ThreadState& thread_state() {
 }
 
 // Packs the rows x cols fp32 matrix at p (row stride ld) into out, each
-// value rounded to bf16 (or to the fp16 value it rounds to).
+// value rounded to bf16 (or, into fp32, to the value it rounds to).
 void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<bf16>& out) {
   out.resize(std::size_t(rows) * std::size_t(cols));
   bf16* o = out.data();
@@ -115,14 +112,31 @@ void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<bf
   }
 }
 
-void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<float>& out) {
+template <class Round>
+void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<float>& out, Round round) {
   out.resize(std::size_t(rows) * std::size_t(cols));
   float* o = out.data();
   for (index_t r = 0; r < rows; ++r) {
     const float* src = p + r * ld;
     float* dst = o + r * cols;
-    for (index_t c = 0; c < cols; ++c) dst[c] = round_to_fp16(src[c]);
+    for (index_t c = 0; c < cols; ++c) dst[c] = round(src[c]);
   }
+}
+
+// Whether oneDNN has bf16 matmul kernels for this CPU: 2.6 has them from
+// AVX512 on (converting where there are no bf16 instructions), none below.
+// Without them the bf16 values go to its fp32 kernels, held as fp32: the
+// same products (bf16 x bf16 is exact in fp32), at fp32 speed.
+bool bf16_kernels() {
+  static const bool ok = [] {
+    try {
+      make_pd(Key{false, true, bits(1.0f), bits(0.0f), dt::bf16});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
 }
 
 const char* isa_name() {
@@ -152,21 +166,31 @@ void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
     return;
   }
   ThreadState& s = thread_state();
-  const bool half = p == MatmulPrecision::fp16;
+  const bool as_fp32 = p == MatmulPrecision::fp16 || !bf16_kernels();
   void *pa, *pb;
-  if (half) {
-    pack(A, ta ? k : m, ta ? m : k, lda, s.a16);
-    pack(B, tb ? n : k, tb ? k : n, ldb, s.b16);
+  if (as_fp32) {
+    const auto round = [p](float x) {
+      return p == MatmulPrecision::fp16 ? round_to_fp16(x) : to_float(to_bf16(x));
+    };
+    pack(A, ta ? k : m, ta ? m : k, lda, s.a16, round);
+    pack(B, tb ? n : k, tb ? k : n, ldb, s.b16, round);
     pa = s.a16.data(), pb = s.b16.data();
   } else {
     pack(A, ta ? k : m, ta ? m : k, lda, s.a);
     pack(B, tb ? n : k, tb ? k : n, ldb, s.b);
     pa = s.a.data(), pb = s.b.data();
   }
-  const dt type = half ? dt::f32 : dt::bf16;
+  const dt type = as_fp32 ? dt::f32 : dt::bf16;
   const Key key{ta, tb, bits(alpha), bits(beta), type};
   auto it = s.cache.find(key);
-  if (it == s.cache.end()) it = s.cache.emplace(key, dnnl::matmul(make_pd(key, true))).first;
+  if (it == s.cache.end()) {
+    try {
+      it = s.cache.emplace(key, dnnl::matmul(make_pd(key))).first;
+    } catch (const dnnl::error& e) {
+      throw Error(fmt::format("oneDNN cannot build a {} matmul on this CPU ({}): set precision.compute = \"fp32\"",
+                              to_string(p), e.what()));
+    }
+  }
   dnnl::memory ma(operand(type, m, k, ta), cpu_engine(), pa);
   dnnl::memory mb(operand(type, k, n, tb), cpu_engine(), pb);
   dnnl::memory mc(result(m, n, ldc), cpu_engine(), C);
@@ -176,9 +200,10 @@ void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
 
 std::string onednn_describe() {
   const dnnl_version_t* v = dnnl_version();
-  const Key key{false, true, bits(1.0f), bits(0.0f), dt::bf16};
+  const Key key{false, true, bits(1.0f), bits(0.0f), bf16_kernels() ? dt::bf16 : dt::f32};
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-         " " + make_pd(key, true).impl_info_str() + ", " + isa_name();
+         " " + make_pd(key).impl_info_str() + ", " + isa_name() +
+         (bf16_kernels() ? "" : "; no bf16 kernels for this CPU: bf16 values on the fp32 kernels");
 }
 
 void onednn_set_threads(int n) {

@@ -48,8 +48,8 @@ std::string describe_precision() {
            "numerics at fp32 speed)";
   std::string s = "bf16 matmuls (" + kernels::onednn_describe() + ")";
   if (!kernels::onednn_native_bf16())
-    s += "; WARNING: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so oneDNN converts and bf16 runs "
-         "slower than fp32";
+    s += "; WARNING: this CPU has no bf16 instructions (AVX512-BF16 or AMX): bf16 products run no faster than "
+         "fp32 ones";
   return s;
 }
 
