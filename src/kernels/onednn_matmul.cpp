@@ -101,24 +101,14 @@ ThreadState& thread_state() {
 }
 
 // Packs the rows x cols fp32 matrix at p (row stride ld) into out, each
-// value rounded to bf16 (or, into fp32, to the value it rounds to).
-void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<bf16>& out) {
+// value rounded: to bf16, or, held in fp32, to the value it rounds to.
+template <class Out, class Round>
+void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<Out>& out, Round round) {
   out.resize(std::size_t(rows) * std::size_t(cols));
-  bf16* o = out.data();
+  Out* o = out.data();
   for (index_t r = 0; r < rows; ++r) {
     const float* src = p + r * ld;
-    bf16* dst = o + r * cols;
-    for (index_t c = 0; c < cols; ++c) dst[c] = to_bf16(src[c]);
-  }
-}
-
-template <class Round>
-void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<float>& out, Round round) {
-  out.resize(std::size_t(rows) * std::size_t(cols));
-  float* o = out.data();
-  for (index_t r = 0; r < rows; ++r) {
-    const float* src = p + r * ld;
-    float* dst = o + r * cols;
+    Out* dst = o + r * cols;
     for (index_t c = 0; c < cols; ++c) dst[c] = round(src[c]);
   }
 }
@@ -176,8 +166,9 @@ void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
     pack(B, tb ? n : k, tb ? k : n, ldb, s.b16, round);
     pa = s.a16.data(), pb = s.b16.data();
   } else {
-    pack(A, ta ? k : m, ta ? m : k, lda, s.a);
-    pack(B, tb ? n : k, tb ? k : n, ldb, s.b);
+    const auto round = [](float x) { return to_bf16(x); };
+    pack(A, ta ? k : m, ta ? m : k, lda, s.a, round);
+    pack(B, tb ? n : k, tb ? k : n, ldb, s.b, round);
     pa = s.a.data(), pb = s.b.data();
   }
   const dt type = as_fp32 ? dt::f32 : dt::bf16;

@@ -6,6 +6,10 @@
 
 namespace exa::model {
 
+Recompute recompute_from_deck(const deck::Config& cfg) {
+  return cfg.get_string("memory.recompute") == "full" ? Recompute::full : Recompute::none;
+}
+
 ModelConfig ModelConfig::from_deck(const deck::Config& c) {
   ModelConfig m;
   m.vocab_size = c.get_int("model.vocab_size");

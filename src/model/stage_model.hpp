@@ -62,6 +62,7 @@ namespace exa::model {
 struct ModelOptions {
   bool fence_phases = false;  // fence at the end of each phase so the timers charge device work correctly
   kernels::AttentionTiles attention_tiles{};
+  Recompute recompute = Recompute::none;
 };
 
 template <class T, class D = Device>
@@ -151,6 +152,11 @@ class StageModel {
   using Ids = Kokkos::View<const std::int32_t*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   Context& acquire(MicroBatchShape shape, int chunk = 0);
   void allocate(Context& c, MicroBatchShape shape, int chunk) const;
+  // Every buffer of one layer's context but x (the block input).
+  void allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBatchShape shape) const;
+  // Where layer `layer` runs: its own context, or under full recompute the
+  // work context of its kind, with x pointing at the context's input.
+  LayerContext<T, D>& layer_context(Context& c, std::size_t i, const TransformerLayer<T, D>& layer);
   void ensure_scratch(MicroBatchShape shape);
   Ids flat(const Tokens& t, const char* what) const;
   // Embedding (or the incoming hidden state) and the layers into c.out.
@@ -172,6 +178,10 @@ class StageModel {
   kernels::RopeTable<T, D> rope_;
   MicroBatchShape scratch_shape_;
   LayerScratch<T, D> scratch_;
+  // Full recompute: the work contexts (MoE and dense layers) and the
+  // recomputed forward's output, which backward does not need.
+  LayerContext<T, D> work_moe_, work_dense_;
+  V2 recompute_out_;
 };
 
 extern template class StageModel<float, Device>;

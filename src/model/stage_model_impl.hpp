@@ -137,16 +137,9 @@ void StageModel<T, D>::set_router_bias(std::int64_t layer, const std::vector<flo
 
 template <class T, class D>
 void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape, int chunk) const {
-  const std::int64_t N = shape.N(), B = shape.B, Tn = shape.T, d = cfg_.d_model, H = plan_.heads,
-                     Hkv = plan_.kv_heads, hd = cfg_.head_dim(), E = cfg_.n_experts, K = cfg_.top_k,
-                     F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff, Fs = plan_.d_shared,
-                     V = plan_.vocab_end - plan_.vocab_begin;
-  using L = LayerContext<T, D>;
+  const std::int64_t N = shape.N(), d = cfg_.d_model, V = plan_.vocab_end - plan_.vocab_begin;
   auto v1 = [](const char* l, std::int64_t a) { return V1(std::string("exa::model::") + l, a); };
   auto v2 = [](const char* l, std::int64_t a, std::int64_t b) { return V2(std::string("exa::model::") + l, a, b); };
-  auto v3 = [](const char* l, std::int64_t a, std::int64_t b, std::int64_t e) {
-    return typename L::V3(std::string("exa::model::") + l, a, b, e);
-  };
   const std::int64_t Ns = plan_.stream_rows(N);  // residual stream, norms (sequence parallelism: this rank's rows)
   c = Context{};
   c.shape = shape;
@@ -156,38 +149,7 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape, int chunk) co
   for (std::size_t i = first; i < first + c.layers.size(); ++i) {
     auto& lc = c.layers[i - first];
     lc.x = v2("x", Ns, d);
-    lc.attn_rstd = v1("attn_rstd", Ns);
-    lc.attn_xn = v2("attn_xn", Ns, d);
-    lc.q = v2("q", N, H * hd);
-    lc.k = v2("k", N, Hkv * hd);
-    lc.v = v2("v", N, Hkv * hd);
-    lc.attn_o = v2("attn_o", N, H * hd);
-    lc.attn_lse = v3("attn_lse", B, H, Tn);
-    lc.x_mid = v2("x_mid", Ns, d);
-    lc.ffn_rstd = v1("ffn_rstd", Ns);
-    lc.ffn_xn = v2("ffn_xn", Ns, d);
-    if (layers_[i].is_moe()) {
-      lc.router_logits = v2("router_logits", N, E);
-      lc.probs = v2("router_probs", N, E);
-      lc.router_lse = v1("router_lse", N);
-      lc.topk = typename L::I2("exa::model::topk", N, K);
-      lc.gates = v2("gates", N, K);
-      lc.counts = typename L::I1("exa::model::counts", E);
-      lc.xp = v2("xp", N * K, d);
-      lc.ea = v2("ea", N * K, F);
-      lc.eb = v2("eb", N * K, F);
-      lc.eh = v2("eh", N * K, F);
-      lc.yp = v2("yp", N * K, d);
-      if (S > 0) {
-        lc.sa = v3("sa", S, N, Fs);
-        lc.sb = v3("sb", S, N, Fs);
-        lc.sh = v3("sh", S, N, Fs);
-      }
-    } else {
-      lc.a = v2("a", N, Fd);
-      lc.b = v2("b", N, Fd);
-      lc.h = v2("h", N, Fd);
-    }
+    if (opt_.recompute == Recompute::none) allocate_layer(lc, layers_[i].is_moe(), shape);
   }
   c.out = v2("h_final", Ns, d);
   if (chunk_has_embedding(chunk)) c.tokens = typename Context::Ids("exa::model::tokens", N);
@@ -198,6 +160,60 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape, int chunk) co
     c.rstd_f = v1("rstd_final", Ns);
     c.ce_lse = v1("ce_lse", N);
   }
+}
+
+template <class T, class D>
+void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBatchShape shape) const {
+  const std::int64_t N = shape.N(), B = shape.B, Tn = shape.T, d = cfg_.d_model, H = plan_.heads,
+                     Hkv = plan_.kv_heads, hd = cfg_.head_dim(), E = cfg_.n_experts, K = cfg_.top_k,
+                     F = plan_.d_expert, S = cfg_.n_shared_experts, Fd = plan_.d_ff, Fs = plan_.d_shared;
+  using L = LayerContext<T, D>;
+  auto v1 = [](const char* l, std::int64_t a) { return V1(std::string("exa::model::") + l, a); };
+  auto v2 = [](const char* l, std::int64_t a, std::int64_t b) { return V2(std::string("exa::model::") + l, a, b); };
+  auto v3 = [](const char* l, std::int64_t a, std::int64_t b, std::int64_t e) {
+    return typename L::V3(std::string("exa::model::") + l, a, b, e);
+  };
+  const std::int64_t Ns = plan_.stream_rows(N);
+  lc.attn_rstd = v1("attn_rstd", Ns);
+  lc.attn_xn = v2("attn_xn", Ns, d);
+  lc.q = v2("q", N, H * hd);
+  lc.k = v2("k", N, Hkv * hd);
+  lc.v = v2("v", N, Hkv * hd);
+  lc.attn_o = v2("attn_o", N, H * hd);
+  lc.attn_lse = v3("attn_lse", B, H, Tn);
+  lc.x_mid = v2("x_mid", Ns, d);
+  lc.ffn_rstd = v1("ffn_rstd", Ns);
+  lc.ffn_xn = v2("ffn_xn", Ns, d);
+  if (moe) {
+    lc.router_logits = v2("router_logits", N, E);
+    lc.probs = v2("router_probs", N, E);
+    lc.router_lse = v1("router_lse", N);
+    lc.topk = typename L::I2("exa::model::topk", N, K);
+    lc.gates = v2("gates", N, K);
+    lc.counts = typename L::I1("exa::model::counts", E);
+    lc.xp = v2("xp", N * K, d);
+    lc.ea = v2("ea", N * K, F);
+    lc.eb = v2("eb", N * K, F);
+    lc.eh = v2("eh", N * K, F);
+    lc.yp = v2("yp", N * K, d);
+    if (S > 0) {
+      lc.sa = v3("sa", S, N, Fs);
+      lc.sb = v3("sb", S, N, Fs);
+      lc.sh = v3("sh", S, N, Fs);
+    }
+  } else {
+    lc.a = v2("a", N, Fd);
+    lc.b = v2("b", N, Fd);
+    lc.h = v2("h", N, Fd);
+  }
+}
+
+template <class T, class D>
+LayerContext<T, D>& StageModel<T, D>::layer_context(Context& c, std::size_t i, const TransformerLayer<T, D>& layer) {
+  if (opt_.recompute == Recompute::none) return c.layers[i];
+  LayerContext<T, D>& w = layer.is_moe() ? work_moe_ : work_dense_;
+  w.x = c.layers[i].x;
+  return w;
 }
 
 template <class T, class D>
@@ -227,6 +243,11 @@ void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
     s.dda = v2("dda", N, Fd);
     s.ddb = v2("ddb", N, Fd);
     s.ddh = v2("ddh", N, Fd);
+  }
+  if (opt_.recompute == Recompute::full) {
+    if (any_moe) allocate_layer(work_moe_, true, shape);
+    if (any_dense) allocate_layer(work_dense_, false, shape);
+    recompute_out_ = v2("recompute_out", Ns, d);
   }
   if (any_moe) {
     s.dgates = v2("dgates", N, K);
@@ -301,7 +322,7 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
     EXA_REQUIRE(lw.moe == layer.is_moe(), "StageModel: weights of layer {} are {} but the model's layer is {}",
                 l, lw.moe ? "MoE" : "dense", lw.moe ? "dense" : "MoE");
     const V2 out = i + 1 < c.layers.size() ? c.layers[i + 1].x : c.out;
-    const auto rl = layer.forward(c.layers[i], lw, c.shape, rope_, out, scratch_, routing);
+    const auto rl = layer.forward(layer_context(c, i, layer), lw, c.shape, rope_, out, scratch_, routing);
     sum.aux += rl.aux;
     sum.z += rl.z;
   }
@@ -373,10 +394,17 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
     Kokkos::deep_copy(s.dres, d_out);
   }
   for (std::size_t i = c.layers.size(); i-- > 0;) {
-    const std::int64_t l = layers_[first + i].index();
+    const auto& layer = layers_[first + i];
+    const std::int64_t l = layer.index();
     hooks_.before_backward(static_cast<int>(l) + 1);
-    layers_[first + i].backward(c.layers[i], w.layers[std::size_t(l)], g.layers[std::size_t(l)], c.shape, rope_, loss_scale,
-                        s);
+    LayerContext<T, D>& lc = layer_context(c, i, layer);
+    if (opt_.recompute == Recompute::full) {
+      // The layer's weights are in place (before_backward); no routing
+      // statistics: the forward already counted them.
+      ScopedRegion region("backward/recompute", opt_.fence_phases);
+      layer.forward(lc, w.layers[std::size_t(l)], c.shape, rope_, recompute_out_, s, nullptr);
+    }
+    layer.backward(lc, w.layers[std::size_t(l)], g.layers[std::size_t(l)], c.shape, rope_, loss_scale, s);
     hooks_.after_backward(static_cast<int>(l) + 1);
   }
   if (chunk_has_embedding(c.chunk)) {
@@ -484,7 +512,9 @@ template <class T, class D>
 std::size_t StageModel<T, D>::activation_bytes() const {
   std::size_t n = 0;
   for (const auto& p : pool_) n += p->bytes();
-  return n;
+  // The work contexts' x is a context's input, counted above.
+  for (const auto* w : {&work_moe_, &work_dense_}) n += w->bytes() - w->x.span() * sizeof(T);
+  return n + recompute_out_.span() * sizeof(T);
 }
 
 }  // namespace exa::model

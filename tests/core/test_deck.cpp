@@ -152,7 +152,7 @@ TEST(DeckLoad, TypedGettersOnTinyDeck) {
   EXPECT_EQ(c.get_int("moe.n_experts"), 8);
   EXPECT_EQ(c.get_int("train.micro_batch"), 8);
   EXPECT_DOUBLE_EQ(c.get_float("optim.lr"), 3e-3);
-  EXPECT_FALSE(c.get_bool("memory.recompute"));
+  EXPECT_EQ(c.get_string("memory.recompute"), "none");
   EXPECT_EQ(c.get_string("optim.schedule"), "cosine");
   EXPECT_EQ(c.deck_text(), read_text(path));  // kept verbatim for checkpoints
   EXPECT_EQ(c.deck_path(), path);
@@ -274,7 +274,7 @@ TEST(DeckDump, Json) {
   EXPECT_TRUE(j.at("optim").at("lr").is_number_float());
   EXPECT_DOUBLE_EQ(j.at("optim").at("lr").get<double>(), 3e-3);
   EXPECT_EQ(j.at("data").at("path").get<std::string>(), "data/corpus.txt");
-  EXPECT_FALSE(j.at("memory").at("recompute").get<bool>());
+  EXPECT_EQ(j.at("memory").at("recompute").get<std::string>(), "none");
   EXPECT_EQ(j.size(), exa::deck::sections().size());
   EXPECT_EQ(c.to_json().find('\n'), std::string::npos);  // compact by default: one JSON line
 }
@@ -363,7 +363,7 @@ TEST(DeckReads, UnreadKeysFollowTheReadsOfEveryCopy) {
   const auto before = c.unread_keys();
   EXPECT_TRUE(has(before, "model.d_model"));
   EXPECT_TRUE(has(before, "parallel.tp"));
-  EXPECT_FALSE(has(before, "memory.recompute"));
+  EXPECT_FALSE(has(before, "memory.offload_experts"));
   const Config copy = c;  // NOLINT: the copy is the point
   (void)copy.get_int("model.d_model");
   (void)c.get_string("optim.schedule");
@@ -377,9 +377,11 @@ TEST(DeckReads, UnreadKeysFollowTheReadsOfEveryCopy) {
 // set, and accepted at its default.
 TEST(DeckReads, ReservedAndNotBuiltValuesAreRefusedWhereSet) {
   const std::string tiny = kSource + "/input/tiny.toml";
-  EXPECT_EQ(load_error(tiny, {"memory.recompute=false"}, 1), "");
-  EXPECT_NE(load_error(tiny, {"memory.recompute=true"}, 1).find("--set memory.recompute=true: memory.recompute = "
-                                                                  "true is reserved"),
+  EXPECT_EQ(load_error(tiny, {"memory.offload_experts=false"}, 1), "");
+  EXPECT_NE(load_error(tiny, {"memory.offload_experts=true"}, 1)
+                .find("--set memory.offload_experts=true: memory.offload_experts = true is reserved"),
+            std::string::npos);
+  EXPECT_NE(load_error(tiny, {"memory.recompute=selective"}, 1).find("is not available in this build yet"),
             std::string::npos);
   EXPECT_NE(load_error(tiny, {"precision.matmul=tf32"}, 1).find("is not available in this build yet"),
             std::string::npos);

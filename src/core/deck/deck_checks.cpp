@@ -356,6 +356,14 @@ void check_combinations(const Config& c) {
                      "pipeline.schedule = \"1f1b\"",
                      tp));
   }
+  // zb's deferred weight gradients read the layers' saved inputs after the
+  // layer's backward; full recompute keeps those only while it runs.
+  if (zb && c.get_string("memory.recompute") == "full") {
+    fail(c, {"pipeline.schedule", "memory.recompute"},
+         "pipeline.schedule = \"zb\" with memory.recompute = \"full\" is not available: the deferred weight "
+         "gradients need each layer's saved activations after its backward, which full recompute does not keep; "
+         "set pipeline.schedule = \"1f1b\" or memory.recompute = \"none\"");
+  }
   // Compressed collectives are built on the flat collectives only.
   for (const char* key : {"comm.compression", "comm.weight_compression"}) {
     if (const auto comp = c.get_string(key); comp != "none" && c.get_bool("parallel.hierarchical")) {

@@ -51,6 +51,13 @@ std::string type_fix(const KeySpec& spec, const std::optional<Value>& got) {
     }
   }
   if (spec.type == Type::Bool) return fmt::format("write {0} = true or {0} = false", spec.key);
+  // A key that took a bool before and now names its choices
+  // (memory.recompute) is told the choices.
+  if (spec.type == Type::String && !spec.allowed.empty()) {
+    std::string choices;
+    for (const auto& a : spec.allowed) choices += (choices.empty() ? "" : ", ") + to_toml_literal(Value{a});
+    return fmt::format("write {} = one of {}", spec.key, choices);
+  }
   return fmt::format("write e.g. {} = {}", spec.key, to_toml_literal(spec.def));
 }
 

@@ -125,7 +125,7 @@ std::vector<KeySpec> build() {
       S("precision", "loss_scaling", "static", {"static", "dynamic"}, "static: loss_scale throughout; dynamic: a step whose gradient overflows is skipped and the scale halved, and the scale doubles after loss_scale_window clean steps"),
       I("precision", "loss_scale_window", 1000, 1, 1 << 30, "clean steps in a row before dynamic loss scaling doubles the scale"),
 
-      Reserved(B("memory", "recompute", false, "recompute activations in backward instead of storing them")),
+      NotBuilt(S("memory", "recompute", "none", {"none", "selective", "full"}, "activation recomputation: none (keep every layer's activations for backward); full (keep only each layer's input and run its forward again right before its backward: the same gradients, one more forward of compute); selective (the cheap, large parts only)"), {"selective"}),
       Reserved(B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer")),
 
       F("comm", "bucket_mb", 25.0, 0, 4096, O::lo, "gradient all-reduce bucket size in MiB"),
