@@ -9,13 +9,14 @@ Case i of seed S draws, from random.Random(f"{S}:{i}"), a model (d_model,
 layers, heads with GQA, tied or not, dense/MoE mix, shared experts, top-1/2,
 dropless or capacity 1.0) and a layout over dp, zero 0-3, ep, tp (with or
 without sequence parallelism), cp (ring or a2a), pp (gpipe, 1f1b, zb,
-interleaved) and hierarchical collectives on pretend nodes, on at most R
-ranks (default 8). `examoe --check` decides whether the deck accepts the
-layout: a refused one is counted as refused, not run. An accepted one
-trains K steps (default 3) and must give the single-rank run's loss at
-every step to 1e-5 relative; the global batch (8 sequences of 32 tokens)
-and micro-batch (2) are the same in both. A failure prints the seed, the
-case and the command that reruns it alone (--seed S --case i).
+interleaved), hierarchical collectives on pretend nodes and full
+activation recomputation, on at most R ranks (default 8). `examoe --check`
+decides whether the deck accepts the layout: a refused one is counted as
+refused, not run. An accepted one trains K steps (default 3) and must give
+the single-rank run's loss at every step to 1e-5 relative; the global
+batch (8 sequences of 32 tokens) and micro-batch (2) are the same in both.
+A failure prints the seed, the case and the command that reruns it alone
+(--seed S --case i).
 
 Capacity limits are drawn only without context parallelism: with cp > 1
 each cp rank drops over its own rows (docs/parallel.md), so the losses
@@ -71,6 +72,10 @@ def draw(rng, max_ranks):
     if dp > 1 and rng.random() < 0.25:
         layout["parallel.hierarchical"] = True
         layout["parallel.ranks_per_node"] = rng.choice([r for r in (1, 2) if ranks % r == 0])
+    # Full activation recomputation (not with zb, which the deck refuses):
+    # the same losses as the reference, which stores its activations.
+    if rng.random() < 0.3 and layout.get("pipeline.schedule") != "zb":
+        layout["memory.recompute"] = "full"
     return model, layout, ranks
 
 
