@@ -363,15 +363,21 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
     record[st.key] = st.record;
     line += st.line;
   }
+  std::string mem_line;
   if (record_due && MemoryLedger::installed()) {
-    // The ledger's bytes by category: the interval's peak and now.
+    // The ledger's bytes by category: the interval's peak and now; the
+    // log gets the peaks as one line of their own.
     const auto bytes = MemoryLedger::snapshot();
-    for (int c = 0; c < kMemCategories; ++c)
-      record["mem"][MemoryLedger::name(MemCategory(c))] = {{"peak", bytes[std::size_t(c)].peak},
-                                                           {"current", bytes[std::size_t(c)].current}};
+    mem_line = "memory peak (MiB, this rank):";
+    for (int c = 0; c < kMemCategories; ++c) {
+      const auto& b = bytes[std::size_t(c)];
+      record["mem"][MemoryLedger::name(MemCategory(c))] = {{"peak", b.peak}, {"current", b.current}};
+      mem_line += fmt::format("{} {} {:.1f}", c ? "," : "", MemoryLedger::name(MemCategory(c)), b.peak / 1048576.0);
+    }
     MemoryLedger::restart_peaks();
   }
   if (line_due) log::info("{}", line);
+  if (line_due && !mem_line.empty()) log::info("{}", mem_line);
   if (record_due) metrics_->write(record);
 }
 
