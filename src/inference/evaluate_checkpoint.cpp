@@ -17,6 +17,7 @@
 #include "io/token_text.hpp"
 #include "inference/checkpoint_model.hpp"
 #include "inference/pipeline_ranks.hpp"
+#include "kernels/matmul_precision.hpp"
 
 namespace exa::inference {
 
@@ -166,6 +167,9 @@ std::string to_json_line(const EvalReport& r) {
   j["step"] = r.step;
   j["predicted"] = r.predicted;
   j["batch"] = r.batch;
+  // The products' precision the evaluation ran in (the training run's, or
+  // fp32 where this build cannot: checkpoint_model.cpp).
+  j["matmuls"] = kernels::to_string(kernels::matmul_precision());
   return j.dump();
 }
 
