@@ -23,15 +23,19 @@
 #include "driver_common.hpp"
 #include "io/token_shard.hpp"
 #include "inference/evaluate_checkpoint.hpp"
+#include "kernels/onednn_matmul.hpp"
 #include "train/preflight.hpp"
 #include "train/trainer.hpp"
 
 namespace {
 
 std::string version_text() {
-  return fmt::format("examoe {} (git {})\nKokkos {} backends: {} (default: {})\nMPI: {}", exa::version_string(),
-                     exa::git_hash(), exa::kokkos_version(), exa::kokkos_backends(), exa::default_exec_space(),
-                     exa::mpi_library_version());
+  const std::string low = exa::kernels::onednn_available()
+                              ? exa::kernels::onednn_describe()
+                              : std::string("not in this build (no oneDNN; precision.compute = fp32 only)");
+  return fmt::format("examoe {} (git {})\nKokkos {} backends: {} (default: {})\nMPI: {}\nbf16/fp16 products: {}",
+                     exa::version_string(), exa::git_hash(), exa::kokkos_version(), exa::kokkos_backends(),
+                     exa::default_exec_space(), exa::mpi_library_version(), low);
 }
 
 struct EvalArgs {
