@@ -21,6 +21,11 @@ enum class Recompute { none, full };
 // memory.recompute of a deck.
 Recompute recompute_from_deck(const deck::Config& cfg);
 
+// memory.checkpoint_layers of a deck, as ModelOptions::checkpoint_layers
+// takes it: 1 for "all", kSqrtLayers for "sqrt", else N.
+constexpr std::int64_t kSqrtLayers = -1;
+std::int64_t checkpoint_layers_from_deck(const deck::Config& cfg);
+
 
 struct ModelConfig {
   // [model]

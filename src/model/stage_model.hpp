@@ -63,6 +63,12 @@ struct ModelOptions {
   bool fence_phases = false;  // fence at the end of each phase so the timers charge device work correctly
   kernels::AttentionTiles attention_tiles{};
   Recompute recompute = Recompute::none;
+  // Under full recompute: a context keeps the input of every N-th layer of
+  // a chunk only (segments of N layers, Chen et al. 2016); 1 keeps every
+  // layer's, kSqrtLayers takes N = ceil(sqrt(layers of the chunk)). A
+  // segment's other inputs are recomputed from its first in backward, into
+  // N - 1 buffers the model shares between contexts: O(L/N + N) inputs.
+  std::int64_t checkpoint_layers = 1;
 };
 
 template <class T, class D = Device>
@@ -157,6 +163,10 @@ class StageModel {
   // Where layer `layer` runs: its own context, or under full recompute the
   // work context of its kind, with x pointing at the context's input.
   LayerContext<T, D>& layer_context(Context& c, std::size_t i, const TransformerLayer<T, D>& layer);
+  // Segments of full recompute: layers per segment of `chunk`, and where
+  // layer i of a context keeps its input (its own x, or a segment buffer).
+  std::int64_t segment_layers(int chunk) const;
+  V2 layer_input(Context& c, std::size_t i) const;
   void ensure_scratch(MicroBatchShape shape);
   Ids flat(const Tokens& t, const char* what) const;
   // Embedding (or the incoming hidden state) and the layers into c.out.
@@ -182,6 +192,7 @@ class StageModel {
   // recomputed forward's output, which backward does not need.
   LayerContext<T, D> work_moe_, work_dense_;
   V2 recompute_out_;
+  std::vector<V2> segment_x_;  // [N-1] inputs of a segment's later layers
 };
 
 extern template class StageModel<float, Device>;

@@ -146,9 +146,10 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape, int chunk) co
   c.chunk = chunk;
   const std::size_t first = chunk_first_[std::size_t(chunk)];
   c.layers.resize(chunk_first_[std::size_t(chunk) + 1] - first);
+  const std::int64_t seg = segment_layers(chunk);
   for (std::size_t i = first; i < first + c.layers.size(); ++i) {
     auto& lc = c.layers[i - first];
-    lc.x = v2("x", Ns, d);
+    if (std::int64_t(i - first) % seg == 0) lc.x = v2("x", Ns, d);
     if (opt_.recompute == Recompute::none) allocate_layer(lc, layers_[i].is_moe(), shape);
   }
   c.out = v2("h_final", Ns, d);
@@ -212,8 +213,26 @@ template <class T, class D>
 LayerContext<T, D>& StageModel<T, D>::layer_context(Context& c, std::size_t i, const TransformerLayer<T, D>& layer) {
   if (opt_.recompute == Recompute::none) return c.layers[i];
   LayerContext<T, D>& w = layer.is_moe() ? work_moe_ : work_dense_;
-  w.x = c.layers[i].x;
+  w.x = layer_input(c, i);
   return w;
+}
+
+template <class T, class D>
+std::int64_t StageModel<T, D>::segment_layers(int chunk) const {
+  if (opt_.recompute == Recompute::none) return 1;
+  const std::int64_t n = std::int64_t(chunk_first_[std::size_t(chunk) + 1] - chunk_first_[std::size_t(chunk)]);
+  std::int64_t seg = opt_.checkpoint_layers;
+  if (seg == kSqrtLayers) {
+    seg = 1;
+    while (seg * seg < n) ++seg;
+  }
+  return std::max<std::int64_t>(1, std::min(seg, std::max<std::int64_t>(n, 1)));
+}
+
+template <class T, class D>
+typename StageModel<T, D>::V2 StageModel<T, D>::layer_input(Context& c, std::size_t i) const {
+  const std::int64_t seg = segment_layers(c.chunk), k = std::int64_t(i) % seg;
+  return k == 0 ? c.layers[i].x : segment_x_[std::size_t(k - 1)];
 }
 
 template <class T, class D>
@@ -248,6 +267,10 @@ void StageModel<T, D>::ensure_scratch(MicroBatchShape shape) {
     if (any_moe) allocate_layer(work_moe_, true, shape);
     if (any_dense) allocate_layer(work_dense_, false, shape);
     recompute_out_ = v2("recompute_out", Ns, d);
+    std::int64_t seg = 1;
+    for (int ch = 0; ch < n_chunks(); ++ch) seg = std::max(seg, segment_layers(ch));
+    segment_x_.clear();
+    for (std::int64_t k = 1; k < seg; ++k) segment_x_.push_back(v2("segment_x", Ns, d));
   }
   if (any_moe) {
     s.dgates = v2("dgates", N, K);
@@ -321,7 +344,7 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
     hooks_.before_forward(static_cast<int>(l) + 1);
     EXA_REQUIRE(lw.moe == layer.is_moe(), "StageModel: weights of layer {} are {} but the model's layer is {}",
                 l, lw.moe ? "MoE" : "dense", lw.moe ? "dense" : "MoE");
-    const V2 out = i + 1 < c.layers.size() ? c.layers[i + 1].x : c.out;
+    const V2 out = i + 1 < c.layers.size() ? layer_input(c, i + 1) : c.out;
     const auto rl = layer.forward(layer_context(c, i, layer), lw, c.shape, rope_, out, scratch_, routing);
     sum.aux += rl.aux;
     sum.z += rl.z;
@@ -393,9 +416,22 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
                 plan_.layer_begin, plan_.layer_end, Ns, cfg_.d_model, d_out.extent(0), d_out.extent(1));
     Kokkos::deep_copy(s.dres, d_out);
   }
+  const std::size_t seg = std::size_t(segment_layers(c.chunk));
   for (std::size_t i = c.layers.size(); i-- > 0;) {
     const auto& layer = layers_[first + i];
     const std::int64_t l = layer.index();
+    const bool segment_end = (i + 1) % seg == 0 || i + 1 == c.layers.size();
+    if (segment_end && i % seg != 0) {
+      // The last layer of a segment: its earlier layers' inputs again,
+      // forward from the segment's first input (weights in place: ZeRO 3
+      // is refused with segments).
+      ScopedRegion region("backward/recompute", opt_.fence_phases);
+      for (std::size_t j = i - i % seg; j < i; ++j) {
+        const auto& lj = layers_[first + j];
+        lj.forward(layer_context(c, j, lj), w.layers[std::size_t(lj.index())], c.shape, rope_, layer_input(c, j + 1),
+                   s, nullptr);
+      }
+    }
     hooks_.before_backward(static_cast<int>(l) + 1);
     LayerContext<T, D>& lc = layer_context(c, i, layer);
     if (opt_.recompute == Recompute::full) {
@@ -514,6 +550,7 @@ std::size_t StageModel<T, D>::activation_bytes() const {
   for (const auto& p : pool_) n += p->bytes();
   // The work contexts' x is a context's input, counted above.
   for (const auto* w : {&work_moe_, &work_dense_}) n += w->bytes() - w->x.span() * sizeof(T);
+  for (const auto& x : segment_x_) n += x.span() * sizeof(T);
   return n + recompute_out_.span() * sizeof(T);
 }
 

@@ -364,6 +364,31 @@ void check_combinations(const Config& c) {
          "gradients need each layer's saved activations after its backward, which full recompute does not keep; "
          "set pipeline.schedule = \"1f1b\" or memory.recompute = \"none\"");
   }
+  // memory.checkpoint_layers: "all", "sqrt" or a positive integer, and
+  // only with full recompute; its segments recompute earlier layers before
+  // their backward hooks, which ZeRO 3 needs to gather their weights.
+  if (const auto cl = c.get_string("memory.checkpoint_layers"); cl != "all") {
+    const bool number = cl.find_first_not_of("0123456789") == std::string::npos && cl.size() <= 9 && cl != "0";
+    if (cl != "sqrt" && !number) {
+      fail(c, {"memory.checkpoint_layers"},
+           fmt::format("memory.checkpoint_layers = \"{}\" is not \"all\", \"sqrt\" or a positive number of "
+                       "layers; use one of these",
+                       cl));
+    }
+    if (c.get_string("memory.recompute") != "full") {
+      fail(c, {"memory.checkpoint_layers", "memory.recompute"},
+           fmt::format("memory.checkpoint_layers = \"{}\" recomputes segments of layers, which needs "
+                       "memory.recompute = \"full\" (got \"{}\"); set it, or checkpoint_layers = \"all\"",
+                       cl, c.get_string("memory.recompute")));
+    }
+    if (zero == 3) {
+      fail(c, {"memory.checkpoint_layers", "parallel.zero"},
+           fmt::format("memory.checkpoint_layers = \"{}\" with parallel.zero = 3 is not built yet: a segment's "
+                       "layers are recomputed before ZeRO 3 gathers their weights; use parallel.zero <= 2 or "
+                       "checkpoint_layers = \"all\"",
+                       cl));
+    }
+  }
   // Compressed collectives are built on the flat collectives only.
   for (const char* key : {"comm.compression", "comm.weight_compression"}) {
     if (const auto comp = c.get_string(key); comp != "none" && c.get_bool("parallel.hierarchical")) {
