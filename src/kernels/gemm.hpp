@@ -141,14 +141,18 @@ index_t bf16_row_stride(const V& v, const char* which) {
 // oneDNN; on a device space, a refusal. true when it took the product.
 template <class AV, class BV, class CV>
 bool gemm_reduced_precision(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const AV& A,
-                            const BV& B, float beta, const CV& C) {
+                            const BV& B, float beta, const CV& C, const exec_of<CV>& exec) {
   const MatmulPrecision p = matmul_precision();
   if (p == MatmulPrecision::fp32) return false;
   if constexpr (host_task_space<exec_of<CV>>) {
+    // oneDNN reads A and B and writes C from this thread: whatever `exec`
+    // still has queued on them comes first.
+    exec.fence();
     onednn_gemm(p, ta, tb, m, n, k, alpha, A.data(), bf16_row_stride(A, "A"), B.data(), bf16_row_stride(B, "B"),
                      beta, C.data(), bf16_row_stride(C, "C"));
     return true;
   } else {
+    (void)exec;
     throw Error(
         "exa::gemm: bf16 and fp16 products are built for host execution spaces only (oneDNN); this device has "
         "no such path yet: set precision.compute = \"fp32\"");
@@ -183,10 +187,8 @@ void gemm(char transA, char transB, typename CV::const_value_type alpha, const A
   const char tb_s[2] = {tb ? 'T' : 'N', '\0'};
   Kokkos::Profiling::pushRegion("exa::gemm");
   bool done = false;
-  if constexpr (std::is_same<T, float>::value) {
-    done = detail::gemm_reduced_precision(ta, tb, m, n, k, alpha, A, B, beta, C);
-    if (done) exec.fence();
-  }
+  if constexpr (std::is_same<T, float>::value)
+    done = detail::gemm_reduced_precision(ta, tb, m, n, k, alpha, A, B, beta, C, exec);
   if (!done) detail::run_gemm(ta_s, tb_s, alpha, A, B, beta, C, exec);
   Kokkos::Profiling::popRegion();
 }

@@ -17,6 +17,11 @@
 
 namespace exa::kernels {
 
+const char* onednn_missing() {
+  return "bf16 and fp16 products need oneDNN, which this build does not have: install it (Debian: libdnnl-dev; "
+         "Spack: examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON";
+}
+
 #if EXAMOE_HAVE_ONEDNN
 
 namespace {
@@ -216,9 +221,7 @@ bool onednn_available() { return false; }
 
 void onednn_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
                  index_t, float, float*, index_t) {
-  throw Error(
-      "bf16 and fp16 matrix products need oneDNN, which this build does not have: install it (Debian: libdnnl-dev; Spack: "
-      "examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON, or set precision.compute = \"fp32\"");
+  throw Error(fmt::format("{}, or set precision.compute = \"fp32\"", onednn_missing()));
 }
 
 std::string onednn_describe() { return ""; }

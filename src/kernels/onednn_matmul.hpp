@@ -24,6 +24,10 @@ namespace exa::kernels {
 // Whether this build has oneDNN (EXAMOE_ENABLE_ONEDNN).
 bool onednn_available();
 
+// What a build without oneDNN says when asked for bf16/fp16 products, with
+// the fix: "bf16 and fp16 products need oneDNN, ... reconfigure ...".
+const char* onednn_missing();
+
 // Row-major C[m,n] = alpha op(A) op(B) + beta C (op(A) is m x k, op(B)
 // k x n; lda, ldb, ldc are row strides) with the operands rounded to p
 // (bf16 or fp16) and fp32 accumulation. Throws when the build has no oneDNN.

@@ -24,8 +24,7 @@ kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg) {
                       "so far",
                       ExecSpace::name());
   else if (!kernels::onednn_available())
-    why = "it needs oneDNN, which this build does not have: install it (Debian: libdnnl-dev; Spack: "
-          "examoe+onednn) and reconfigure with -DEXAMOE_ENABLE_ONEDNN=ON";
+    why = kernels::onednn_missing();
   EXA_REQUIRE(why.empty(), "precision.compute = \"{}\": {}; or set precision.compute = \"fp32\"", compute, why);
   return compute == "bf16" ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp16;
 }
