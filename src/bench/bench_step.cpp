@@ -13,8 +13,12 @@ Step::Step(const deck::Config& c)
     : cfg(c),
       mcfg(model::ModelConfig::from_deck(c)),
       store(model::parameter_specs(mcfg)),
-      model(mcfg, model::ModelOptions{/*fence_phases=*/true, {}, model::recompute_from_deck(c),
-                                              model::checkpoint_layers_from_deck(c)}),
+      model(mcfg,
+            [&] {
+              auto o = model::ModelOptions::from_deck(c);
+              o.fence_phases = true;
+              return o;
+            }()),
       opt(store, c),
       sampler(train::open_deck_dataset(c), static_cast<std::uint64_t>(c.get_int("train.seed"))),
       micro_batch(c.get_int("train.micro_batch")),

@@ -1,22 +1,10 @@
 #include "model/model_config.hpp"
 
 #include <cmath>
-#include <string>
 
 #include "core/deck/config.hpp"
 
 namespace exa::model {
-
-Recompute recompute_from_deck(const deck::Config& cfg) {
-  return cfg.get_string("memory.recompute") == "full" ? Recompute::full : Recompute::none;
-}
-
-std::int64_t checkpoint_layers_from_deck(const deck::Config& cfg) {
-  const std::string v = cfg.get_string("memory.checkpoint_layers");
-  if (v == "all") return 1;
-  if (v == "sqrt") return kSqrtLayers;
-  return std::stoll(v);  // the deck checks made sure it is a positive integer
-}
 
 ModelConfig ModelConfig::from_deck(const deck::Config& c) {
   ModelConfig m;

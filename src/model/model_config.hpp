@@ -10,23 +10,6 @@ class Config;
 
 namespace exa::model {
 
-// memory.recompute. none: each layer's forward keeps everything its
-// backward reads (a LayerContext per layer and micro-batch in flight).
-// full: a context keeps only each layer's input; the layers run forward in
-// one work context per layer kind, and backward runs each layer's forward
-// again, from that input, right before its backward: the same arithmetic,
-// so the same gradients bit for bit, for one more forward of compute.
-enum class Recompute { none, full };
-
-// memory.recompute of a deck.
-Recompute recompute_from_deck(const deck::Config& cfg);
-
-// memory.checkpoint_layers of a deck, as ModelOptions::checkpoint_layers
-// takes it: 1 for "all", kSqrtLayers for "sqrt", else N.
-constexpr std::int64_t kSqrtLayers = -1;
-std::int64_t checkpoint_layers_from_deck(const deck::Config& cfg);
-
-
 struct ModelConfig {
   // [model]
   std::int64_t vocab_size = 256, d_model = 128, n_layers = 4, n_heads = 4, n_kv_heads = 4, d_ff = 512,

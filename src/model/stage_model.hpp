@@ -59,6 +59,17 @@
 
 namespace exa::model {
 
+// memory.recompute. none: each layer's forward keeps everything its
+// backward reads (a LayerContext per layer and micro-batch in flight).
+// full: a context keeps only each layer's input; the layers run forward in
+// one work context per layer kind, and backward runs each layer's forward
+// again, from that input, right before its backward: the same arithmetic,
+// so the same gradients bit for bit, for one more forward of compute.
+enum class Recompute { none, full };
+
+// ModelOptions::checkpoint_layers for memory.checkpoint_layers = "sqrt".
+constexpr std::int64_t kSqrtLayers = -1;
+
 struct ModelOptions {
   bool fence_phases = false;  // fence at the end of each phase so the timers charge device work correctly
   kernels::AttentionTiles attention_tiles{};
@@ -69,6 +80,10 @@ struct ModelOptions {
   // segment's other inputs are recomputed from its first in backward, into
   // N - 1 buffers the model shares between contexts: O(L/N + N) inputs.
   std::int64_t checkpoint_layers = 1;
+
+  // memory.recompute and memory.checkpoint_layers of a deck; the rest at
+  // their defaults.
+  static ModelOptions from_deck(const deck::Config& cfg);
 };
 
 template <class T, class D = Device>

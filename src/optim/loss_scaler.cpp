@@ -9,7 +9,7 @@
 namespace exa::optim {
 
 LossScaler::LossScaler(bool dynamic, double initial, std::int64_t window)
-    : dynamic_(dynamic), initial_(initial), scale_(initial), window_(window) {
+    : dynamic_(dynamic), scale_(initial), window_(window) {
   EXA_REQUIRE(initial > 0 && std::isfinite(initial), "precision.loss_scale = {} must be a finite number > 0",
               initial);
   EXA_REQUIRE(window >= 1, "precision.loss_scale_window = {} must be at least 1", window);

@@ -48,7 +48,7 @@ class LossScaler {
 
  private:
   bool dynamic_;
-  double initial_, scale_;
+  double scale_;
   std::int64_t window_, clean_ = 0, skips_ = 0;
 };
 

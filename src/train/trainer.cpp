@@ -1,7 +1,5 @@
 #include "train/trainer.hpp"
 
-#include "model/precision.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -66,7 +64,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
       dp_(layout_),
-      model_(parallel::build_model(layout_, {false, {}, model::recompute_from_deck(cfg), model::checkpoint_layers_from_deck(cfg)}, replace_.placement())),
+      model_(parallel::build_model(layout_, model::ModelOptions::from_deck(cfg), replace_.placement())),
       opt_(dp_.store(), cfg),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       // RAPL counts the machine's packages: the ranks on this host share them,
