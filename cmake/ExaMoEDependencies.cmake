@@ -90,6 +90,19 @@ elseif(NOT EXAMOE_ENABLE_ONEDNN STREQUAL "OFF")
   endif()
 endif()
 
+# exa_link_optional(<target> <found> <macro> <imported target>): an optional
+# dependency of <target>'s own sources (SentencePiece, oneDNN): linked
+# privately and <macro>=1 when <found>, else <macro>=0 (the sources then
+# refuse, naming the package).
+function(exa_link_optional target found macro imported)
+  if(found)
+    target_link_libraries(${target} PRIVATE ${imported})
+    target_compile_definitions(${target} PRIVATE ${macro}=1)
+  else()
+    target_compile_definitions(${target} PRIVATE ${macro}=0)
+  endif()
+endfunction()
+
 # CBLAS is only used by the gemm benchmark's baseline, never by the library.
 find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
 find_library(OPENBLAS_LIBRARY NAMES openblas)
