@@ -20,6 +20,16 @@
 //                 losses are those of the unbiased probabilities at the chosen
 //                 experts, and router_backward needs no change (the selection
 //                 is a constant for the gradient, the bias has none)
+//   ring   [E]    optional (an empty View: none): clone families after
+//                 expert growth (docs/architecture.md "Expert growth"):
+//                 ring(e) is the next expert of e's family, e itself when
+//                 it has none. Of family members whose scores tie exactly
+//                 (a parent and a child with equal router rows), a token
+//                 can take one only, chosen by a hash of the token's
+//                 logits, so that the members split the family's tokens
+//                 and none takes two of its k slots. Measure-zero without
+//                 clones; with them it keeps the chosen set, hence the
+//                 renormalised gates, of the model before growth
 //   gates  [N,k]  probs of the chosen experts, divided by their sum when
 //                 norm_topk
 //   counts [E]    assignments per expert (before any capacity dropping)
@@ -47,9 +57,20 @@ struct RouterLosses {
   double z = 0.0;
 };
 
-template <class Lg, class B, class P, class S, class I, class G, class C>
-RouterLosses router_forward(const Lg& logits, const B& bias, const RouterOptions& opt, const P& probs, const S& lse,
-                            const I& topk, const G& gates, const C& counts, const exec_of<P>& exec = exec_of<P>{}) {
+// The hash that picks one of a token's tied clones: a mix of the bits of
+// its first and last logits (the same in every layout that computes the
+// same logits).
+KOKKOS_INLINE_FUNCTION std::uint32_t router_tie_hash(std::uint32_t a, std::uint32_t b) {
+  std::uint64_t z = (std::uint64_t(a) << 32) ^ b;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return std::uint32_t((z ^ (z >> 31)) >> 16);
+}
+
+template <class Lg, class B, class R, class P, class S, class I, class G, class C>
+RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, const RouterOptions& opt, const P& probs,
+                            const S& lse, const I& topk, const G& gates, const C& counts,
+                            const exec_of<P>& exec = exec_of<P>{}) {
   using Exec = exec_of<P>;
   using T = scalar_of<P>;
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
@@ -64,8 +85,11 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const RouterOptions
               "exa::kernels::router_forward: tensor shapes disagree");
   EXA_REQUIRE(bias.extent(0) == 0 || bias.extent(0) == logits.extent(1),
               "exa::kernels::router_forward: the routing bias has {} entries for {} experts", bias.extent(0), E);
+  EXA_REQUIRE(ring.extent(0) == 0 || ring.extent(0) == logits.extent(1),
+              "exa::kernels::router_forward: the clone ring has {} entries for {} experts", ring.extent(0), E);
   const bool norm = opt.norm_topk;
   const bool biased = bias.extent(0) > 0;
+  const bool clones = ring.extent(0) > 0;
 
   Kokkos::parallel_for(
       "exa::router::softmax_topk", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(const index_t n) {
@@ -86,20 +110,35 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const RouterOptions
         T prev_s = 0;
         int prev_e = -1;
         T gsum = 0;
+        const std::uint32_t h =
+            clones ? router_tie_hash(kx::bits_of(float(logits(n, 0))), kx::bits_of(float(logits(n, E - 1)))) : 0u;
+        auto score = [&](int e) { return biased ? T(probs(n, e)) + T(bias(e)) : T(probs(n, e)); };
+        // Of the members of e's family that tie with it exactly, only the
+        // (h mod ties)-th by id may be chosen.
+        auto eligible = [&](int e, T sc) {
+          if (!clones || ring(e) == e) return true;
+          int ties = 1, below = 0;
+          for (int f = ring(e); f != e; f = ring(f))
+            if (score(f) == sc) {
+              ++ties;
+              below += f < e ? 1 : 0;
+            }
+          return ties == 1 || std::uint32_t(below) == h % std::uint32_t(ties);
+        };
         for (int j = 0; j < K; ++j) {
           int best = -1;
           T best_s = 0;
           for (int e = 0; e < E; ++e) {
-            const T sc = biased ? T(probs(n, e)) + T(bias(e)) : T(probs(n, e));
+            const T sc = score(e);
             const bool after = prev_e < 0 || sc < prev_s || (sc == prev_s && e > prev_e);
-            if (after && (best < 0 || sc > best_s)) {
+            if (after && (best < 0 || sc > best_s) && eligible(e, sc)) {
               best = e;
               best_s = sc;
             }
           }
-          if (best < 0) {  // only with NaN probabilities: keep ids in range
+          if (best < 0) {  // only with NaN probabilities, or clones leaving too few: keep ids in range
             best = j % E;
-            best_s = biased ? T(probs(n, best)) + T(bias(best)) : T(probs(n, best));
+            best_s = score(best);
           }
           const T p = probs(n, best);
           topk(n, j) = best;
@@ -154,6 +193,14 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const RouterOptions
   out.aux = opt.aux_coef * E * fp / (dn * K * dn);
   out.z = opt.z_coef * z2 / dn;
   return out;
+}
+
+// Without clone families.
+template <class Lg, class B, class P, class S, class I, class G, class C>
+RouterLosses router_forward(const Lg& logits, const B& bias, const RouterOptions& opt, const P& probs, const S& lse,
+                            const I& topk, const G& gates, const C& counts, const exec_of<P>& exec = exec_of<P>{}) {
+  return router_forward(logits, bias, Kokkos::View<const int*, typename P::device_type>(), opt, probs, lse, topk,
+                        gates, counts, exec);
 }
 
 // Without a routing bias.

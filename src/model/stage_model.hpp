@@ -126,6 +126,9 @@ class StageModel {
   // selection only; n_experts values, or none to remove it. Takes effect at
   // the next forward.
   void set_router_bias(std::int64_t layer, const std::vector<float>& bias);
+  // Expert growth's clone families for MoE layer `layer` (kernels/router.hpp,
+  // `ring`); empty to remove them.
+  void set_clone_ring(std::int64_t layer, const std::vector<int>& ring);
 
   // Attaches hooks (not owned) after those already attached.
   void add_hooks(UnitHooks* hooks) { hooks_.add(hooks); }

@@ -136,6 +136,18 @@ void StageModel<T, D>::set_router_bias(std::int64_t layer, const std::vector<flo
 }
 
 template <class T, class D>
+void StageModel<T, D>::set_clone_ring(std::int64_t layer, const std::vector<int>& ring) {
+  for (auto& l : layers_) {
+    if (l.index() != layer) continue;
+    EXA_REQUIRE(l.is_moe(), "StageModel::set_clone_ring: layer {} is dense, it has no router", layer);
+    l.moe()->set_clone_ring(ring);
+    return;
+  }
+  throw Error(fmt::format("StageModel::set_clone_ring: layer {} is not one of this stage's layers [{}, {})", layer,
+                          plan_.layer_begin, plan_.layer_end));
+}
+
+template <class T, class D>
 void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape, int chunk) const {
   const std::int64_t N = shape.N(), d = cfg_.d_model, V = plan_.vocab_end - plan_.vocab_begin;
   auto v1 = [](const char* l, std::int64_t a) { return V1(std::string("exa::model::") + l, a); };

@@ -280,3 +280,50 @@ TEST(Router, BackwardWithBiasMatchesFiniteDifferences) {
   check_backward_fd(6, 8, 2, RouterOptions{true, 0.5, 0.2}, 1.0, 1.0, bias);
   check_backward_fd(6, 8, 3, RouterOptions{false, 0.0, 0.0}, 1.0, 1.0, bias);
 }
+
+// Expert growth's clones (kernels/router.hpp, `ring`): experts 4 and 5 are
+// copies of 1 and 3 (equal logits, hence equal probabilities and scores).
+// With the families given, every token chooses the same experts as the
+// ungrown router up to parent <-> child, with the same renormalised gates,
+// (to round-off), and each family's tokens are split between its members; without them,
+// some token spends two slots on one family (the negative control).
+TEST(Router, ClonesSplitTokensAndKeepTheChosenSet) {
+  const int N = 96, E0 = 4, E = 6, K = 2;
+  const int parent[E] = {0, 1, 2, 3, 1, 3};
+  Router<float> base(N, E0, K), grown(N, E, K), plain(N, E, K);
+  fill_uniform(base.logits, 31, -2.0, 2.0);
+  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), base.logits);
+  auto hg = Kokkos::create_mirror_view(grown.logits);
+  for (int n = 0; n < N; ++n)
+    for (int e = 0; e < E; ++e) hg(n, e) = hb(n, parent[e]);
+  Kokkos::deep_copy(grown.logits, hg);
+  Kokkos::deep_copy(plain.logits, hg);
+  V1<int> ring("ring", E);
+  auto hr = Kokkos::create_mirror_view(ring);
+  const int next[E] = {0, 4, 2, 5, 1, 3};
+  for (int e = 0; e < E; ++e) hr(e) = next[e];
+  Kokkos::deep_copy(ring, hr);
+  const RouterOptions o{true, 0.0, 0.0};
+  base.forward(o);
+  plain.forward(o);
+  exa::kernels::router_forward(grown.logits, V1<float>(), ring, o, grown.probs, grown.lse, grown.topk, grown.gates,
+                               grown.counts);
+  auto ib = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), base.topk);
+  auto ig = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grown.topk);
+  auto ip = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), plain.topk);
+  auto gb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), base.gates);
+  auto gg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grown.gates);
+  int taken[E] = {}, doubled = 0;
+  for (int n = 0; n < N; ++n) {
+    for (int j = 0; j < K; ++j) {
+      ++taken[ig(n, j)];
+      EXPECT_EQ(parent[ig(n, j)], ib(n, j)) << "token " << n << " pick " << j;
+      // The same ratio of probabilities whose softmax had two more terms:
+      // equal to round-off.
+      EXPECT_NEAR(gg(n, j), gb(n, j), 1e-6 * gb(n, j)) << "token " << n << " pick " << j;
+    }
+    doubled += parent[ip(n, 0)] == parent[ip(n, 1)];
+  }
+  for (int e = 0; e < E; ++e) EXPECT_GT(taken[e], 0) << "expert " << e << " took no token";
+  EXPECT_GT(doubled, 0) << "without the families no token took a parent and its clone: the control shows nothing";
+}

@@ -116,6 +116,21 @@ class MoeBlock {
     for (std::size_t e = 0; e < bias.size(); ++e) h(e) = static_cast<T>(bias[e]);
     Kokkos::deep_copy(bias_, h);
   }
+  // Clone families after expert growth (kernels/router.hpp, `ring`): ring[e]
+  // is the next expert of e's family; empty: no families (the default).
+  void set_clone_ring(const std::vector<int>& ring) {
+    if (ring.empty()) {
+      ring_ = Kokkos::View<int*, Layout, D>();
+      return;
+    }
+    EXA_REQUIRE(std::int64_t(ring.size()) == shape_.n_experts,
+                "MoeBlock: layer {} has {} experts but its clone ring {} entries", layer_, shape_.n_experts,
+                ring.size());
+    if (ring_.extent(0) == 0) ring_ = Kokkos::View<int*, Layout, D>(prefix_ + "moe.clone_ring", ring.size());
+    const auto h = Kokkos::create_mirror_view(ring_);
+    for (std::size_t e = 0; e < ring.size(); ++e) h(e) = ring[e];
+    Kokkos::deep_copy(ring_, h);
+  }
   std::vector<std::string> param_names() const {
     std::vector<std::string> n{norm_.param_name(), prefix_ + "moe.router.weight", prefix_ + "moe.experts.w1",
                                prefix_ + "moe.experts.w3", prefix_ + "moe.experts.w2"};
@@ -135,7 +150,7 @@ class MoeBlock {
     {
       ScopedRegion r("forward/moe/router", fence_);
       router_->forward(c.ffn_xn, lw.router, c.router_logits);
-      c.router_losses = K::router_forward(c.router_logits, bias_, shape_.router, c.probs, c.router_lse, c.topk,
+      c.router_losses = K::router_forward(c.router_logits, bias_, ring_, shape_.router, c.probs, c.router_lse, c.topk,
                                           c.gates, c.counts);
       if (scope_.spans_ranks()) c.router_losses.aux = aux_over_scope(c, N);
     }
@@ -247,6 +262,7 @@ class MoeBlock {
   bool fence_;
   RoutingScope scope_;
   V1 bias_;  // empty: no routing bias
+  Kokkos::View<int*, Layout, D> ring_;  // empty: no clone families
 };
 
 }  // namespace exa::model
