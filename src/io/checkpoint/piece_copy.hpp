@@ -6,6 +6,7 @@
 // wrote it, and a restart in another layout assembles each rank's piece
 // from the stored ones this way. Pure index arithmetic.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "io/checkpoint/piece_cover.hpp"
@@ -17,6 +18,12 @@ namespace exa::io {
 // for src), and sets filled[k] for each dst element k it wrote (filled has
 // dst.range.size() entries). Boxes are of the same global tensor (equal
 // dimensions). Returns the elements copied.
+// Calls run(s, d, n) for every stretch of n elements that both pieces hold:
+// src values [s, s + n) are dst values [d, d + n) (indices into each
+// piece's values, which start at its range.begin). In dst's order.
+void for_each_overlap_run(const Piece& src, const Piece& dst,
+                          const std::function<void(std::int64_t s, std::int64_t d, std::int64_t n)>& run);
+
 std::int64_t copy_piece_overlap(const Piece& src, const float* src_values, const Piece& dst, float* dst_values,
                                 std::vector<char>& filled);
 
