@@ -8,7 +8,7 @@ template RouterLosses router_forward(const View2<float>&, const View1<float>&, c
                                      const View2<float>&, const View1<float>&, const View2<int>&, const View2<float>&,
                                      const View1<int>&, const ExecSpace&);
 template RouterLosses router_forward(const View2<float>&, const View1<float>&, const View1<int>&,
-                                     const RouterOptions&, const View2<float>&, const View1<float>&,
+                                     const View1<int>&, const RouterOptions&, const View2<float>&, const View1<float>&,
                                      const View2<int>&, const View2<float>&, const View1<int>&, const ExecSpace&);
 template void router_backward(const View2<float>&, const View2<float>&, const View1<float>&, const View2<int>&,
                               const View2<float>&, const View1<int>&, const RouterOptions&, double, double,

@@ -23,13 +23,17 @@
 //   ring   [E]    optional (an empty View: none): clone families after
 //                 expert growth (docs/architecture.md "Expert growth"):
 //                 ring(e) is the next expert of e's family, e itself when
-//                 it has none. Of family members whose scores tie exactly
-//                 (a parent and a child with equal router rows), a token
-//                 can take one only, chosen by a hash of the token's
-//                 logits, so that the members split the family's tokens
-//                 and none takes two of its k slots. Measure-zero without
-//                 clones; with them it keeps the chosen set, hence the
-//                 renormalised gates, of the model before growth
+//                 it has none
+//   canon  [E]    with `ring`: the lowest member of e's family whose router
+//                 row equals e's bit for bit (e itself when none does).
+//                 Such clones compute the same logit, but a gemm may round
+//                 two equal columns differently: each expert reads its
+//                 canon's logit, so they tie exactly. Of tied members with
+//                 equal scores a token can take one only, chosen by a hash
+//                 of the token, so that the members split the family's
+//                 tokens and none takes two of its k slots. With norm_topk
+//                 the chosen set, hence the gates, are then those of the
+//                 model before growth (to round-off)
 //   gates  [N,k]  probs of the chosen experts, divided by their sum when
 //                 norm_topk
 //   counts [E]    assignments per expert (before any capacity dropping)
@@ -57,9 +61,11 @@ struct RouterLosses {
   double z = 0.0;
 };
 
-// The hash that picks one of a token's tied clones: a mix of the bits of
-// its first and last logits (the same in every layout that computes the
-// same logits).
+// The hash that picks one of a token's tied clones: a mix of the ids of
+// its largest and smallest logits (the first of equals). Layouts compute
+// the logits in other orders and differ in their last bits, which a hash of
+// the values would see; the ranking changes only where two logits nearly
+// tie, as rarely as the top-k selection itself.
 KOKKOS_INLINE_FUNCTION std::uint32_t router_tie_hash(std::uint32_t a, std::uint32_t b) {
   std::uint64_t z = (std::uint64_t(a) << 32) ^ b;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -68,7 +74,8 @@ KOKKOS_INLINE_FUNCTION std::uint32_t router_tie_hash(std::uint32_t a, std::uint3
 }
 
 template <class Lg, class B, class R, class P, class S, class I, class G, class C>
-RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, const RouterOptions& opt, const P& probs,
+RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, const R& canon, const RouterOptions& opt,
+                            const P& probs,
                             const S& lse, const I& topk, const G& gates, const C& counts,
                             const exec_of<P>& exec = exec_of<P>{}) {
   using Exec = exec_of<P>;
@@ -87,17 +94,31 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, cons
               "exa::kernels::router_forward: the routing bias has {} entries for {} experts", bias.extent(0), E);
   EXA_REQUIRE(ring.extent(0) == 0 || ring.extent(0) == logits.extent(1),
               "exa::kernels::router_forward: the clone ring has {} entries for {} experts", ring.extent(0), E);
+  EXA_REQUIRE(canon.extent(0) == ring.extent(0), "exa::kernels::router_forward: {} canon entries for a ring of {}",
+              canon.extent(0), ring.extent(0));
   const bool norm = opt.norm_topk;
   const bool biased = bias.extent(0) > 0;
   const bool clones = ring.extent(0) > 0;
 
   Kokkos::parallel_for(
       "exa::router::softmax_topk", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(const index_t n) {
-        T m = T(logits(n, 0));
-        for (int e = 1; e < E; ++e) m = kx::max(m, T(logits(n, e)));
+        auto logit = [&](int e) { return T(logits(n, clones ? canon(e) : e)); };
+        T m = logit(0), lo = m;
+        int arg_hi = 0, arg_lo = 0;
+        for (int e = 1; e < E; ++e) {
+          const T x = logit(e);
+          if (x > m) {
+            m = x;
+            arg_hi = e;
+          }
+          if (x < lo) {
+            lo = x;
+            arg_lo = e;
+          }
+        }
         T s = 0;
         for (int e = 0; e < E; ++e) {
-          const T x = kx::exp(T(logits(n, e)) - m);
+          const T x = kx::exp(logit(e) - m);
           probs(n, e) = x;
           s += x;
         }
@@ -110,8 +131,7 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, cons
         T prev_s = 0;
         int prev_e = -1;
         T gsum = 0;
-        const std::uint32_t h =
-            clones ? router_tie_hash(kx::bits_of(float(logits(n, 0))), kx::bits_of(float(logits(n, E - 1)))) : 0u;
+        const std::uint32_t h = clones ? router_tie_hash(std::uint32_t(arg_hi), std::uint32_t(arg_lo)) : 0u;
         auto score = [&](int e) { return biased ? T(probs(n, e)) + T(bias(e)) : T(probs(n, e)); };
         // Of the members of e's family that tie with it exactly, only the
         // (h mod ties)-th by id may be chosen.
@@ -119,7 +139,7 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, cons
           if (!clones || ring(e) == e) return true;
           int ties = 1, below = 0;
           for (int f = ring(e); f != e; f = ring(f))
-            if (score(f) == sc) {
+            if (canon(f) == canon(e) && score(f) == sc) {
               ++ties;
               below += f < e ? 1 : 0;
             }
@@ -199,8 +219,8 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, cons
 template <class Lg, class B, class P, class S, class I, class G, class C>
 RouterLosses router_forward(const Lg& logits, const B& bias, const RouterOptions& opt, const P& probs, const S& lse,
                             const I& topk, const G& gates, const C& counts, const exec_of<P>& exec = exec_of<P>{}) {
-  return router_forward(logits, bias, Kokkos::View<const int*, typename P::device_type>(), opt, probs, lse, topk,
-                        gates, counts, exec);
+  const Kokkos::View<const int*, typename P::device_type> none;
+  return router_forward(logits, bias, none, none, opt, probs, lse, topk, gates, counts, exec);
 }
 
 // Without a routing bias.

@@ -281,8 +281,8 @@ TEST(Router, BackwardWithBiasMatchesFiniteDifferences) {
   check_backward_fd(6, 8, 3, RouterOptions{false, 0.0, 0.0}, 1.0, 1.0, bias);
 }
 
-// Expert growth's clones (kernels/router.hpp, `ring`): experts 4 and 5 are
-// copies of 1 and 3 (equal logits, hence equal probabilities and scores).
+// Expert growth's clones (kernels/router.hpp, `ring` and `canon`): experts
+// 4 and 5 are copies of 1 and 3 (the same logits up to a gemm's rounding).
 // With the families given, every token chooses the same experts as the
 // ungrown router up to parent <-> child, with the same renormalised gates,
 // (to round-off), and each family's tokens are split between its members; without them,
@@ -306,8 +306,16 @@ TEST(Router, ClonesSplitTokensAndKeepTheChosenSet) {
   const RouterOptions o{true, 0.0, 0.0};
   base.forward(o);
   plain.forward(o);
-  exa::kernels::router_forward(grown.logits, V1<float>(), ring, o, grown.probs, grown.lse, grown.topk, grown.gates,
-                               grown.counts);
+  // Clones read their parent's logit: nudge theirs by a rounding error
+  // (a gemm's other summation order), which must not matter.
+  V1<int> canon("canon", E);
+  auto hc = Kokkos::create_mirror_view(canon);
+  for (int e = 0; e < E; ++e) hc(e) = parent[e];
+  Kokkos::deep_copy(canon, hc);
+  for (int n = 0; n < N; ++n) hg(n, 4) = std::nextafter(hg(n, 4), 10.0f);
+  Kokkos::deep_copy(grown.logits, hg);
+  exa::kernels::router_forward(grown.logits, V1<float>(), ring, canon, o, grown.probs, grown.lse, grown.topk,
+                               grown.gates, grown.counts);
   auto ib = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), base.topk);
   auto ig = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), grown.topk);
   auto ip = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), plain.topk);

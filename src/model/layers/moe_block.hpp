@@ -63,6 +63,25 @@ void column_sums(const PV& probs, const SV& ps) {
       });
 }
 
+// canon(e): the lowest member of e's clone family (ring) whose router row
+// equals e's bit for bit; e when none does (kernels/router.hpp).
+template <class W, class R>
+void clone_canon(const W& router, const R& ring, const R& canon) {
+  const int E = static_cast<int>(router.extent(0));
+  const index_t d = static_cast<index_t>(router.extent(1));
+  Kokkos::parallel_for(
+      "exa::moe::clone_canon", Kokkos::RangePolicy<exec_of<R>>(0, E), KOKKOS_LAMBDA(const int e) {
+        int c = e;
+        for (int f = ring(e); f != e; f = ring(f)) {
+          if (f > c) continue;
+          bool same = true;
+          for (index_t i = 0; i < d && same; ++i) same = router(f, i) == router(e, i);
+          if (same) c = f;
+        }
+        canon(e) = c;
+      });
+}
+
 template <class V3>
 auto mat(const V3& v, index_t i) {
   return Kokkos::subview(v, i, Kokkos::ALL, Kokkos::ALL);
@@ -121,12 +140,16 @@ class MoeBlock {
   void set_clone_ring(const std::vector<int>& ring) {
     if (ring.empty()) {
       ring_ = Kokkos::View<int*, Layout, D>();
+      canon_ = Kokkos::View<int*, Layout, D>();
       return;
     }
     EXA_REQUIRE(std::int64_t(ring.size()) == shape_.n_experts,
                 "MoeBlock: layer {} has {} experts but its clone ring {} entries", layer_, shape_.n_experts,
                 ring.size());
-    if (ring_.extent(0) == 0) ring_ = Kokkos::View<int*, Layout, D>(prefix_ + "moe.clone_ring", ring.size());
+    if (ring_.extent(0) == 0) {
+      ring_ = Kokkos::View<int*, Layout, D>(prefix_ + "moe.clone_ring", ring.size());
+      canon_ = Kokkos::View<int*, Layout, D>(prefix_ + "moe.clone_canon", ring.size());
+    }
     const auto h = Kokkos::create_mirror_view(ring_);
     for (std::size_t e = 0; e < ring.size(); ++e) h(e) = ring[e];
     Kokkos::deep_copy(ring_, h);
@@ -150,7 +173,8 @@ class MoeBlock {
     {
       ScopedRegion r("forward/moe/router", fence_);
       router_->forward(c.ffn_xn, lw.router, c.router_logits);
-      c.router_losses = K::router_forward(c.router_logits, bias_, ring_, shape_.router, c.probs, c.router_lse, c.topk,
+      if (ring_.extent(0) > 0) moe_detail::clone_canon(lw.router, ring_, canon_);
+      c.router_losses = K::router_forward(c.router_logits, bias_, ring_, canon_, shape_.router, c.probs, c.router_lse, c.topk,
                                           c.gates, c.counts);
       if (scope_.spans_ranks()) c.router_losses.aux = aux_over_scope(c, N);
     }
@@ -262,7 +286,8 @@ class MoeBlock {
   bool fence_;
   RoutingScope scope_;
   V1 bias_;  // empty: no routing bias
-  Kokkos::View<int*, Layout, D> ring_;  // empty: no clone families
+  Kokkos::View<int*, Layout, D> ring_;   // empty: no clone families
+  Kokkos::View<int*, Layout, D> canon_;  // per forward: each expert's lowest identical family member
 };
 
 }  // namespace exa::model
