@@ -47,11 +47,19 @@ LayoutOptions LayoutOptions::from_deck(const deck::Config& cfg) {
 }
 
 ParallelLayout::ParallelLayout(comm::ProcessGrid grid, const model::ModelConfig& model, LayoutOptions opt)
+    : ParallelLayout(std::make_shared<const comm::ProcessGrid>(std::move(grid)), model, std::move(opt)) {}
+
+ParallelLayout::ParallelLayout(std::shared_ptr<const comm::ProcessGrid> grid, const model::ModelConfig& model,
+                               LayoutOptions opt)
     : grid_(std::move(grid)),
       model_(model),
       opt_(std::move(opt)),
-      plan_(stage_plan(model_, grid_, opt_.pipeline, opt_.tensor)) {
+      plan_(stage_plan(model_, *grid_, opt_.pipeline, opt_.tensor)) {
   if (pipelined() && opt_.pipeline.schedule == "zb") deferred_ = std::make_shared<pipeline::WeightGradQueue>();
+}
+
+ParallelLayout ParallelLayout::with_model(const model::ModelConfig& model) const {
+  return ParallelLayout(grid_, model, opt_);
 }
 
 ParallelLayout ParallelLayout::from_deck(const deck::Config& cfg, MPI_Comm world) {

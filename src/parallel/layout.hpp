@@ -66,25 +66,30 @@ class ParallelLayout {
   ParallelLayout(comm::ProcessGrid grid, const model::ModelConfig& model, LayoutOptions opt = {});
   // The deck's [parallel], [pipeline] and [comm] over `world`.
   static ParallelLayout from_deck(const deck::Config& cfg, MPI_Comm world);
+  // The same grid and options for another model (expert growth: more
+  // experts); the grid's communicators are shared, not rebuilt.
+  ParallelLayout with_model(const model::ModelConfig& model) const;
 
-  const comm::ProcessGrid& grid() const { return grid_; }
+  const comm::ProcessGrid& grid() const { return *grid_; }
   const model::ModelConfig& model() const { return model_; }
   // This rank's layers (its stage; its chunks when interleaved), its
   // tensor-parallel part and its experts.
   const model::StagePlan& plan() const { return plan_; }
   const LayoutOptions& options() const { return opt_; }
-  bool pipelined() const { return grid_.sizes().pp > 1; }
+  bool pipelined() const { return grid_->sizes().pp > 1; }
   // The rows of a micro-batch of `micro_batch` sequences on this rank: its
   // zigzag share T/cp of each sequence.
   model::MicroBatchShape micro_batch_shape(std::int64_t micro_batch) const {
-    return {micro_batch, model_.seq_len / grid_.sizes().cp};
+    return {micro_batch, model_.seq_len / grid_->sizes().cp};
   }
   // pipeline.schedule = "zb" with pp > 1: the queue of deferred weight
   // gradients; null otherwise.
   const std::shared_ptr<pipeline::WeightGradQueue>& deferred_weights() const { return deferred_; }
 
  private:
-  comm::ProcessGrid grid_;
+  ParallelLayout(std::shared_ptr<const comm::ProcessGrid> grid, const model::ModelConfig& model, LayoutOptions opt);
+
+  std::shared_ptr<const comm::ProcessGrid> grid_;  // shared by with_model's layouts
   model::ModelConfig model_;
   LayoutOptions opt_;
   model::StagePlan plan_;
