@@ -8,6 +8,7 @@
 #include "core/deck/schema.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "model/growth_schedule.hpp"
 #include "model/parameter_specs.hpp"
 #include "model/precision.hpp"
 #include "model/router_bias.hpp"
@@ -93,7 +94,7 @@ CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dr
   // or fail alike); the tensors are then read collectively.
   meta_ = io::inspect_checkpoint(path).meta;
   config_.emplace(config_from_checkpoint(meta_));
-  mcfg_ = model::ModelConfig::from_deck(*config_);
+  mcfg_ = model::model_config_at(*config_, std::int64_t(meta_.step));  // expert growth: the step's experts
   use_training_precision(*config_);
   if (dropless) mcfg_.capacity_factor = 0.0;
   EXA_REQUIRE(stages >= 1 && stage >= 0 && stage < stages, "CheckpointModel: stage {} is not one of {}", stage,
@@ -127,6 +128,21 @@ CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dr
     model::RouterBias bias(mcfg_);
     bias.set_values(it->second.values);
     bias.apply(*model_);
+  }
+  // Grown by expert growth: route with the clone families, as training did.
+  if (const auto it = meta_.state.find(model::kGrowthFamilyState); it != meta_.state.end()) {
+    const auto& f = it->second;
+    EXA_REQUIRE(f.shape.size() == 2 && f.shape[1] == mcfg_.n_experts,
+                "checkpoint {}: /state/{} is not [MoE layers, {}]", meta_.directory, model::kGrowthFamilyState,
+                mcfg_.n_experts);
+    std::size_t row = 0;
+    for (std::int64_t l = 0; l < mcfg_.n_layers; ++l) {
+      if (!mcfg_.is_moe_layer(l)) continue;
+      std::vector<std::int64_t> fam(std::size_t(f.shape[1]));
+      for (std::size_t e = 0; e < fam.size(); ++e) fam[e] = std::int64_t(f.values[row * fam.size() + e]);
+      ++row;
+      if (l >= plan_.layer_begin && l < plan_.layer_end) model_->set_clone_ring(l, model::clone_ring(fam));
+    }
   }
 }
 

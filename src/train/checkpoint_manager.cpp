@@ -18,8 +18,9 @@ namespace fs = std::filesystem;
 CheckpointManager::CheckpointManager(const deck::Config& cfg, const comm::ProcessGrid& grid, MPI_Comm world,
                                      model::ParameterStore& store, CheckpointSource source)
     : cfg_(cfg),
+      grid_(grid),
       world_(world),
-      store_(store),
+      store_(&store),
       source_(std::move(source)),
       every_(cfg.get_int("checkpoint.every")),
       local_every_(cfg.get_int("checkpoint.local_every")),
@@ -56,7 +57,7 @@ void CheckpointManager::start_async_writer() {
   async_ = std::make_unique<AsyncCheckpointer>(world_, cfg_.get_string("checkpoint.async_policy") == "skip"
                                                            ? AsyncCheckpointer::Policy::skip
                                                            : AsyncCheckpointer::Policy::wait);
-  async_->prepare(io::checkpoint_tensors(store_), source_.moments());
+  async_->prepare(io::checkpoint_tensors(*store_), source_.moments());
 }
 
 CheckpointsDue CheckpointManager::due(std::int64_t steps_done, std::int64_t steps, bool stop) const {
@@ -77,7 +78,7 @@ void CheckpointManager::save_tier0(std::int64_t steps_done) {
   ScopedRegion region("io/checkpoint", true);
   const io::CheckpointMeta meta = source_.meta(steps_done);
   const io::OptimizerState state = source_.moments();
-  source_.in_global_order([&] { memory_->save(io::checkpoint_tensors(store_), state, meta); });
+  source_.in_global_order([&] { memory_->save(io::checkpoint_tensors(*store_), state, meta); });
 }
 
 void CheckpointManager::save_tier1(std::int64_t steps_done) {
@@ -88,7 +89,7 @@ void CheckpointManager::save_tier1(std::int64_t steps_done) {
   so.keep = keep_;
   source_.in_global_order([&] {
     const double t0 = wall_seconds();
-    const std::string d = io::save_checkpoint(tiers_.front().dir, store_, &state, meta, world_, so);
+    const std::string d = io::save_checkpoint(tiers_.front().dir, *store_, &state, meta, world_, so);
     log::info("checkpoint: wrote tier 1 {} in {:.3f} s", d, wall_seconds() - t0);
   });
 }
@@ -103,13 +104,13 @@ std::string CheckpointManager::save_tier2(std::int64_t steps_done, bool last) {
   // An async snapshot is taken inside, before the experts move back.
   source_.in_global_order([&] {
     if (async_) {
-      if (async_->start(dir(), io::checkpoint_tensors(store_), state, meta, so, last))
+      if (async_->start(dir(), io::checkpoint_tensors(*store_), state, meta, so, last))
         log::info("checkpoint: step {} snapshot taken, writing it in the background", steps_done);
       out = (fs::path(dir()) / io::checkpoint_dir_name(meta.step)).string();
       return;
     }
     const double t0 = wall_seconds();
-    out = io::save_checkpoint(dir(), store_, &state, meta, world_, so);
+    out = io::save_checkpoint(dir(), *store_, &state, meta, world_, so);
     log::info("checkpoint: wrote {} in {:.3f} s", out, wall_seconds() - t0);
   });
   return out;
@@ -118,8 +119,9 @@ std::string CheckpointManager::save_tier2(std::int64_t steps_done, bool last) {
 void CheckpointManager::load(const std::string& path, const std::vector<std::string>& copies) {
   if (async_) async_->wait();  // only one thread may call HDF5
   ScopedRegion region("io/checkpoint", true);
+  if (source_.prepare) source_.prepare(io::inspect_checkpoint(io::resolve_checkpoint(path)).meta.step);
   const io::OptimizerState state = source_.moments();
-  source_.restore(io::load_checkpoint(path, store_, &state, world_, {copies}));
+  source_.restore(io::load_checkpoint(path, *store_, &state, world_, {copies}));
 }
 
 std::uint64_t CheckpointManager::rollback(std::int64_t bad_step) {
@@ -143,7 +145,7 @@ bool CheckpointManager::resume_from_memory() {
   }
   ScopedRegion region("io/checkpoint", true);
   try {
-    source_.restore(memory_->load(*c, io::checkpoint_tensors(store_), source_.moments()));
+    source_.restore(memory_->load(*c, io::checkpoint_tensors(*store_), source_.moments()));
   } catch (const Error& e) {
     log::warn("checkpoint: {}", e.what());
     log::info("checkpoint: tier 0 step {} does not verify; falling back to {}", c->step,
@@ -152,6 +154,13 @@ bool CheckpointManager::resume_from_memory() {
   }
   log::info("checkpoint: step {} taken from tier 0 (memory, written by {} ranks)", c->step, c->world);
   return true;
+}
+
+void CheckpointManager::rebind(model::ParameterStore& store) {
+  if (async_) async_->wait();
+  store_ = &store;
+  memory_ = std::make_unique<MemoryCheckpoint>(cfg_, grid_, world_, io::checkpoint_tensors(store));
+  if (async_) async_->prepare(io::checkpoint_tensors(store), source_.moments());
 }
 
 void CheckpointManager::finish(bool complete) {

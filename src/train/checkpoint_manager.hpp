@@ -37,6 +37,10 @@ struct CheckpointSource {
   std::function<void(const std::function<void()>& write)> in_global_order;
   // The Trainer's state after a load of any tier.
   std::function<void(const io::CheckpointMeta& meta)> restore;
+  // Optional: called before a checkpoint of step `step` is read from disk,
+  // so that the Trainer can rebuild its model for that step (expert growth:
+  // the experts per layer depend on it), which then calls rebind().
+  std::function<void(std::uint64_t step)> prepare;
 };
 
 // Which tiers are due after a step.
@@ -75,6 +79,10 @@ class CheckpointManager {
   // The end of run(): the last write is complete; tier 0 is dropped when
   // the run is complete (a stopped run keeps it to resume from).
   void finish(bool complete);
+  // The parameters now live in `store` (a rebuilt model: expert growth).
+  // Collective: tier 0's job is made again for the new tensors, and the
+  // async writer's buffers are sized for them.
+  void rebind(model::ParameterStore& store);
   // Fault injection: this rank's node memory is gone.
   void lose_held(int rank) { memory_->lose_held(rank); }
 
@@ -86,8 +94,9 @@ class CheckpointManager {
   bool resume_from_memory();
 
   const deck::Config& cfg_;
+  const comm::ProcessGrid& grid_;
   MPI_Comm world_;
-  model::ParameterStore& store_;
+  model::ParameterStore* store_;
   CheckpointSource source_;
   std::int64_t every_ = 0, local_every_ = 0;
   int keep_ = 0;

@@ -12,6 +12,7 @@
 #include "io/checkpoint/checkpoint.hpp"
 #include "io/sampler.hpp"
 #include "model/model_config.hpp"
+#include "model/growth_schedule.hpp"
 #include "model/parameter_specs.hpp"
 #include "train/deck_dataset.hpp"
 #include "train/deck_paths.hpp"
@@ -85,7 +86,8 @@ std::string resume_line(const deck::Config& cfg, const std::string& ckpt_dir) {
   }
   const io::CheckpointInfo info = located(cfg, keys, [&] {
     io::CheckpointInfo i = io::inspect_checkpoint(ckpt_dir);
-    io::require_matching_model(i, model::parameter_specs(model::ModelConfig::from_deck(cfg)), true);
+    io::require_matching_model(i, model::parameter_specs(model::model_config_at(cfg, std::int64_t(i.meta.step))),
+                               true);
     return i;
   });
   const auto steps = static_cast<std::uint64_t>(cfg.get_int("train.steps"));

@@ -51,7 +51,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       layout_([&] {
         require_supported_layout(cfg, true);
         model::use_deck_precision(cfg);
-        return parallel::ParallelLayout::from_deck(cfg, world);
+        return std::make_unique<parallel::ParallelLayout>(parallel::ParallelLayout::from_deck(cfg, world));
       }()),
       run_dir_(cfg.get_string("output.run_dir")),
       watchdog_(world,
@@ -63,9 +63,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 }(),
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
-      dp_(layout_),
-      model_(parallel::build_model(layout_, model::ModelOptions::from_deck(cfg), replace_.placement())),
-      opt_(dp_.store(), cfg),
+      growth_(model::GrowthSchedule::from_deck(cfg), mcfg_),
       sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
       // RAPL counts the machine's packages: the ranks on this host share them,
       // whatever node size parallel.ranks_per_node pretends.
@@ -76,36 +74,44 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
   // The cp ranks of a Cp group share their sequences (each holds its share
   // of their rows): the global batch counts the dp replicas only.
   global_batch_ = micro_batch_ * grad_accum_ * grid_.sizes().dp;
-  dp_.initialize(static_cast<std::uint64_t>(cfg.get_int("train.seed")));
-  model_->add_hooks(&dp_);
-  balance_.attach(*model_);
-  exec_ = parallel::make_step_executor(layout_, {*model_, dp_.weights(), dp_.grads(), &dp_}, micro_batch_);
+  build_state();
   if (const auto what = exec_->describe(int(grad_accum_)); !what.empty()) log::info("{}", what);
-  opt_.clipper().set_reduction(exec_->norm_reduction());
   batch_ = DeviceBatch(micro_batch_, mcfg_.seq_len, {grid_.sizes().cp, grid_.coords().cp});
-  flops_ = count_flops(mcfg_);
+  if (growth_.enabled()) {
+    const auto& g = growth_.schedule();
+    log::info("growth: every {} steps +{} experts per MoE layer up to {} ({}, noise {:g}){}", g.every, g.add, g.max,
+              model::to_string(g.init), g.noise,
+              g.init == model::GrowthInit::split && !mcfg_.norm_topk
+                  ? "; moe.norm_topk = false: a clone's softmax term changes the gates, so growth does not keep "
+                    "the model's function"
+                  : "");
+  }
 
   // One writer: the tensor-parallel ranks of data rank 0 log the same step,
   // and every stage's reports the same (summed) losses.
   metrics_ = std::make_unique<io::MetricsWriter>((fs::path(run_dir_) / "metrics.jsonl").string(),
-                                                 dp_.rank() == 0 && grid_.coords().tp == 0 && grid_.coords().pp == 0);
+                                                 dp_->rank() == 0 && grid_.coords().tp == 0 && grid_.coords().pp == 0);
   metrics_->write(nlohmann::json{{"event", "start"}, {"world_size", comm_size(world)},
                                  {"layout", {{"dp", grid_.sizes().dp}, {"cp", grid_.sizes().cp},
                                              {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
                                              {"pp", grid_.sizes().pp},
-                                             {"zero", dp_.options().zero}, {"experts_here",
-                                              dp_.plan().local_experts()}}},
+                                             {"zero", dp_->options().zero}, {"experts_here",
+                                              dp_->plan().local_experts()}}},
                                  {"precision", {{"matmuls", kernels::to_string(kernels::matmul_precision())}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 
   ckpt_ = std::make_unique<CheckpointManager>(
-      cfg, grid_, world_, dp_.store(),
+      cfg, grid_, world_, dp_->store(),
       CheckpointSource{[this](std::int64_t steps_done) { return checkpoint_meta(steps_done); },
                        [this] { return optimizer_moments(); },
                        [this](const std::function<void()>& write) {
                          replace_.in_global_order([&](const parallel::expert::ExpertMove& m) { move_experts(m); }, write);
                        },
-                       [this](const io::CheckpointMeta& meta) { restore(meta); }});
+                       [this](const io::CheckpointMeta& meta) { restore(meta); },
+                       growth_.enabled() ? std::function<void(std::uint64_t)>([this](std::uint64_t step) {
+                         rebuild(growth_.schedule().experts_after(std::int64_t(step)));
+                       })
+                                         : std::function<void(std::uint64_t)>()});
   ckpt_->resume();
   // One thread pool per rank: say what oversubscribes, and count MFU
   // against the cores this rank computes on (core/thread_check.hpp).
@@ -121,27 +127,27 @@ std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); 
 
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
-  opt_.set_loss_scale(scaler_.scale());
-  const auto& acc = opt_.accumulation();
+  opt_->set_loss_scale(scaler_.scale());
+  const auto& acc = opt_->accumulation();
   const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
   parallel::StepWork work{[&](int j) { return batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_))); },
                           acc.backward_seed()};
   const auto t = exec_->run(work, int(grad_accum_));
   r.imbalance = t.imbalance;
   exec_->finalize_grads();
-  const double n = double(grad_accum_) * dp_.size();
-  r.loss = dp_.sum(nan_.inject(step + 1, comm_rank(world_), t.loss)) / n;
-  r.ce = dp_.sum(t.ce) / n;
-  r.aux = dp_.sum(t.aux) / n;
-  r.z = dp_.sum(t.z) / n;
+  const double n = double(grad_accum_) * dp_->size();
+  r.loss = dp_->sum(nan_.inject(step + 1, comm_rank(world_), t.loss)) / n;
+  r.ce = dp_->sum(t.ce) / n;
+  r.aux = dp_->sum(t.aux) / n;
+  r.z = dp_->sum(t.z) / n;
   r.moe = t.moe;
   if (std::isfinite(r.loss) || !nan_.enabled()) {
     ScopedRegion region("compute/optimizer", true);
-    r.report = opt_.step(dp_.store(), step);
+    r.report = opt_->step(dp_->store(), step);
   } else {
     // A non-finite loss (the same on every rank) never reaches the optimizer.
     r.report.step = step;
-    r.report.lr = opt_.schedule()(step);
+    r.report.lr = opt_->schedule()(step);
     r.report.clip.norm = std::numeric_limits<double>::quiet_NaN();
     r.report.clip.finite = false;
   }
@@ -151,8 +157,9 @@ StepResult Trainer::train_step(std::int64_t step) {
   // agrees). At S = 1 the scaler declines, and the policy decides.
   if (std::isfinite(r.loss) && !r.report.applied) r.overflow = scaler_.after_step(false);
   else if (r.report.applied) scaler_.after_step(true);
-  if (r.report.applied) dp_.params_updated();
+  if (r.report.applied) dp_->params_updated();
   balance_.after_step(r.moe, r.report.applied, *model_);
+  if (r.report.applied) growth_.after_step(r.moe);
   if (r.report.applied)
     r.replaced = replace_.after_step(r.moe, step + 1, [&](const parallel::expert::ExpertMove& m) { move_experts(m); });
   if (r.overflow) {
@@ -195,16 +202,16 @@ double Trainer::evaluate() {
     sum += e.ce_sum;
     count += e.n_valid;
   }
-  sum = dp_.sum(sum);
-  count = dp_.sum(count);
+  sum = dp_->sum(sum);
+  count = dp_->sum(count);
   return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
 }
 
 io::OptimizerState Trainer::optimizer_moments() {
   io::OptimizerState state;
-  const auto& store = dp_.store();
+  const auto& store = dp_->store();
   for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_.adamw().exp_avg(i), opt_.adamw().exp_avg_sq(i)};
+    state[store.spec(i).name] = io::OptimizerMoments{opt_->adamw().exp_avg(i), opt_->adamw().exp_avg_sq(i)};
   return state;
 }
 
@@ -214,22 +221,23 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   meta.tokens_seen = static_cast<std::uint64_t>(tokens_seen_);
   meta.data_cursor = static_cast<std::uint64_t>(steps_done);  // the sampler is a pure function of the step
   meta.rng_state = {static_cast<std::uint64_t>(sampler_.seed())};
-  meta.lr_schedule = {{"lr", opt_.schedule().lr()},
-                      {"min_lr", opt_.schedule().min_lr()},
-                      {"warmup_steps", double(opt_.schedule().warmup_steps())},
-                      {"total_steps", double(opt_.schedule().total_steps())},
+  meta.lr_schedule = {{"lr", opt_->schedule().lr()},
+                      {"min_lr", opt_->schedule().min_lr()},
+                      {"warmup_steps", double(opt_->schedule().warmup_steps())},
+                      {"total_steps", double(opt_->schedule().total_steps())},
                       {"next_step", double(steps_done)},
-                      {"adamw_step_count", double(opt_.adamw().step_count())}};
+                      {"adamw_step_count", double(opt_->adamw().step_count())}};
   meta.deck = cfg_.deck_text();
   meta.config_json = cfg_.to_json();
   meta.layout.world_size = comm_size(world_);
   meta.layout.dp = grid_.sizes().dp;
   meta.layout.cp = grid_.sizes().cp;
   meta.layout.tp = grid_.sizes().tp;
-  meta.layout.zero = dp_.options().zero;
+  meta.layout.zero = dp_->options().zero;
   meta.layout.ep = grid_.sizes().ep;
   meta.layout.pp = grid_.sizes().pp;
   balance_.save(meta);
+  growth_.save(meta);
   if (scaler_.dynamic()) {
     const auto st = scaler_.state();
     meta.state[optim::LossScaler::kStateName] = io::StateArray{{std::int64_t(st.size())}, st};
@@ -246,14 +254,16 @@ void Trainer::load(const std::string& path, const std::vector<std::string>& copi
 
 void Trainer::restore(const io::CheckpointMeta& meta) {
   replace_.forget_placement();  // the checkpoint holds the experts in global order
-  dp_.params_updated();
+  dp_->params_updated();
   balance_.restore(meta, *model_);
+  growth_.restore(meta, mcfg_.n_experts);
+  apply_clone_rings();
   if (const auto it = meta.state.find(optim::LossScaler::kStateName); it != meta.state.end())
     scaler_.restore(it->second.values);
   step_ = static_cast<std::int64_t>(meta.step);
   tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);
   const auto it = meta.lr_schedule.find("adamw_step_count");
-  opt_.adamw().set_step_count(it != meta.lr_schedule.end() ? static_cast<std::int64_t>(it->second) : step_);
+  opt_->adamw().set_step_count(it != meta.lr_schedule.end() ? static_cast<std::int64_t>(it->second) : step_);
   log::info("checkpoint: resumed from {} at step {}", meta.directory, step_);
 }
 
@@ -333,11 +343,11 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   s.t_io = iv.phase("io/") * k;
   s.t_eval = iv.phase("eval") * k;
   s.t_compute = std::max(0.0, interval_s * k - s.t_comm - s.t_io - s.t_eval);
-  const auto mem = dp_.memory();
+  const auto mem = dp_->memory();
   s.mem_params = mem.params;
   s.mem_grads = mem.grads;
   s.mem_buffers = mem.buffers;
-  s.mem_optim = double(opt_.bytes());
+  s.mem_optim = double(opt_->bytes());
   // AdamW keeps two fp32 moments per master element.
   s.mem_experts = mem.expert_params + mem.expert_grads + 2.0 * mem.expert_master;
   s.mem_activations = double(model_->activation_bytes());
@@ -379,12 +389,13 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   if (record_due) metrics_->write(record);
 }
 
-void Trainer::move_experts(const parallel::expert::ExpertMove& move) {
+void Trainer::move_experts(parallel::data::DataParallel& dp, optim::Optimizer& opt,
+                           const parallel::expert::ExpertMove& move) {
   ScopedRegion region("comm/expert_move", true);
   const auto& c = grid_.coords();
-  parallel::expert::move_experts(dp_.store(), {dp_.store().values(), opt_.adamw().exp_avg(), opt_.adamw().exp_avg_sq()},
-                         {grid_.comm(comm::Group::Data), c.ep, c.expert_data}, move);
-  dp_.params_updated();
+  parallel::expert::move_experts(dp.store(), {dp.store().values(), opt.adamw().exp_avg(), opt.adamw().exp_avg_sq()},
+                                 {grid_.comm(comm::Group::Data), c.ep, c.expert_data}, move);
+  dp.params_updated();
 }
 
 void Trainer::inject_fault(std::int64_t steps_done) const {
@@ -437,7 +448,7 @@ double Trainer::run() {
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
             "({:.2f}M active per token), {}, gemm peak {:.1f} GFLOP/s per rank ({} cores)",
-            steps_, step_, global_batch_, mcfg_.seq_len, double(dp_.model_numel()) / 1e6,
+            steps_, step_, global_batch_, mcfg_.seq_len, double(dp_->model_numel()) / 1e6,
             flops_.active_params / 1e6, model::describe_precision(), peak_gflops_, peak_cores_);
   energy_.restart();
   const std::int64_t tokens0 = tokens_seen_;
@@ -455,8 +466,9 @@ double Trainer::run() {
     }
     ++step_;
     comm::Watchdog::set_progress(step_);
-    replica_.inject(step_, dp_);
-    if (replica_.due(step_)) metrics_->write(replica_.run(step_, dp_));
+    if (growth_.schedule().grows_after(step_)) grow(step_);
+    replica_.inject(step_, *dp_);
+    if (replica_.due(step_)) metrics_->write(replica_.run(step_, *dp_));
     for (auto rec : r.replaced) {
       rec["event"] = "expert_replacement";
       rec["step"] = step_;

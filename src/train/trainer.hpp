@@ -35,6 +35,7 @@
 #include "train/checkpoint_manager.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
+#include "train/expert_growth.hpp"
 #include "train/expert_replacement.hpp"
 #include "train/flops.hpp"
 #include "parallel/expert/moe_load.hpp"
@@ -96,8 +97,8 @@ class Trainer {
   void load(const std::string& path, const std::vector<std::string>& copies = {});
 
   std::int64_t step() const { return step_; }
-  const model::ParameterStore& store() const { return dp_.store(); }
-  const parallel::data::DataParallel& data_parallel() const { return dp_; }
+  const model::ParameterStore& store() const { return dp_->store(); }
+  const parallel::data::DataParallel& data_parallel() const { return *dp_; }
   const model::ModelConfig& model_config() const { return mcfg_; }
   std::string run_dir() const { return run_dir_; }
   std::string checkpoint_dir() const;
@@ -107,7 +108,22 @@ class Trainer {
   // and as a metrics.jsonl record when `record`.
   void log_interval(const LogInterval& iv, bool line, bool record);
   void inject_fault(std::int64_t steps_done) const;
-  void move_experts(const parallel::expert::ExpertMove& move);  // ExpertReplacement's mover
+  // ExpertReplacement's mover, for this state or (expert growth) the one
+  // being replaced.
+  void move_experts(const parallel::expert::ExpertMove& move) { move_experts(*dp_, *opt_, move); }
+  void move_experts(parallel::data::DataParallel& dp, optim::Optimizer& opt, const parallel::expert::ExpertMove& move);
+  // Makes what depends on the model's shape from layout_ and mcfg_:
+  // parameters (initialised as at step 0), model, step executor, optimizer,
+  // re-placement and balancing state. Used at construction, by a resume of
+  // another expert count and by growth.
+  void build_state();
+  // The model of `experts` experts per MoE layer, as at step 0 (resume).
+  void rebuild(std::int64_t experts);
+  // Expert growth after `steps_done` steps: the grown model takes the
+  // state of the current one in the running job (docs/architecture.md
+  // "Expert growth").
+  void grow(std::int64_t steps_done);
+  void apply_clone_rings();  // growth_'s clone families to the model's routers
   // resilience.nan_policy = "rollback": reload the newest checkpoint before
   // the bad step `bad_step` (1-based).
   void rollback(std::int64_t bad_step);
@@ -119,20 +135,21 @@ class Trainer {
 
   const deck::Config& cfg_;
   MPI_Comm world_;
-  parallel::ParallelLayout layout_;  // the deck's [parallel] layout over world_
-  const comm::ProcessGrid& grid_ = layout_.grid();
+  std::unique_ptr<parallel::ParallelLayout> layout_;  // the deck's [parallel] layout over world_
+  const comm::ProcessGrid& grid_ = layout_->grid();  // the same for every model expert growth makes
   std::string run_dir_;
   // Liveness (resilience.timeout_s): declared before dp_ so that a rank
   // failing mid-pass still has bounded waits while dp_ drains its requests.
   comm::WatchdogScope watchdog_;
-  model::ModelConfig mcfg_;
+  model::ModelConfig mcfg_;  // moe.n_experts: the current count (expert growth)
+  ExpertGrowth growth_;      // [growth]
   AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
   ExpertReplacement replace_{cfg_, mcfg_, int(grid_.sizes().ep)};  // moe.replace_every (before model_: it reads it)
-  parallel::data::DataParallel dp_;  // owns the parameters (ZeRO parts and working copies)
+  std::unique_ptr<parallel::data::DataParallel> dp_;  // owns the parameters (ZeRO parts and working copies)
   std::unique_ptr<model::StageModel<float>> model_;  // parallel::build_model's choice for layout_
   // Runs a step's micro-batches and finishes their gradients, whatever the layout.
   std::unique_ptr<parallel::StepExecutor> exec_;
-  optim::Optimizer opt_;
+  std::unique_ptr<optim::Optimizer> opt_;
   io::Sampler sampler_;
   std::unique_ptr<io::MetricsWriter> metrics_;
   FlopCount flops_;
@@ -145,7 +162,7 @@ class Trainer {
   StopSignal stop_;
   NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
   optim::LossScaler scaler_ = optim::LossScaler::from_deck(cfg_);  // precision.loss_scaling
-  ReplicaCheck replica_{cfg_, grid_, dp_.options().zero};  // resilience.replica_check_every
+  ReplicaCheck replica_{cfg_, grid_, layout_->options().data.zero};  // resilience.replica_check_every
   std::unique_ptr<CheckpointManager> ckpt_;  // tiers 0, 1 and 2, the async writer, resume and rollback
 };
 

@@ -222,6 +222,40 @@ void check_parallel(const Config& c) {
   }
 }
 
+// Expert growth ([growth]): a schedule the model and the layout can follow.
+void check_growth(const Config& c) {
+  const auto every = c.get_int("growth.every");
+  if (every == 0) return;
+  const auto e = c.get_int("moe.n_experts"), add = c.get_int("growth.add"), max = c.get_int("growth.max_experts");
+  const auto ep = c.get_int("parallel.ep");
+  if (c.get_int("moe.moe_every") == 0) {
+    fail(c, {"growth.every", "moe.moe_every"},
+         "growth.every grows the experts of the MoE layers, but the model has none (moe.moe_every = 0): set "
+         "moe.moe_every >= 1 or growth.every = 0");
+  }
+  if (max <= e) {
+    fail(c, {"growth.max_experts", "growth.every", "moe.n_experts"},
+         fmt::format("growth.every = {} grows the experts up to growth.max_experts, but max_experts = {} does not "
+                     "exceed moe.n_experts = {}: set max_experts > {} (e.g. {})",
+                     every, max, e, e, e + 4 * add));
+  }
+  if (add > e) {
+    fail(c, {"growth.add", "moe.n_experts"},
+         fmt::format("growth.add = {} exceeds moe.n_experts = {}; each growth event clones a different expert: "
+                     "set add <= {}",
+                     add, e, e));
+  }
+  for (std::int64_t n = e; n < max;) {
+    n = std::min(max, n + add);
+    if (n % ep == 0) continue;
+    fail(c, {"growth.add", "growth.max_experts", "parallel.ep"},
+         fmt::format("growth would take the MoE layers to {} experts, which parallel.ep = {} does not divide (each "
+                     "expert-parallel rank holds experts/ep of them): with ep = {}, choose growth.add a multiple of "
+                     "{} and growth.max_experts = moe.n_experts + a multiple of add (e.g. add = {}, max_experts = {})",
+                     n, ep, ep, ep, ((add + ep - 1) / ep) * ep, e + 4 * ((add + ep - 1) / ep) * ep));
+  }
+}
+
 // Pipeline schedule and split: the interleaved schedule's chunks and
 // micro-batch groups, and pipeline.layers_per_stage's counts (also found by
 // --check, before any rank builds a stage).
@@ -467,6 +501,7 @@ void check_consistency(const Config& c) {
   check_model(c);
   check_moe(c);
   check_parallel(c);
+  check_growth(c);
   check_pipeline(c);
   check_training(c);
   check_combinations(c);

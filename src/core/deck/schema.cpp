@@ -67,6 +67,15 @@ std::vector<KeySpec> build() {
       F("moe", "replace_threshold", 1.2, 1, 1000, O::none, "re-place a layer when its EP-rank load max/mean over the window exceeds this"),
       S("moe", "aux_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens the aux loss's f_e and P_e are taken over: this rank's micro-batch, or (sequence) summed over the cp ranks sharing its sequences, as one rank computes it"),
 
+      I("growth", "every", 0, 0, kCount, "expert growth: every this many steps each MoE layer gains growth.add experts, in the running job (0 = off)"),
+      I("growth", "add", 8, 1, 1 << 16, "experts added to each MoE layer per growth event (at most the experts it has)"),
+      I("growth", "max_experts", 0, 0, 1 << 16, "growth stops at this many experts per MoE layer (> moe.n_experts when growth.every > 0)"),
+      S("growth", "init", "split", {"split", "copy", "random"}, "new experts: split (the growth.add most-loaded experts each get a clone, router row included, that takes half their tokens: the model's function is kept), copy (the same clones, router rows drawn afresh), random (drawn as at step 0)"),
+      F("growth", "noise", 0.0, 0, 1, O::none, "split and copy: std of the noise added to a parent's expert weights and subtracted from its clone's (0 keeps the function exactly)"),
+      Reserved(I("growth", "distill_steps", 0, 0, kCount, "steps after each growth event that distil from the model before it")),
+      Reserved(F("growth", "distill_coef", 1.0, 0, 1000, O::none, "weight of the distillation term (with growth.distill_steps > 0)")),
+      Reserved(F("growth", "distill_temperature", 2.0, 0, 1000, O::lo, "softmax temperature of the distillation term (with growth.distill_steps > 0)")),
+
       I("parallel", "dp", 0, 0, kDim, "data-parallel size; 0 = infer world/(pp*cp*tp)"),
       I("parallel", "tp", 1, 1, 4096, "tensor-parallel size (splits heads and FFN columns)"),
       I("parallel", "pp", 1, 1, 4096, "pipeline-parallel stages (split the layers)"),
@@ -177,7 +186,7 @@ const std::vector<KeySpec>& schema() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model",     "moe",    "parallel", "pipeline", "train",
+  static const std::vector<std::string> names = {"model",     "moe",    "growth", "parallel", "pipeline", "train",
                                                  "optim",     "data",   "checkpoint", "precision",
                                                  "memory",    "comm",   "resilience", "output"};
   return names;

@@ -1,0 +1,234 @@
+// The Trainer's model state and expert growth (docs/architecture.md,
+// "Expert growth"): building the state for an expert count, rebuilding it
+// for a resume of another count, and growing it in the running job.
+#include <algorithm>
+#include <map>
+
+#include "core/log.hpp"
+#include "core/philox.hpp"
+#include "core/profiling.hpp"
+#include "io/checkpoint/piece_exchange.hpp"
+#include "model/router_bias.hpp"
+#include "parallel/build_model.hpp"
+#include "train/trainer.hpp"
+
+namespace exa::train {
+
+namespace {
+
+// A store's pieces and their three buffers (masters, exp_avg, exp_avg_sq)
+// in host memory, by tensor name. On a device the buffers are host copies:
+// `to_device` copies them back.
+class HostState {
+ public:
+  HostState(const model::ParameterStore& store, const optim::AdamW& adamw) {
+    for (std::size_t i = 0; i < store.size(); ++i) {
+      const auto& spec = store.spec(i);
+      const auto sh = model::resolve_shard(store.shard(i), spec.name, spec.shape);
+      Entry e{io::Piece{sh.box, {sh.offset, sh.offset + sh.count}}, sh, spec.shape, {}, {}};
+      for (const auto& v : {store.value(i), adamw.exp_avg(i), adamw.exp_avg_sq(i)}) {
+        e.device.push_back(v);
+        e.host.push_back(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v));
+      }
+      index_[spec.name] = entries_.size();
+      entries_.push_back(std::move(e));
+    }
+  }
+  // This rank's piece of `name` (an empty piece of `dims` dimensions when
+  // it holds none).
+  io::ExchangePiece piece(const std::string& name, std::size_t dims) const {
+    const auto it = index_.find(name);
+    if (it == index_.end()) {
+      io::Piece none;
+      none.box.offset.assign(dims, 0);
+      none.box.extent.assign(dims, 0);
+      return {none, {}};
+    }
+    const auto& e = entries_[it->second];
+    io::ExchangePiece p{e.piece, {}};
+    for (const auto& h : e.host) p.values.push_back(h.data());
+    return p;
+  }
+  float* master(const std::string& name) const {
+    const auto it = index_.find(name);
+    return it == index_.end() ? nullptr : entries_[it->second].host[0].data();
+  }
+  // The global flat index of each of this rank's values of `name`, and
+  // the tensor's shape (empty when it holds none).
+  std::vector<std::int64_t> global_indices(const std::string& name, std::vector<std::int64_t>& shape) const {
+    const auto it = index_.find(name);
+    if (it == index_.end()) return {};
+    const auto& e = entries_[it->second];
+    shape = e.shape;
+    const auto idx = model::box_index(e.shard, e.shape);
+    std::vector<std::int64_t> g(std::size_t(e.shard.count));
+    for (std::size_t j = 0; j < g.size(); ++j) g[j] = std::int64_t(idx(std::uint64_t(e.shard.offset) + j));
+    return g;
+  }
+  void to_device() const {
+    for (const auto& e : entries_)
+      for (std::size_t b = 0; b < e.host.size(); ++b) Kokkos::deep_copy(e.device[b], e.host[b]);
+  }
+
+ private:
+  using Flat = optim::AdamW::Flat;
+  using HostFlat = decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), std::declval<Flat>()));
+  struct Entry {
+    io::Piece piece;
+    model::Shard shard;  // resolved
+    std::vector<std::int64_t> shape;
+    std::vector<Flat> device;
+    std::vector<HostFlat> host;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::size_t> index_;
+};
+
+// growth.noise: a parent's expert weights get +n and its child's -n, n
+// drawn from Philox at the child's global index (keyed by the event and the
+// tensor), so every layout adds the same noise.
+void add_noise(const HostState& to, const GrowthEvent& ev, double noise, std::uint64_t seed) {
+  if (noise <= 0) return;
+  for (const auto& [name, rows] : ev.rows) {
+    if (name.find(".experts.") == std::string::npos) continue;
+    float* v = to.master(name);
+    std::vector<std::int64_t> shape;
+    const auto g = to.global_indices(name, shape);
+    if (v == nullptr || g.empty()) continue;
+    std::map<std::int64_t, std::int64_t> child_of;  // parent -> its child
+    for (std::int64_t c = ev.from; c < ev.to; ++c)
+      if (rows[std::size_t(c)] >= 0) child_of[rows[std::size_t(c)]] = c;
+    std::int64_t S = 1;
+    for (std::size_t d = 1; d < shape.size(); ++d) S *= shape[d];
+    const auto key = philox_key(seed, ("growth." + std::to_string(ev.step) + "." + name).c_str());
+    for (std::size_t j = 0; j < g.size(); ++j) {
+      const std::int64_t row = g[j] / S, rest = g[j] % S;
+      if (row >= ev.from) {
+        if (rows[std::size_t(row)] >= 0) v[j] -= float(noise * philox_normal(key, std::uint64_t(g[j])));
+      } else if (const auto c = child_of.find(row); c != child_of.end()) {
+        v[j] += float(noise * philox_normal(key, std::uint64_t(c->second * S + rest)));
+      }
+    }
+  }
+}
+
+// The aux-free biases of the grown model: a clone starts with its
+// parent's bias, a fresh expert with its layer's mean.
+void extend_router_bias(io::CheckpointMeta& meta, const GrowthEvent& ev) {
+  const auto it = meta.state.find(model::kRouterBiasState);
+  if (it == meta.state.end()) return;
+  const auto& old = it->second;
+  const std::int64_t n = old.shape[0];
+  io::StateArray grown{{n, ev.to}, {}};
+  std::size_t i = 0;
+  for (const auto& [layer, parents] : ev.parents) {
+    const auto row = old.values.begin() + std::ptrdiff_t(i * std::size_t(ev.from));
+    grown.values.insert(grown.values.end(), row, row + ev.from);
+    double mean = 0;
+    for (std::int64_t e = 0; e < ev.from; ++e) mean += row[e];
+    mean /= double(ev.from);
+    for (const auto p : parents) grown.values.push_back(p >= 0 ? row[p] : float(mean));
+    ++i;
+  }
+  EXA_REQUIRE(std::int64_t(i) == n, "growth: {} MoE layers grew but the router biases have {}", i, n);
+  it->second = std::move(grown);
+}
+
+}  // namespace
+
+void Trainer::build_state() {
+  replace_ = ExpertReplacement(cfg_, mcfg_, int(grid_.sizes().ep));
+  balance_ = AuxFreeBalancing(cfg_, mcfg_);
+  dp_ = std::make_unique<parallel::data::DataParallel>(*layout_);
+  dp_->initialize(static_cast<std::uint64_t>(cfg_.get_int("train.seed")));
+  model_ = parallel::build_model(*layout_, model::ModelOptions::from_deck(cfg_), replace_.placement());
+  model_->add_hooks(dp_.get());
+  balance_.attach(*model_);
+  exec_ = parallel::make_step_executor(*layout_, {*model_, dp_->weights(), dp_->grads(), dp_.get()}, micro_batch_);
+  opt_ = std::make_unique<optim::Optimizer>(dp_->store(), cfg_);
+  opt_->clipper().set_reduction(exec_->norm_reduction());
+  flops_ = count_flops(mcfg_);
+}
+
+void Trainer::apply_clone_rings() {
+  for (const auto& l : model_->layers())
+    if (l.is_moe()) model_->set_clone_ring(l.index(), growth_.ring(l.index()));
+}
+
+void Trainer::grow(std::int64_t steps_done) {
+  const double t0 = wall_seconds();
+  ScopedRegion region("growth", true);
+  const GrowthEvent ev = growth_.decide(steps_done);
+  // The balancing and growth state of the grown model (extended, and the
+  // new window and families), restored into it below.
+  io::CheckpointMeta meta = checkpoint_meta(steps_done);
+  extend_router_bias(meta, ev);
+  // The current state is set aside, the grown one built as at step 0.
+  auto old_layout = std::move(layout_);
+  auto old_dp = std::move(dp_);
+  auto old_model = std::move(model_);
+  auto old_exec = std::move(exec_);
+  auto old_opt = std::move(opt_);
+  ExpertReplacement old_replace = replace_;
+  const model::ModelConfig old_cfg = mcfg_;
+  mcfg_.n_experts = ev.to;
+  layout_ = std::make_unique<parallel::ParallelLayout>(old_layout->with_model(mcfg_));
+  build_state();
+  opt_->adamw().set_step_count(old_opt->adamw().step_count());
+  // Every tensor, in the same order on every rank (stages hold different ones).
+  const auto old_specs = model::parameter_specs(old_cfg), new_specs = model::parameter_specs(mcfg_);
+  std::vector<io::ExchangeTensor> tensors;
+  for (std::size_t i = 0; i < new_specs.size(); ++i) {
+    const auto it = ev.rows.find(new_specs[i].name);
+    tensors.push_back({new_specs[i].name, old_specs[i].shape, new_specs[i].shape,
+                       it != ev.rows.end() ? it->second : std::vector<std::int64_t>{}});
+  }
+  io::ExchangeReport moved;
+  // The old state is read in global expert order (re-placement undone).
+  old_replace.in_global_order([&](const parallel::expert::ExpertMove& m) { move_experts(*old_dp, *old_opt, m); },
+                              [&] {
+                                const HostState from(old_dp->store(), old_opt->adamw());
+                                const HostState to(dp_->store(), opt_->adamw());
+                                std::vector<io::ExchangePiece> a, b;
+                                for (const auto& t : tensors) {
+                                  a.push_back(from.piece(t.name, t.from_shape.size()));
+                                  b.push_back(to.piece(t.name, t.to_shape.size()));
+                                }
+                                moved = io::exchange_pieces(tensors, a, b, world_);
+                                add_noise(to, ev, growth_.schedule().noise,
+                                          static_cast<std::uint64_t>(cfg_.get_int("train.seed")));
+                                to.to_device();
+                              });
+  old_exec.reset();
+  old_model.reset();
+  old_opt.reset();
+  old_dp.reset();
+  old_layout.reset();
+  dp_->params_updated();
+  balance_.restore(meta, *model_);
+  apply_clone_rings();
+  ckpt_->rebind(dp_->store());
+  const double stall = wall_seconds() - t0;
+  nlohmann::json parents;
+  for (const auto& [layer, p] : ev.parents) parents[std::to_string(layer)] = p;
+  metrics_->write(nlohmann::json{{"event", "growth"}, {"step", steps_done}, {"experts_before", ev.from},
+                                 {"experts_after", ev.to}, {"init", model::to_string(growth_.schedule().init)},
+                                 {"parents", parents}, {"stall_s", stall}, {"moved_elements", moved.received}});
+  log::info("growth: step {}: {} -> {} experts per MoE layer ({}), {:.1f} ms, {} elements received by this rank",
+            steps_done, ev.from, ev.to, model::to_string(growth_.schedule().init), 1e3 * stall, moved.received);
+}
+
+void Trainer::rebuild(std::int64_t experts) {
+  if (experts == mcfg_.n_experts) return;
+  log::info("growth: the checkpoint's step has {} experts per MoE layer; rebuilding the model for them", experts);
+  exec_.reset();
+  model_.reset();
+  opt_.reset();
+  dp_.reset();
+  mcfg_.n_experts = experts;
+  layout_ = std::make_unique<parallel::ParallelLayout>(layout_->with_model(mcfg_));
+  build_state();
+  ckpt_->rebind(dp_->store());
+}
+
+}  // namespace exa::train
