@@ -78,7 +78,8 @@ struct CheckpointMeta {
   std::string config_json;  // deck::Config::to_json(), the resolved configuration
   CheckpointLayout layout;
   // /state/<name> datasets (rank 0's values are written, like the rest of
-  // the metadata); a load returns every one the file holds, inspect none.
+  // the metadata); a load returns every one the file holds, inspect only
+  // growth_history (expert growth's events).
   std::map<std::string, StateArray> state;
 
   // Filled by load/inspect, ignored by save.

@@ -31,6 +31,15 @@ std::string format_checkpoint_info(const CheckpointInfo& info, bool with_deck) {
   } else {
     line("chunk checksums", "none (written before chunk checksums: verified per dataset)");
   }
+  // Expert growth's events (/state/growth_history: step, from, to).
+  if (const auto it = m.state.find("growth_history"); it != m.state.end()) {
+    std::string events;
+    for (std::size_t r = 0; r + 2 < it->second.values.size(); r += 3)
+      events += fmt::format("{}after step {}: {} -> {} experts", events.empty() ? "" : "; ",
+                            std::int64_t(it->second.values[r]), std::int64_t(it->second.values[r + 1]),
+                            std::int64_t(it->second.values[r + 2]));
+    line("expert growth", events);
+  }
   std::size_t w = 7;
   for (const auto& d : info.datasets) w = std::max(w, d.path.size());
   s += fmt::format("\n{:<{}}  {:<16} {:>12} {:>10}  {:<16} {:>6}\n", "dataset", w, "shape", "elements", "MiB",

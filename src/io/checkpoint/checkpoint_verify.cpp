@@ -29,6 +29,19 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
     info.datasets = list_datasets(f);
     verify_merkle(info.datasets, info.meta, file);
     info.meta.has_optimizer = h5::link_exists(f, kExpAvgGroup);
+    // The one /state array inspect shows: expert growth's few events.
+    const std::string hist = std::string(kStateGroup) + "/growth_history";
+    if (h5::link_exists(f, hist)) {
+      h5::Id ds = h5::dataset(H5Dopen2(f, hist.c_str(), H5P_DEFAULT), "opening " + hist);
+      StateArray a{h5::dataset_shape(ds), {}};
+      std::int64_t n = 1;
+      for (auto x : a.shape) n *= x;
+      a.values.resize(std::size_t(n));
+      EXA_REQUIRE(h5::is_f32(ds) && a.shape.size() == 2 && a.shape[1] == 3, "{} in {} is not float32 [events, 3]",
+                  hist, file);
+      if (n > 0) h5::check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.values.data()), "H5Dread");
+      info.meta.state["growth_history"] = std::move(a);
+    }
   });
   info.meta.directory = fs::path(file).parent_path().string();
   return info;
