@@ -7,8 +7,8 @@ checked against the single-rank losses of the same shape.
 
 Case i of seed S draws, from random.Random(f"{S}:{i}"), a model (d_model,
 layers, heads with GQA, tied or not, dense/MoE mix, shared experts, top-1/2,
-dropless or capacity 1.0, bf16 products where the build has them) and a
-layout over dp, zero 0-3, ep, tp (with or without sequence parallelism), cp
+dropless or capacity 1.0, bf16 products where the build has them, expert
+growth after every step) and a layout over dp, zero 0-3, ep, tp (with or without sequence parallelism), cp
 (ring or a2a), pp (gpipe, 1f1b, zb, interleaved), hierarchical collectives
 on pretend nodes and full activation recomputation, on at most R ranks
 (default 8). `examoe --check` decides whether the deck accepts the layout: a
@@ -87,6 +87,10 @@ def draw(rng, max_ranks, bf16=False):
     # build has them; their tolerance is BF16_TOL.
     if bf16 and rng.random() < 0.25:
         model["precision.compute"] = "bf16"
+    # Expert growth after every step (+4 experts: every ep divides it),
+    # in the reference run too.
+    if rng.random() < 0.25:
+        model.update({"growth.every": 1, "growth.add": 4, "growth.max_experts": experts + 8, "growth.noise": 0.01})
     return model, layout, ranks
 
 
