@@ -8,11 +8,11 @@ checked against the single-rank losses of the same shape.
 Case i of seed S draws, from random.Random(f"{S}:{i}"), a model (d_model,
 layers, heads with GQA, tied or not, dense/MoE mix, shared experts, top-1/2,
 dropless or capacity 1.0, bf16 products where the build has them, expert
-growth after every step) and a layout over dp, zero 0-3, ep, tp (with or without sequence parallelism), cp
-(ring or a2a), pp (gpipe, 1f1b, zb, interleaved), hierarchical collectives
-on pretend nodes and full activation recomputation, on at most R ranks
-(default 8). `examoe --check` decides whether the deck accepts the layout: a
-refused one is counted as refused, not run. An accepted one trains K steps
+growth after every step) and a layout over dp, zero 0-3, ep, tp (with or
+without sequence parallelism), cp (ring or a2a), pp (gpipe, 1f1b, zb,
+interleaved), hierarchical collectives on pretend nodes and full activation
+recomputation, on at most R ranks (default 8). `examoe --check` decides
+whether the deck accepts the layout: a refused one is counted as refused, not run. An accepted one trains K steps
 (default 3) and must give the single-rank run's loss at every step to 1e-5
 relative (BF16_TOL under bf16); the global batch (8 sequences of 32 tokens)
 and micro-batch (2) are the same in both. A failure prints the seed, the
