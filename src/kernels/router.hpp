@@ -31,9 +31,10 @@
 //                 canon's logit, so they tie exactly. Of tied members with
 //                 equal scores a token can take one only, chosen by a hash
 //                 of the token, so that the members split the family's
-//                 tokens and none takes two of its k slots. With norm_topk
-//                 the chosen set, hence the gates, are then those of the
-//                 model before growth (to round-off)
+//                 tokens and none takes two of its k slots. With a bias the
+//                 selection scores count each set of identical clones once.
+//                 With norm_topk the chosen set, hence the gates, are then
+//                 those of the model before growth (to round-off)
 //   gates  [N,k]  probs of the chosen experts, divided by their sum when
 //                 norm_topk
 //   counts [E]    assignments per expert (before any capacity dropping)
@@ -132,7 +133,17 @@ RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, cons
         int prev_e = -1;
         T gsum = 0;
         const std::uint32_t h = clones ? router_tie_hash(std::uint32_t(arg_hi), std::uint32_t(arg_lo)) : 0u;
-        auto score = [&](int e) { return biased ? T(probs(n, e)) + T(bias(e)) : T(probs(n, e)); };
+        // With a bias the ranking is not scale-free, and clones' softmax
+        // terms shrink every other probability: the selection scores count
+        // each set of identical clones once (dup: the probability of all
+        // members but the lowest), as the model before growth did.
+        T scale = 1;
+        if (clones && biased) {
+          T dup = 0;
+          for (int e = 0; e < E; ++e) dup += canon(e) != e ? T(probs(n, e)) : T(0);
+          scale = T(1) / (T(1) - dup);
+        }
+        auto score = [&](int e) { return biased ? T(probs(n, e)) * scale + T(bias(e)) : T(probs(n, e)); };
         // Of the members of e's family that tie with it exactly, only the
         // (h mod ties)-th by id may be chosen.
         auto eligible = [&](int e, T sc) {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Expert growth's two measurements (docs/performance.md, "Expert growth"),
+# on one rank of input/grow.toml, one run after another on an idle machine:
+#
+#   scripts/growth-bench.sh speed [EVERY]   grown (64 -> 96, an event every
+#       EVERY steps, default 200) against a static run at the average count
+#       (80) over the same steps: tokens/s, the ratio, each event's stall.
+#   scripts/growth-bench.sh quality         grow.toml's 5000 steps (64 -> 96)
+#       against static 64 and static 96 experts with the same tokens: the
+#       validation losses and docs/growth_loss.png.
+#
+# EXAMOE (default build/bin/examoe) and WORK (default a temporary directory).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+examoe=${EXAMOE:-$root/build/bin/examoe}
+work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
+deck=$root/input/grow.toml
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=1
+common=(--set checkpoint.every=0)
+case "${1:-}" in
+  speed)
+    every=${2:-200}
+    steps=$((5 * every))  # four events: 64, 72, 80, 88, 96 experts for `every` steps each
+    run=("$deck" "${common[@]}" --set train.steps=$steps --set train.eval_every=0 --set train.log_every=$((every / 4)))
+    "$examoe" "${run[@]}" --set growth.every="$every" --set output.run_dir="$work/grown" >"$work/grown.log" 2>&1
+    "$examoe" "${run[@]}" --set growth.every=0 --set moe.n_experts=80 --set output.run_dir="$work/static" \
+      >"$work/static.log" 2>&1
+    python3 "$root/scripts/lib/growth_report.py" speed "$work/grown" "$work/static"
+    ;;
+  quality)
+    "$examoe" "$deck" "${common[@]}" --set output.run_dir="$work/grown" >"$work/grown.log" 2>&1
+    "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set output.run_dir="$work/s64" >"$work/s64.log" 2>&1
+    "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set moe.n_experts=96 --set output.run_dir="$work/s96" \
+      >"$work/s96.log" 2>&1
+    python3 "$root/scripts/lib/growth_report.py" quality "$root/docs/growth_loss.png" \
+      "grown 64->96=$work/grown" "static 64=$work/s64" "static 96=$work/s96"
+    ;;
+  *)
+    sed -n '2,13p' "$0"
+    exit 2
+    ;;
+esac
+echo "runs in $work"
