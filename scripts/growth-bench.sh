@@ -9,12 +9,14 @@
 #       against static 64 and static 96 experts with the same tokens: the
 #       validation losses and docs/growth_loss.png.
 #
-# EXAMOE (default build/bin/examoe) and WORK (default a temporary directory).
+# EXAMOE (default build/bin/examoe), WORK (default a temporary directory) and
+# PYTHON (default python3; the plot needs matplotlib).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 examoe=${EXAMOE:-$root/build/bin/examoe}
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
+rm -rf "$work"/{grown,static,s64,s96}  # metrics.jsonl appends: start clean
 deck=$root/input/grow.toml
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=1
 common=(--set checkpoint.every=0)
@@ -26,14 +28,14 @@ case "${1:-}" in
     "$examoe" "${run[@]}" --set growth.every="$every" --set output.run_dir="$work/grown" >"$work/grown.log" 2>&1
     "$examoe" "${run[@]}" --set growth.every=0 --set moe.n_experts=80 --set output.run_dir="$work/static" \
       >"$work/static.log" 2>&1
-    python3 "$root/scripts/lib/growth_report.py" speed "$work/grown" "$work/static"
+    "${PYTHON:-python3}" "$root/scripts/lib/growth_report.py" speed "$work/grown" "$work/static"
     ;;
   quality)
     "$examoe" "$deck" "${common[@]}" --set output.run_dir="$work/grown" >"$work/grown.log" 2>&1
     "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set output.run_dir="$work/s64" >"$work/s64.log" 2>&1
     "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set moe.n_experts=96 --set output.run_dir="$work/s96" \
       >"$work/s96.log" 2>&1
-    python3 "$root/scripts/lib/growth_report.py" quality "$root/docs/growth_loss.png" \
+    "${PYTHON:-python3}" "$root/scripts/lib/growth_report.py" quality "$root/docs/growth_loss.png" \
       "grown 64->96=$work/grown" "static 64=$work/s64" "static 96=$work/s96"
     ;;
   *)

@@ -49,7 +49,9 @@ def speed(grown, static):
 def quality(out, runs):
     curves = {}
     for name, d in runs:
-        curves[name] = [(r["step"], r["val_loss"]) for r in records(d) if "loss" in r and r.get("val_loss") is not None]
+        # The last record of a step wins (a resumed run repeats steps).
+        last = {r["step"]: r["val_loss"] for r in records(d) if "loss" in r and r.get("val_loss") is not None}
+        curves[name] = sorted(last.items())
     steps = sorted({s for c in curves.values() for s, _ in c})
     print("step " + " ".join(f"{n:>10}" for n in curves))
     for s in steps:

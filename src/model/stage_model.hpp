@@ -173,6 +173,9 @@ class StageModel {
   std::size_t activation_bytes() const;
 
  private:
+  // MoE layer `layer`'s block; exa::Error naming `what` when the layer is
+  // dense or not on this stage.
+  MoeBlock<T, D>& router_of(std::int64_t layer, const char* what);
   using Ids = Kokkos::View<const std::int32_t*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   Context& acquire(MicroBatchShape shape, int chunk = 0);
   void allocate(Context& c, MicroBatchShape shape, int chunk) const;

@@ -124,27 +124,24 @@ std::vector<std::string> StageModel<T, D>::param_names() const {
 }
 
 template <class T, class D>
-void StageModel<T, D>::set_router_bias(std::int64_t layer, const std::vector<float>& bias) {
+MoeBlock<T, D>& StageModel<T, D>::router_of(std::int64_t layer, const char* what) {
   for (auto& l : layers_) {
     if (l.index() != layer) continue;
-    EXA_REQUIRE(l.is_moe(), "StageModel::set_router_bias: layer {} is dense, it has no router", layer);
-    l.moe()->set_router_bias(bias);
-    return;
+    EXA_REQUIRE(l.is_moe(), "StageModel::{}: layer {} is dense, it has no router", what, layer);
+    return *l.moe();
   }
-  throw Error(fmt::format("StageModel::set_router_bias: layer {} is not one of this stage's layers [{}, {})", layer,
+  throw Error(fmt::format("StageModel::{}: layer {} is not one of this stage's layers [{}, {})", what, layer,
                           plan_.layer_begin, plan_.layer_end));
 }
 
 template <class T, class D>
+void StageModel<T, D>::set_router_bias(std::int64_t layer, const std::vector<float>& bias) {
+  router_of(layer, "set_router_bias").set_router_bias(bias);
+}
+
+template <class T, class D>
 void StageModel<T, D>::set_clone_ring(std::int64_t layer, const std::vector<int>& ring) {
-  for (auto& l : layers_) {
-    if (l.index() != layer) continue;
-    EXA_REQUIRE(l.is_moe(), "StageModel::set_clone_ring: layer {} is dense, it has no router", layer);
-    l.moe()->set_clone_ring(ring);
-    return;
-  }
-  throw Error(fmt::format("StageModel::set_clone_ring: layer {} is not one of this stage's layers [{}, {})", layer,
-                          plan_.layer_begin, plan_.layer_end));
+  router_of(layer, "set_clone_ring").set_clone_ring(ring);
 }
 
 template <class T, class D>

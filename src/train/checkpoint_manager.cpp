@@ -35,6 +35,10 @@ void CheckpointManager::resume() {
     memory_->remove_all("a run that is not resumed starts afresh");
     return;
   }
+  // Expert growth: tier 0's newest snapshot may be of a grown model; build
+  // it first, so that its tensors match (a disk tier's load does the same).
+  if (source_.prepare)
+    if (const auto step = memory_->newest_step()) source_.prepare(*step);
   if (resume_from_memory()) return;
   if (tiers_.size() > 1) {
     if (const auto c = newest_checkpoint(tiers_)) {

@@ -55,6 +55,15 @@ void MemoryCheckpoint::save(const std::vector<io::CheckpointTensor>& tensors, co
     log::info("checkpoint: tier 0 step {} not complete on every rank; the previous snapshot stays", meta.step);
 }
 
+std::optional<std::uint64_t> MemoryCheckpoint::newest_step() const {
+  if (!enabled()) return std::nullopt;
+  const auto mine = io::newest_memory_step(job_);
+  long long s = mine ? static_cast<long long>(*mine) : -1, hi = -1;
+  MPI_Allreduce(&s, &hi, 1, MPI_LONG_LONG, MPI_MAX, world_);
+  if (hi < 0) return std::nullopt;
+  return static_cast<std::uint64_t>(hi);
+}
+
 std::optional<io::MemoryCandidate> MemoryCheckpoint::newest() {
   if (!enabled()) return std::nullopt;
   std::vector<std::string> notes;

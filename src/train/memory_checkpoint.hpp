@@ -37,6 +37,9 @@ class MemoryCheckpoint {
   // Collective: the newest complete snapshot (the same on every rank), its
   // notes logged; nullopt when tier 0 is off or has none.
   std::optional<io::MemoryCandidate> newest();
+  // Collective: the newest step of any of the job's segments on any rank,
+  // of whatever model (expert growth builds that step's model first).
+  std::optional<std::uint64_t> newest_step() const;
   // Collective: loads `c` (exa::Error on every rank when it does not verify).
   io::CheckpointMeta load(const io::MemoryCandidate& c, const std::vector<io::CheckpointTensor>& tensors,
                           const io::OptimizerState& optim);

@@ -277,6 +277,12 @@ MemorySaveReport save_memory_snapshot(const MemoryJob& job, std::uint64_t launch
   return rep;
 }
 
+std::optional<std::uint64_t> newest_memory_step(const MemoryJob& job) {
+  std::optional<std::uint64_t> step;
+  for (const auto& [n, path] : t0_list(job)) step = std::max(step.value_or(0), n.step);
+  return step;
+}
+
 std::optional<MemoryCandidate> newest_memory_snapshot(const MemoryJob& job, std::vector<std::string>& notes) {
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<std::pair<T0Name, std::string>>> groups;
   for (auto& e : t0_list(job)) groups[{e.first.step, e.first.launch}].push_back(std::move(e));

@@ -77,6 +77,11 @@ struct MemoryCandidate {
 };
 std::optional<MemoryCandidate> newest_memory_snapshot(const MemoryJob& job, std::vector<std::string>& notes);
 
+// The newest step of which this rank sees a segment of the job, of any
+// model, unverified; rank-local. (Expert growth: the model to build before
+// newest_memory_snapshot can match it.)
+std::optional<std::uint64_t> newest_memory_step(const MemoryJob& job);
+
 // Collective: fills the tensors and moments (each rank its own pieces, any
 // layout) from `c`, verifying every array read; a piece whose array fails is
 // read from the owner's next copy (a note). Throws exa::Error on every rank,
