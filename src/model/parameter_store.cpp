@@ -45,9 +45,10 @@ ParameterStore::Flat ParameterStore::grad(std::size_t i) const {
   return Kokkos::subview(grads_, Kokkos::make_pair(b, b + static_cast<std::size_t>(shards_[i].count)));
 }
 
-void ParameterStore::initialize(std::uint64_t seed) {
+void ParameterStore::initialize(std::uint64_t seed, const std::function<bool(const std::string&)>& only) {
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const auto& p = specs_[i];
+    if (only && !only(p.name)) continue;
     if (p.init == ParamSpec::Init::Ones) {
       kernels::fill_constant(value(i), 1.0f);
     } else {

@@ -12,6 +12,7 @@
 // Values and gradients of all local slices live in two flat fp32 buffers
 // (one allocation each, in spec order) so that the optimizer, gradient
 // norms and gradient buckets can treat them as a single array.
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,8 +60,9 @@ class ParameterStore {
 
   // Philox init keyed by (seed, global name) and each element's global
   // row-major index, whatever the piece: every layout builds bit-identical
-  // tensors.
-  void initialize(std::uint64_t seed);
+  // tensors. `only`, when given, picks the tensors to initialise (expert
+  // growth fills the others from the model before it).
+  void initialize(std::uint64_t seed, const std::function<bool(const std::string&)>& only = {});
   void zero_grads();
 
  private:

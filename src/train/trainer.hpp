@@ -116,7 +116,9 @@ class Trainer {
   // parameters (initialised as at step 0), model, step executor, optimizer,
   // re-placement and balancing state. Used at construction, by a resume of
   // another expert count and by growth.
-  void build_state();
+  // `only`: the tensors to initialise (all when empty; growth fills the
+  // rest from the model before it).
+  void build_state(const std::function<bool(const std::string&)>& only = {});
   // The model of `experts` experts per MoE layer, as at step 0 (resume).
   void rebuild(std::int64_t experts);
   // Expert growth after `steps_done` steps: the grown model takes the

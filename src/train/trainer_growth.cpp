@@ -136,11 +136,11 @@ void extend_router_bias(io::CheckpointMeta& meta, const GrowthEvent& ev) {
 
 }  // namespace
 
-void Trainer::build_state() {
+void Trainer::build_state(const std::function<bool(const std::string&)>& only) {
   replace_ = ExpertReplacement(cfg_, mcfg_, int(grid_.sizes().ep));
   balance_ = AuxFreeBalancing(cfg_, mcfg_);
   dp_ = std::make_unique<parallel::data::DataParallel>(*layout_);
-  dp_->initialize(static_cast<std::uint64_t>(cfg_.get_int("train.seed")));
+  dp_->initialize(static_cast<std::uint64_t>(cfg_.get_int("train.seed")), only);
   model_ = parallel::build_model(*layout_, model::ModelOptions::from_deck(cfg_), replace_.placement());
   model_->add_hooks(dp_.get());
   balance_.attach(*model_);
@@ -173,7 +173,11 @@ void Trainer::grow(std::int64_t steps_done) {
   const model::ModelConfig old_cfg = mcfg_;
   mcfg_.n_experts = ev.to;
   layout_ = std::make_unique<parallel::ParallelLayout>(old_layout->with_model(mcfg_));
-  build_state();
+  // Only tensors with fresh rows are drawn; the exchange fills the rest.
+  build_state([&](const std::string& name) {
+    const auto it = ev.rows.find(name);
+    return it != ev.rows.end() && std::find(it->second.begin(), it->second.end(), -1) != it->second.end();
+  });
   opt_->adamw().set_step_count(old_opt->adamw().step_count());
   // Every tensor, in the same order on every rank (stages hold different ones).
   const auto old_specs = model::parameter_specs(old_cfg), new_specs = model::parameter_specs(mcfg_);

@@ -124,8 +124,8 @@ ZeroEngine& DataParallel::engine_of(const std::string& name) const {
   throw Error(fmt::format("DataParallel: no engine holds '{}'", name));
 }
 
-void DataParallel::initialize(std::uint64_t seed) {
-  store_.initialize(seed);
+void DataParallel::initialize(std::uint64_t seed, const std::function<bool(const std::string&)>& only) {
+  store_.initialize(seed, only);
   params_updated();
 }
 

@@ -32,6 +32,7 @@
 // every rank), so the mean over the cp ranks is the micro-batch's loss and
 // 1/(dp·cp) of the sum is the single-rank gradient.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -86,7 +87,7 @@ class DataParallel final : public model::UnitHooks {
   const model::Weights<float, Device>& grads() const { return g_; }
 
   // Philox init of the master parts, then params_updated().
-  void initialize(std::uint64_t seed);
+  void initialize(std::uint64_t seed, const std::function<bool(const std::string&)>& only = {});
   // The master values changed (init, checkpoint load, optimizer step): bring
   // the working copies up to date (zero 1/2 allgather; zero 3 drops what it
   // has gathered).
