@@ -466,7 +466,6 @@ double Trainer::run() {
     }
     ++step_;
     comm::Watchdog::set_progress(step_);
-    if (growth_.schedule().grows_after(step_)) grow(step_);
     replica_.inject(step_, *dp_);
     if (replica_.due(step_)) metrics_->write(replica_.run(step_, *dp_));
     for (auto rec : r.replaced) {
@@ -498,6 +497,10 @@ double Trainer::run() {
     }
     if (line_due) line.begin(eval_comm_s_);
     if (record_due) record.begin(eval_comm_s_);
+    // Expert growth after the step's log (its loads and placement are of
+    // the model that ran it) and before its checkpoint (which holds the
+    // grown model, the model of this step count).
+    if (growth_.schedule().grows_after(step_)) grow(step_);
     ckpt_->save(due, step_, last);
     inject_fault(step_);
     if (stop) break;
