@@ -7,20 +7,21 @@ checked against the single-rank losses of the same shape.
 
 Case i of seed S draws, from random.Random(f"{S}:{i}"), a model (d_model,
 layers, heads with GQA, tied or not, dense/MoE mix, shared experts, top-1/2,
-dropless or capacity 1.0, bf16 products where the build has them, expert
-growth after every step) and a layout over dp, zero 0-3, ep, tp (with or
-without sequence parallelism), cp (ring or a2a), pp (gpipe, 1f1b, zb,
-interleaved), hierarchical collectives on pretend nodes and full activation
-recomputation, on at most R ranks (default 8). `examoe --check` decides
-whether the deck accepts the layout: a refused one is counted as refused, not run. An accepted one trains K steps
-(default 3) and must give the single-rank run's loss at every step to 1e-5
-relative (BF16_TOL under bf16); the global batch (8 sequences of 32 tokens)
-and micro-batch (2) are the same in both. A failure prints the seed, the
-case and the command that reruns it alone (--seed S --case i).
+dropless or capacity 1.0 (over the sequence under cp), bf16 products where
+the build has them, expert growth after every step) and a layout over dp,
+zero 0-3, ep, tp (with or without sequence parallelism), cp (ring or a2a),
+pp (gpipe, 1f1b, zb, interleaved), hierarchical collectives on pretend nodes
+and full activation recomputation, on at most R ranks (default 8). `examoe
+--check` decides whether the deck accepts the layout: a refused one is
+counted as refused, not run. An accepted one trains K steps (default 3) and
+must give the single-rank run's loss at every step to 1e-5 relative
+(BF16_TOL under bf16); the global batch (8 sequences of 32 tokens) and
+micro-batch (2) are the same in both. A failure prints the seed, the case
+and the command that reruns it alone (--seed S --case i).
 
-Capacity limits are drawn only without context parallelism: with cp > 1
-each cp rank drops over its own rows (docs/parallel.md), so the losses
-differ from one rank by design. Exit 0 when no accepted case failed, 1
+Capacity limits under context parallelism come with moe.capacity_scope =
+"sequence" (the default, "micro_batch", drops over each cp rank's own rows,
+so its losses differ from one rank by design). Exit 0 when no accepted case failed, 1
 otherwise. It reports; it never times anything.
 """
 import argparse
@@ -69,6 +70,9 @@ def draw(rng, max_ranks, bf16=False):
     if cp > 1:
         layout["parallel.cp_mode"] = rng.choice(["ring", "a2a"])
         layout["moe.aux_scope"] = "sequence"  # the aux loss over the whole sequence, as one rank has it
+        if rng.random() < 0.3:  # capacity and drops over the whole sequences, as one rank has them
+            model["moe.capacity_factor"] = 1.0
+            layout["moe.capacity_scope"] = "sequence"
     elif rng.random() < 0.3:
         model["moe.capacity_factor"] = 1.0
     if pp > 1:

@@ -6,7 +6,10 @@
 // expert, rows follow token order n, then slot j. With a capacity C > 0 an
 // expert keeps only its first C assignments in that (n, j) order and the
 // rest are dropped (row -1); C = 0 is dropless. The caller computes C from
-// the capacity factor (ceil(c * N * k / E)).
+// the capacity factor (ceil(c * N * k / E)). Alternatively a keep mask
+// [N,k] (0: dropped) decided elsewhere replaces the capacity: context
+// parallelism's moe.capacity_scope = "sequence" ranks assignments over the
+// whole sequences of several ranks (routed then counts the kept ones too).
 //
 //   PermutePlan
 //     counts        [E]    rows kept per expert
@@ -77,7 +80,8 @@ struct PermutePlan {
 // written on `exec`.
 template <class I>
 void permute_plan(PermutePlan<typename I::device_type>& plan, const I& topk, int n_experts, index_t capacity,
-                  const exec_of<I>& exec = exec_of<I>{}) {
+                  const exec_of<I>& exec = exec_of<I>{},
+                  const Kokkos::View<const int**, Layout, typename I::device_type>& keep = {}) {
   using D = typename I::device_type;
   using Exec = exec_of<I>;
   const index_t N = static_cast<index_t>(topk.extent(0));
@@ -97,6 +101,9 @@ void permute_plan(PermutePlan<typename I::device_type>& plan, const I& topk, int
       },
       bad);
   EXA_REQUIRE(bad == 0, "exa::kernels::permute_plan: {} expert ids outside [0, {})", bad, E);
+  const bool masked = keep.extent(0) > 0;
+  EXA_REQUIRE(!masked || (index_t(keep.extent(0)) == N && int(keep.extent(1)) == K && capacity == 0),
+              "exa::kernels::permute_plan: a keep mask must be [N, k] and replaces the capacity");
 
   plan.n_tokens = N;
   plan.k = K;
@@ -131,7 +138,8 @@ void permute_plan(PermutePlan<typename I::device_type>& plan, const I& topk, int
   Kokkos::parallel_for(
       "exa::permute::histogram", Kokkos::RangePolicy<Exec>(exec, 0, nchunks), KOKKOS_LAMBDA(const index_t c) {
         const index_t a1 = kx::min(NK, (c + 1) * chunk);
-        for (index_t a = c * chunk; a < a1; ++a) base(c, topk(a / K, static_cast<int>(a % K))) += 1;
+        for (index_t a = c * chunk; a < a1; ++a)
+          if (!masked || keep(a / K, static_cast<int>(a % K)) != 0) base(c, topk(a / K, static_cast<int>(a % K))) += 1;
       });
   const index_t cap = capacity;
   Kokkos::parallel_for(
@@ -158,6 +166,10 @@ void permute_plan(PermutePlan<typename I::device_type>& plan, const I& topk, int
           const index_t n = a / K;
           const int j = static_cast<int>(a % K);
           const int e = topk(n, j);
+          if (masked && keep(n, j) == 0) {
+            row_of(n, j) = -1;
+            continue;
+          }
           const int rank = base(c, e)++;
           row_of(n, j) = (cap == 0 || rank < cap) ? static_cast<int>(offsets(e) + rank) : -1;
         }

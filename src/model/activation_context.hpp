@@ -78,6 +78,7 @@ struct LayerContext {
   I2 topk;                  // [N,k]
   V2 gates;                 // [N,k]
   I1 counts;                // [E] routed (before dropping)
+  I2 capacity_keep;         // [N,k] moe.capacity_scope = "sequence": 1 = kept (RoutingScope); else empty
   // moe.aux_scope = "sequence" (RoutingScope): the counts summed over the
   // ranks sharing the sequences, and the factor on d(aux) that makes this
   // rank's share of the aux gradient the single-rank one.

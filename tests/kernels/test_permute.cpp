@@ -235,3 +235,42 @@ TEST(Permute, UnpermuteBackwardMatchesFiniteDifferences) {
     }
   }
 }
+
+// A keep mask (moe.capacity_scope = "sequence") replaces the capacity:
+// masked assignments are dropped, the others keep their expert and token
+// order, and a mask of all ones is the dropless plan.
+TEST(Permute, KeepMaskDropsExactlyTheMaskedAssignments) {
+  const int N = 300, K = 2, E = 5;
+  const auto topk = make_topk(N, K, E, 17);
+  V2<int> keep("keep", N, K), all("all", N, K);
+  auto hk = Kokkos::create_mirror_view(keep);
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < K; ++j) hk(n, j) = (n * 7 + j * 3) % 5 != 0 ? 1 : 0;
+  Kokkos::deep_copy(keep, hk);
+  Kokkos::deep_copy(all, 1);
+  exa::kernels::PermutePlan<TestDevice> masked, full, dropless;
+  exa::kernels::permute_plan(masked, topk, E, 0, TestExec{}, keep);
+  exa::kernels::permute_plan(full, topk, E, 0, TestExec{}, all);
+  exa::kernels::permute_plan(dropless, topk, E, 0);
+  const auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), topk);
+  const auto rm = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), masked.row_of);
+  const auto rf = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full.row_of);
+  const auto rd = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dropless.row_of);
+  const auto off = masked.offsets_host;
+  std::vector<int> next(E, 0);
+  index_t kept = 0;
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < K; ++j) {
+      EXPECT_EQ(rf(n, j), rd(n, j));
+      const int e = ht(n, j);
+      if (hk(n, j) == 0) {
+        EXPECT_EQ(rm(n, j), -1) << n << "," << j;
+        continue;
+      }
+      EXPECT_EQ(rm(n, j), int(off(e)) + next[std::size_t(e)]++) << n << "," << j;  // token order within e
+      ++kept;
+    }
+  EXPECT_EQ(masked.rows, kept);
+  EXPECT_EQ(masked.dropped, index_t(N) * K - kept);
+  EXPECT_GT(masked.dropped, 0);
+}

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <algorithm>
 #include <vector>
 
 #include "core/profiling.hpp"
@@ -180,7 +181,13 @@ class MoeBlock {
     }
     {
       ScopedRegion r("forward/moe/experts", fence_);
-      const auto cap = ModelConfig::capacity_for(shape_.capacity_factor, N, shape_.top_k, shape_.n_experts);
+      auto cap = ModelConfig::capacity_for(shape_.capacity_factor, N, shape_.top_k, shape_.n_experts);
+      if (cap > 0 && scope_.capacity_spans()) {
+        keep_over_scope(c, N);
+        cap = 0;  // the mask decides
+      } else {
+        c.capacity_keep = decltype(c.capacity_keep)();
+      }
       c.exchange.layer = layer_;
       dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y);
       moe_detail::residual_sum(out, c.x_mid, moe_y);
@@ -257,6 +264,44 @@ class MoeBlock {
     Kokkos::deep_copy(c.scope_counts, hs);
     c.aux_grad_scale = ng > 0 ? R * double(N) * double(N) / (ng * ng) : 0.0;
     return ng > 0 ? R * shape_.router.aux_coef * double(E) * fp / (ng * ng * double(shape_.top_k)) : 0.0;
+  }
+
+  // moe.capacity_scope = "sequence" (RoutingScope): c.capacity_keep from
+  // every rank's assignments per (sequence, zigzag chunk, expert), so that
+  // an assignment is kept when fewer than the whole micro-batch's capacity
+  // precede it in the sequences' token order, as on one rank.
+  void keep_over_scope(LayerContext<T, D>& c, std::int64_t N) const {
+    const int K = static_cast<int>(shape_.top_k), E = static_cast<int>(shape_.n_experts);
+    const int R = scope_.ranks, r = scope_.rank;
+    const std::int64_t Tl = scope_.rows_per_sequence, Tc = Tl / 2;
+    EXA_REQUIRE(Tl > 0 && Tl % 2 == 0 && N % Tl == 0,
+                "MoeBlock: capacity over the sequence needs whole zigzag chunks ({} rows, {} per sequence)", N, Tl);
+    const std::int64_t B = N / Tl, G = 2 * std::int64_t(R);
+    const auto topk = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.topk);
+    auto chunk_of = [&](std::int64_t a) { return a == 0 ? std::int64_t(r) : G - 1 - r; };
+    std::vector<double> v(std::size_t(B * G * E), 0.0);  // assignments per (sequence, chunk, expert)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::int64_t b = n / Tl, g = chunk_of((n % Tl) / Tc);
+      for (int j = 0; j < K; ++j) v[std::size_t((b * G + g) * E + topk(n, j))] += 1.0;
+    }
+    scope_.sum(v);
+    const std::int64_t cap = ModelConfig::capacity_for(shape_.capacity_factor, N * R, K, E);
+    // prefix[(b, g)][e]: assignments to e before chunk g of sequence b.
+    std::vector<std::int64_t> prefix(v.size()), run(std::size_t(E), 0);
+    for (std::int64_t bg = 0; bg < B * G; ++bg)
+      for (int e = 0; e < E; ++e) {
+        prefix[std::size_t(bg * E + e)] = run[std::size_t(e)];
+        run[std::size_t(e)] += std::int64_t(v[std::size_t(bg * E + e)]);
+      }
+    if (c.capacity_keep.extent(0) != std::size_t(N) || c.capacity_keep.extent(1) != std::size_t(K))
+      c.capacity_keep = decltype(c.capacity_keep)(prefix_ + "moe.capacity_keep", N, K);
+    const auto keep = Kokkos::create_mirror_view(c.capacity_keep);
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::int64_t b = n / Tl, g = chunk_of((n % Tl) / Tc);
+      if (n % Tc == 0) std::copy_n(prefix.begin() + (b * G + g) * E, E, run.begin());  // a chunk starts
+      for (int j = 0; j < K; ++j) keep(n, j) = run[std::size_t(topk(n, j))]++ < cap ? 1 : 0;
+    }
+    Kokkos::deep_copy(c.capacity_keep, keep);
   }
 
   LayerRouting statistics(const LayerContext<T, D>& c, std::int64_t N) const {

@@ -24,7 +24,8 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
   void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, std::int64_t capacity, const V2& xn,
                const V2& y) override {
     namespace K = kernels;
-    K::permute_plan(c.plan, c.topk, n_experts_, capacity);  // reuses the context's plan buffers
+    // Reuses the context's plan buffers; the keep mask, when set, replaces the capacity.
+    K::permute_plan(c.plan, c.topk, n_experts_, capacity, exec_of<decltype(c.topk)>{}, c.capacity_keep);
     const Kept k(c);
     const auto off = offsets(c);
     K::permute_forward(xn, c.plan.token_of, k.xp);

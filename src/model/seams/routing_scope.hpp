@@ -6,6 +6,13 @@
 // of the Cp group; with moe.aux_scope = "sequence" the per-expert counts and
 // probability sums are summed over them, so that the aux loss (and its
 // gradient) is the one a single rank computes for the whole micro-batch.
+//
+// With moe.capacity_scope = "sequence" the capacity is that of the whole
+// micro-batch, and an assignment is kept when fewer than that many
+// assignments to its expert precede it in the sequences' token order, over
+// every rank's rows (zigzag: rank r holds chunks r and 2cp - 1 - r of each
+// sequence): the tokens one rank would drop.
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -16,7 +23,12 @@ struct RoutingScope {
   // Sums a host vector elementwise over those ranks, in place; empty: the
   // statistics stay this rank's own.
   std::function<void(std::vector<double>&)> sum;
-  bool spans_ranks() const { return static_cast<bool>(sum); }
+  bool aux = false;       // moe.aux_scope = "sequence"
+  bool capacity = false;  // moe.capacity_scope = "sequence"
+  int rank = 0;           // this rank's index among them (its zigzag chunks)
+  std::int64_t rows_per_sequence = 0;  // its rows of each sequence (T / cp)
+  bool spans_ranks() const { return aux && static_cast<bool>(sum); }
+  bool capacity_spans() const { return capacity && static_cast<bool>(sum); }
 };
 
 }  // namespace exa::model

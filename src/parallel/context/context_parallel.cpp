@@ -15,6 +15,8 @@ ContextOptions ContextOptions::from_deck(const deck::Config& cfg) {
   ContextOptions o;
   o.mode = cfg.get_string("parallel.cp_mode");
   o.aux_over_sequence = cfg.get_string("moe.aux_scope") == "sequence";
+  o.capacity_over_sequence = cfg.get_string("moe.capacity_scope") == "sequence";
+  o.seq_len = cfg.get_int("model.seq_len");
   return o;
 }
 
@@ -30,11 +32,19 @@ void use_context_parallel(model::Seams<float>& s, const comm::ProcessGrid& grid,
   } else {
     throw Error(fmt::format("parallel.cp_mode = \"{}\" is not one of ring, a2a", opt.mode));
   }
-  if (opt.aux_over_sequence)
-    s.routing = model::RoutingScope{cp, [c](std::vector<double>& v) { c->allreduce(v.data(), v.data(), v.size()); }};
-  log::info("context parallel: cp {}, {} attention, zigzag chunks {} and {} here; aux-loss statistics over {}", cp,
-            opt.mode, grid.coords().cp, 2 * cp - 1 - grid.coords().cp,
-            opt.aux_over_sequence ? "the Cp group (moe.aux_scope = \"sequence\")" : "this rank's rows");
+  if (opt.aux_over_sequence || opt.capacity_over_sequence) {
+    s.routing.ranks = cp;
+    s.routing.sum = [c](std::vector<double>& v) { c->allreduce(v.data(), v.data(), v.size()); };
+    s.routing.aux = opt.aux_over_sequence;
+    s.routing.capacity = opt.capacity_over_sequence;
+    s.routing.rank = grid.coords().cp;
+    s.routing.rows_per_sequence = opt.seq_len / cp;
+  }
+  log::info("context parallel: cp {}, {} attention, zigzag chunks {} and {} here; aux-loss statistics over {}; "
+            "capacity over {}",
+            cp, opt.mode, grid.coords().cp, 2 * cp - 1 - grid.coords().cp,
+            opt.aux_over_sequence ? "the Cp group (moe.aux_scope = \"sequence\")" : "this rank's rows",
+            opt.capacity_over_sequence ? "the Cp group (moe.capacity_scope = \"sequence\")" : "this rank's rows");
 }
 
 }  // namespace exa::parallel::context

@@ -18,7 +18,9 @@ namespace exa::parallel::context {
 
 struct ContextOptions {
   std::string mode = "ring";       // parallel.cp_mode: "ring" or "a2a"
-  bool aux_over_sequence = false;  // moe.aux_scope = "sequence"
+  bool aux_over_sequence = false;       // moe.aux_scope = "sequence"
+  bool capacity_over_sequence = false;  // moe.capacity_scope = "sequence"
+  std::int64_t seq_len = 0;             // model.seq_len
   static ContextOptions from_deck(const deck::Config& cfg);
 };
 

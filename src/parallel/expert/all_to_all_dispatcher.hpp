@@ -91,7 +91,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
                 local_experts_);
     // The plan orders rows by slot; capacity drops stay per expert in token
     // order, so a placement changes no decision.
-    K::permute_plan(c.plan, slot_topk(c), n_experts_, capacity);
+    K::permute_plan(c.plan, slot_topk(c), n_experts_, capacity, exec_of<decltype(c.topk)>{}, c.capacity_keep);
     const index_t d = xn.extent(1);
     const auto xp = rows(c.xp, c.plan.rows);
     K::permute_forward(xn, c.plan.token_of, xp);
