@@ -65,8 +65,8 @@ std::vector<KeySpec> build() {
       S("moe", "bias_init", "0", {}, "aux_free starting biases of experts 0, 1, ... in every MoE layer, comma-separated (the rest 0); e.g. \"4,4\" forces an imbalance"),
       I("moe", "replace_every", 0, 0, kCount, "expert re-placement: every this many steps re-balance the experts over the EP ranks (0 = off; needs parallel.ep > 1)"),
       F("moe", "replace_threshold", 1.2, 1, 1000, O::none, "re-place a layer when its EP-rank load max/mean over the window exceeds this"),
-      S("moe", "capacity_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens a capacity (moe.capacity_factor > 0) is taken over: this rank's micro-batch, or (sequence) the whole sequences the cp ranks share, dropping exactly the assignments one rank drops"),
       S("moe", "aux_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens the aux loss's f_e and P_e are taken over: this rank's micro-batch, or (sequence) summed over the cp ranks sharing its sequences, as one rank computes it"),
+      S("moe", "capacity_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens a capacity (moe.capacity_factor > 0) is taken over: this rank's micro-batch, or (sequence) the whole sequences the cp ranks share, dropping exactly the assignments one rank drops"),
 
       I("growth", "every", 0, 0, kCount, "expert growth: every this many steps each MoE layer gains growth.add experts, in the running job (0 = off)"),
       I("growth", "add", 8, 1, 1 << 16, "experts added to each MoE layer per growth event (at most the experts it has)"),
