@@ -1,6 +1,7 @@
 #include "train/preflight.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -97,6 +98,22 @@ std::string resume_line(const deck::Config& cfg, const std::string& ckpt_dir) {
                      info.meta.step, done);
 }
 
+// Expert growth's schedule: the counts, the steps they come at, and the
+// experts each EP rank holds (the deck check has refused counts ep does not
+// divide).
+std::string growth_line(const deck::Config& cfg) {
+  const auto g = model::GrowthSchedule::from_deck(cfg);
+  const auto counts = g.counts();
+  std::string steps;
+  for (std::size_t i = 1; i < counts.size(); ++i) steps += fmt::format("{}{}", i > 1 ? ", " : "", std::int64_t(i) * g.every);
+  std::string line = fmt::format("growth: {} experts per MoE layer", fmt::join(counts, " -> "));
+  line += fmt::format(" after steps {} ({}); ", steps, model::to_string(g.init));
+  const auto ep = cfg.get_int("parallel.ep");
+  line += ep > 1 ? fmt::format("{} to {} per EP rank (ep = {})", counts.front() / ep, counts.back() / ep, ep)
+                 : std::string("every rank holds them all (ep = 1)");
+  return line;
+}
+
 }  // namespace
 
 std::vector<std::string> preflight(const deck::Config& cfg) {
@@ -109,6 +126,7 @@ std::vector<std::string> preflight(const deck::Config& cfg) {
     lines.push_back(writable_line(cfg, "checkpoint.dir", deck_checkpoint_dir(cfg)));
   }
   if (resume) lines.push_back(resume_line(cfg, deck_checkpoint_dir(cfg)));
+  if (model::GrowthSchedule::from_deck(cfg).enabled()) lines.push_back(growth_line(cfg));
   return lines;
 }
 

@@ -13,7 +13,10 @@
 //     complete (format version, metadata checksum, Merkle root over the
 //     datasets' checksums) and holds this model's tensors, shapes and
 //     optimizer state. The tensor data itself is verified when the run loads
-//     it (that reads the whole file).
+//     it (that reads the whole file);
+//   * with [growth]: the expert counts it passes through, when, and the
+//     experts per EP rank (the deck check has refused any count ep does not
+//     divide).
 // Writes nothing. Each problem is an exa::Error located at the deck key and
 // naming the fix.
 #include <string>
