@@ -389,13 +389,13 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   if (record_due) metrics_->write(record);
 }
 
-void Trainer::move_experts(parallel::data::DataParallel& dp, optim::Optimizer& opt,
-                           const parallel::expert::ExpertMove& move) {
+void Trainer::move_experts(const parallel::expert::ExpertMove& move) {
   ScopedRegion region("comm/expert_move", true);
   const auto& c = grid_.coords();
-  parallel::expert::move_experts(dp.store(), {dp.store().values(), opt.adamw().exp_avg(), opt.adamw().exp_avg_sq()},
+  parallel::expert::move_experts(dp_->store(),
+                                 {dp_->store().values(), opt_->adamw().exp_avg(), opt_->adamw().exp_avg_sq()},
                                  {grid_.comm(comm::Group::Data), c.ep, c.expert_data}, move);
-  dp.params_updated();
+  dp_->params_updated();
 }
 
 void Trainer::inject_fault(std::int64_t steps_done) const {

@@ -108,10 +108,7 @@ class Trainer {
   // and as a metrics.jsonl record when `record`.
   void log_interval(const LogInterval& iv, bool line, bool record);
   void inject_fault(std::int64_t steps_done) const;
-  // ExpertReplacement's mover, for this state or (expert growth) the one
-  // being replaced.
-  void move_experts(const parallel::expert::ExpertMove& move) { move_experts(*dp_, *opt_, move); }
-  void move_experts(parallel::data::DataParallel& dp, optim::Optimizer& opt, const parallel::expert::ExpertMove& move);
+  void move_experts(const parallel::expert::ExpertMove& move);  // ExpertReplacement's mover
   // Makes what depends on the model's shape from layout_ and mcfg_:
   // parameters (initialised as at step 0), model, step executor, optimizer,
   // re-placement and balancing state. Used at construction, by a resume of

@@ -169,7 +169,7 @@ void Trainer::grow(std::int64_t steps_done) {
   auto old_model = std::move(model_);
   auto old_exec = std::move(exec_);
   auto old_opt = std::move(opt_);
-  ExpertReplacement old_replace = replace_;
+  const auto old_placement = replace_.placement();  // null when re-placement is off
   const model::ModelConfig old_cfg = mcfg_;
   mcfg_.n_experts = ev.to;
   layout_ = std::make_unique<parallel::ParallelLayout>(old_layout->with_model(mcfg_));
@@ -179,30 +179,35 @@ void Trainer::grow(std::int64_t steps_done) {
     return it != ev.rows.end() && std::find(it->second.begin(), it->second.end(), -1) != it->second.end();
   });
   opt_->adamw().set_step_count(old_opt->adamw().step_count());
+  // Under re-placement the old expert tensors hold layer l's experts in
+  // slot order (row s is expert expert_at(l)[s]); the exchange reads each
+  // old expert at its slot, and the grown model starts from the identity.
+  auto rows = ev.rows;
+  if (old_placement)
+    for (const auto l : old_placement->moved_layers()) {
+      const auto slot = old_placement->slot_of(l);
+      for (const char* t : {"w1", "w3", "w2"})
+        for (auto& r : rows.at("layers." + std::to_string(l) + ".moe.experts." + t))
+          if (r >= 0) r = slot[std::size_t(r)];
+    }
   // Every tensor, in the same order on every rank (stages hold different ones).
   const auto old_specs = model::parameter_specs(old_cfg), new_specs = model::parameter_specs(mcfg_);
   std::vector<io::ExchangeTensor> tensors;
   for (std::size_t i = 0; i < new_specs.size(); ++i) {
-    const auto it = ev.rows.find(new_specs[i].name);
+    const auto it = rows.find(new_specs[i].name);
     tensors.push_back({new_specs[i].name, old_specs[i].shape, new_specs[i].shape,
-                       it != ev.rows.end() ? it->second : std::vector<std::int64_t>{}});
+                       it != rows.end() ? it->second : std::vector<std::int64_t>{}});
   }
-  io::ExchangeReport moved;
-  // The old state is read in global expert order (re-placement undone).
-  old_replace.in_global_order([&](const parallel::expert::ExpertMove& m) { move_experts(*old_dp, *old_opt, m); },
-                              [&] {
-                                const HostState from(old_dp->store(), old_opt->adamw());
-                                const HostState to(dp_->store(), opt_->adamw());
-                                std::vector<io::ExchangePiece> a, b;
-                                for (const auto& t : tensors) {
-                                  a.push_back(from.piece(t.name, t.from_shape.size()));
-                                  b.push_back(to.piece(t.name, t.to_shape.size()));
-                                }
-                                moved = io::exchange_pieces(tensors, a, b, world_);
-                                add_noise(to, ev, growth_.schedule().noise,
-                                          static_cast<std::uint64_t>(cfg_.get_int("train.seed")));
-                                to.to_device();
-                              });
+  const HostState from(old_dp->store(), old_opt->adamw());
+  const HostState to(dp_->store(), opt_->adamw());
+  std::vector<io::ExchangePiece> a, b;
+  for (const auto& t : tensors) {
+    a.push_back(from.piece(t.name, t.from_shape.size()));
+    b.push_back(to.piece(t.name, t.to_shape.size()));
+  }
+  const io::ExchangeReport moved = io::exchange_pieces(tensors, a, b, world_);
+  add_noise(to, ev, growth_.schedule().noise, static_cast<std::uint64_t>(cfg_.get_int("train.seed")));
+  to.to_device();
   old_exec.reset();
   old_model.reset();
   old_opt.reset();
