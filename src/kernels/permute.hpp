@@ -138,8 +138,11 @@ void permute_plan(PermutePlan<typename I::device_type>& plan, const I& topk, int
   Kokkos::parallel_for(
       "exa::permute::histogram", Kokkos::RangePolicy<Exec>(exec, 0, nchunks), KOKKOS_LAMBDA(const index_t c) {
         const index_t a1 = kx::min(NK, (c + 1) * chunk);
-        for (index_t a = c * chunk; a < a1; ++a)
-          if (!masked || keep(a / K, static_cast<int>(a % K)) != 0) base(c, topk(a / K, static_cast<int>(a % K))) += 1;
+        for (index_t a = c * chunk; a < a1; ++a) {
+          const index_t n = a / K;
+          const int j = static_cast<int>(a % K);
+          if (!masked || keep(n, j) != 0) base(c, topk(n, j)) += 1;
+        }
       });
   const index_t cap = capacity;
   Kokkos::parallel_for(

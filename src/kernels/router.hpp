@@ -76,8 +76,7 @@ KOKKOS_INLINE_FUNCTION std::uint32_t router_tie_hash(std::uint32_t a, std::uint3
 
 template <class Lg, class B, class R, class P, class S, class I, class G, class C>
 RouterLosses router_forward(const Lg& logits, const B& bias, const R& ring, const R& canon, const RouterOptions& opt,
-                            const P& probs,
-                            const S& lse, const I& topk, const G& gates, const C& counts,
+                            const P& probs, const S& lse, const I& topk, const G& gates, const C& counts,
                             const exec_of<P>& exec = exec_of<P>{}) {
   using Exec = exec_of<P>;
   using T = scalar_of<P>;

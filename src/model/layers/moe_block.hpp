@@ -4,10 +4,10 @@
 // top-k experts in fp32; the TokenDispatcher seam moves tokens to their
 // experts and back; shared experts are dense SwiGLUs every token passes
 // through (column/row Linears like the dense MLP).
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <type_traits>
-#include <algorithm>
 #include <vector>
 
 #include "core/profiling.hpp"
@@ -175,8 +175,8 @@ class MoeBlock {
       ScopedRegion r("forward/moe/router", fence_);
       router_->forward(c.ffn_xn, lw.router, c.router_logits);
       if (ring_.extent(0) > 0) moe_detail::clone_canon(lw.router, ring_, canon_);
-      c.router_losses = K::router_forward(c.router_logits, bias_, ring_, canon_, shape_.router, c.probs, c.router_lse, c.topk,
-                                          c.gates, c.counts);
+      c.router_losses = K::router_forward(c.router_logits, bias_, ring_, canon_, shape_.router, c.probs,
+                                          c.router_lse, c.topk, c.gates, c.counts);
       if (scope_.spans_ranks()) c.router_losses.aux = aux_over_scope(c, N);
     }
     {
