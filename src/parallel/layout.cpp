@@ -6,33 +6,25 @@
 
 namespace exa::parallel {
 
-namespace {
-
-// This rank's plan: its stage's layers (`layers_per_stage` counts, or the
-// balanced split when empty; v chunks when interleaved), its part of every
-// tensor-parallel dimension and its E/ep experts.
-model::StagePlan stage_plan(const model::ModelConfig& cfg, const comm::ProcessGrid& grid,
-                            const pipeline::PipelineOptions& po, const TensorOptions& to) {
-  const auto& s = grid.sizes();
+model::StagePlan stage_plan_of(const model::ModelConfig& cfg, const comm::GridSizes& s, const comm::GridCoords& at,
+                               const pipeline::PipelineOptions& po, bool sequence_parallel) {
   auto plan = model::StagePlan::whole(cfg);
   if (s.pp > 1 && po.virtual_stages > 1) {
-    plan = model::StagePlan::interleaved(cfg, grid.coords().pp, s.pp, po.virtual_stages);
+    plan = model::StagePlan::interleaved(cfg, at.pp, s.pp, po.virtual_stages);
   } else if (s.pp > 1) {
     const auto b = pipeline::stage_boundaries(cfg, s.pp, po.layers_per_stage);
-    const auto k = std::size_t(grid.coords().pp);
+    const auto k = std::size_t(at.pp);
     plan = model::StagePlan::layers(cfg, b[k], b[k + 1]);
   }
-  if (s.tp > 1) plan = plan.with_tensor_split(cfg, grid.coords().tp, s.tp, s.etp == 0 ? s.tp : s.etp);
-  plan.sequence_parallel = to.sequence_parallel && plan.tp > 1;
+  if (s.tp > 1) plan = plan.with_tensor_split(cfg, at.tp, s.tp, s.etp == 0 ? s.tp : s.etp);
+  plan.sequence_parallel = sequence_parallel && plan.tp > 1;
   if (s.ep == 1) return plan;
   EXA_REQUIRE(cfg.n_experts % s.ep == 0,
               "layout: moe.n_experts = {} is not divisible by parallel.ep = {}; choose ep dividing the experts",
               cfg.n_experts, s.ep);
-  const std::int64_t per = cfg.n_experts / s.ep, j = grid.coords().ep;
+  const std::int64_t per = cfg.n_experts / s.ep, j = at.ep;
   return plan.with_experts(j * per, (j + 1) * per);
 }
-
-}  // namespace
 
 LayoutOptions LayoutOptions::from_deck(const deck::Config& cfg) {
   LayoutOptions o;
@@ -54,7 +46,7 @@ ParallelLayout::ParallelLayout(std::shared_ptr<const comm::ProcessGrid> grid, co
     : grid_(std::move(grid)),
       model_(model),
       opt_(std::move(opt)),
-      plan_(stage_plan(model_, *grid_, opt_.pipeline, opt_.tensor)) {
+      plan_(stage_plan_of(model_, grid_->sizes(), grid_->coords(), opt_.pipeline, opt_.tensor.sequence_parallel)) {
   if (pipelined() && opt_.pipeline.schedule == "zb") deferred_ = std::make_shared<pipeline::WeightGradQueue>();
 }
 

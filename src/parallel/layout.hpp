@@ -59,6 +59,15 @@ struct LayoutOptions {
   static LayoutOptions from_deck(const deck::Config& cfg);
 };
 
+// The plan of the rank at `at` in a grid of `sizes`: its stage's layers
+// (`layers_per_stage` counts, or the balanced split when empty; v chunks
+// when interleaved), its part of every tensor-parallel dimension and its
+// E/ep experts. Needs no MPI: the planner (src/plan/) sizes ranks of grids
+// it never builds with the same function the layout uses.
+model::StagePlan stage_plan_of(const model::ModelConfig& cfg, const comm::GridSizes& sizes,
+                               const comm::GridCoords& at, const pipeline::PipelineOptions& po,
+                               bool sequence_parallel);
+
 class ParallelLayout {
  public:
   // exa::Error naming the dimension when ep does not divide the experts, tp

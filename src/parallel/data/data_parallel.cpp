@@ -40,19 +40,24 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   return o;
 }
 
-DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg,
-                                        const model::StagePlan& plan, const DataParallelOptions& opt) {
-  EXA_REQUIRE(opt.zero >= 0 && opt.zero <= 3, "parallel.zero = {} does not exist; use 0, 1, 2 or 3", opt.zero);
-  const auto all = model::parameter_specs(mcfg);
+std::vector<std::vector<model::ParamSpec>> engine_specs(const model::ModelConfig& mcfg,
+                                                       const model::StagePlan& plan) {
   const bool experts_apart = !plan.all_experts(mcfg);
   // Expert tensors reduce over ExpertData; when ep = 1 that group is the
   // Data group and one engine holds everything, in model order.
-  std::vector<model::ParamSpec> by_group[2];
-  for (const auto& s : all)
+  std::vector<std::vector<model::ParamSpec>> by_group(experts_apart ? 2 : 1);
+  for (const auto& s : model::parameter_specs(mcfg))
     by_group[experts_apart && s.reduce == model::ReduceGroup::ExpertData ? 1 : 0].push_back(s);
+  return by_group;
+}
+
+DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg,
+                                        const model::StagePlan& plan, const DataParallelOptions& opt) {
+  EXA_REQUIRE(opt.zero >= 0 && opt.zero <= 3, "parallel.zero = {} does not exist; use 0, 1, 2 or 3", opt.zero);
+  const auto by_group = engine_specs(mcfg, plan);
   Split out;
   std::int64_t base = 0;
-  for (int k = 0; k < (experts_apart ? 2 : 1); ++k) {
+  for (std::size_t k = 0; k < by_group.size(); ++k) {
     const auto over = k == 0 ? comm::Group::Data : comm::Group::ExpertData;
     const bool hier = k == 0 && opt.hierarchical;
     DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression, opt.weight_compression);

@@ -63,6 +63,12 @@ struct DataParallelMemory {
   double expert_master = 0;  // the experts' master elements * 4 bytes (AdamW keeps two more of these)
 };
 
+// The tensors of each ZeRO engine: [0] the Data group's, and, when the
+// plan holds a part of the experts (ep > 1), [1] the routed experts', which
+// reduce over the ExpertData group. Pure: the planner sizes the engines'
+// buffers from it without building them.
+std::vector<std::vector<model::ParamSpec>> engine_specs(const model::ModelConfig& mcfg, const model::StagePlan& plan);
+
 class DataParallel final : public model::UnitHooks {
  public:
   using Flat = View1<float>;

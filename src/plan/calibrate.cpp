@@ -1,0 +1,140 @@
+#include "plan/calibrate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fmt/format.h>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/types.hpp"
+#include "kernels/onednn_matmul.hpp"
+#include "train/sgemm_peak.hpp"
+
+namespace exa::plan {
+
+namespace {
+
+double now() { return MPI_Wtime(); }
+
+template <class F>
+double best_of(double seconds, F&& f) {
+  f();
+  double best = 1e30;
+  const double stop = now() + seconds;
+  int reps = 0;
+  do {
+    const double t0 = now();
+    f();
+    best = std::min(best, now() - t0);
+    ++reps;
+  } while (now() < stop || reps < 3);
+  return best;
+}
+
+double bf16_tflops(double seconds) {
+  if (!kernels::onednn_available()) return 0;
+  const int n = 1024;
+  std::vector<float> a(std::size_t(n) * n, 0.5f), b(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
+  const double t = best_of(seconds, [&] {
+    kernels::onednn_gemm(kernels::MatmulPrecision::bf16, false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                         c.data(), n);
+  });
+  return 2.0 * n * double(n) * n / t * 1e-12;
+}
+
+// Streaming copy of 64 MiB: read and write.
+double memory_gbs(double seconds) {
+  const std::size_t n = std::size_t(16) << 20;
+  View1<float> a("exa::plan::bw_a", n), b("exa::plan::bw_b", n);
+  const double t = best_of(seconds, [&] {
+    Kokkos::deep_copy(b, a);
+    Kokkos::fence();
+  });
+  return 2.0 * double(n) * 4 / t * 1e-9;
+}
+
+// Rank 0 and rank 1 exchange `bytes`; half the round trip.
+double p2p_seconds(MPI_Comm comm, int rank, std::size_t bytes, double seconds) {
+  std::vector<char> buf(std::max<std::size_t>(bytes, 1));
+  auto once = [&] {
+    if (rank == 0) {
+      MPI_Send(buf.data(), int(bytes), MPI_BYTE, 1, 7, comm);
+      MPI_Recv(buf.data(), int(bytes), MPI_BYTE, 1, 7, comm, MPI_STATUS_IGNORE);
+    } else if (rank == 1) {
+      MPI_Recv(buf.data(), int(bytes), MPI_BYTE, 0, 7, comm, MPI_STATUS_IGNORE);
+      MPI_Send(buf.data(), int(bytes), MPI_BYTE, 0, 7, comm);
+    }
+  };
+  // Every rank repeats the same count so that the loop ends together.
+  int reps = 0;
+  double best = 1e30;
+  double stop = now() + seconds;
+  MPI_Bcast(&stop, 1, MPI_DOUBLE, 0, comm);
+  for (;;) {
+    MPI_Barrier(comm);
+    const double t0 = now();
+    once();
+    best = std::min(best, now() - t0);
+    int go = (now() < stop || ++reps < 3) ? 1 : 0;
+    MPI_Bcast(&go, 1, MPI_INT, 0, comm);
+    if (!go) break;
+  }
+  MPI_Bcast(&best, 1, MPI_DOUBLE, 0, comm);
+  return best / 2;
+}
+
+double write_gbs(const std::string& dir) {
+  const std::string path = fmt::format("{}/.examoe-plan-calibrate-{}", dir, ::getpid());
+  const std::size_t n = std::size_t(64) << 20;
+  std::vector<char> buf(n, 'x');
+  const double t0 = now();
+  FILE* f = std::fopen(path.c_str(), "wb");
+  EXA_REQUIRE(f != nullptr, "calibrate: cannot write {} (pass --scratch DIR, a directory you can write)", path);
+  const bool ok = std::fwrite(buf.data(), 1, n, f) == n && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  std::fclose(f);
+  std::remove(path.c_str());
+  EXA_REQUIRE(ok, "calibrate: writing {} failed (disk full?)", path);
+  return double(n) / (now() - t0) * 1e-9;
+}
+
+}  // namespace
+
+Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  Cluster c;
+  c.name = "calibrated";
+  c.source = "examoe-plan calibrate";
+  c.topology = "flat";
+  c.nodes = opt.nodes;
+  c.devices_per_node = opt.devices_per_node > 0 ? opt.devices_per_node : size;
+  // Every rank measures at once, as a run's ranks compute at once.
+  MPI_Barrier(comm);
+  c.fp32_tflops = train::measure_sgemm_gflops(1024, opt.seconds) * 1e-3;
+  c.bf16_tflops = bf16_tflops(opt.seconds);
+  c.fp16_tflops = c.bf16_tflops;
+  c.memory_bandwidth_gbs = memory_gbs(opt.seconds);
+  // The slowest rank sets the pace.
+  for (double* v : {&c.fp32_tflops, &c.bf16_tflops, &c.memory_bandwidth_gbs})
+    MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MIN, comm);
+  c.fp16_tflops = c.bf16_tflops;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  c.memory_gib = double(pages) * double(page) / 1073741824.0 / double(c.devices_per_node);
+  if (size >= 2) {
+    const double small = p2p_seconds(comm, rank, 8, opt.seconds);
+    const double big = p2p_seconds(comm, rank, std::size_t(8) << 20, opt.seconds);
+    c.intra.latency_us = small * 1e6;
+    c.intra.bandwidth_gbs = double(std::size_t(8) << 20) / std::max(1e-9, big - small) * 1e-9;
+  } else {
+    c.intra = {c.memory_bandwidth_gbs / 2, 1.0};
+  }
+  c.inter = c.intra;
+  c.storage_write_gbs = rank == 0 ? write_gbs(opt.scratch_dir) : 0;
+  MPI_Bcast(&c.storage_write_gbs, 1, MPI_DOUBLE, 0, comm);
+  return c;
+}
+
+}  // namespace exa::plan

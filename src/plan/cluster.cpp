@@ -1,0 +1,96 @@
+#include "plan/cluster.hpp"
+
+#include <fmt/format.h>
+
+#include <toml++/toml.h>
+
+#include "core/error.hpp"
+
+namespace exa::plan {
+
+double Cluster::peak_tflops(const std::string& precision) const {
+  if (precision == "bf16") return bf16_tflops;
+  if (precision == "fp16") return fp16_tflops;
+  return fp32_tflops;
+}
+
+namespace {
+
+struct Reader {
+  const toml::table& t;
+  const std::string& path;
+
+  double num(const char* section, const char* key, double lo, double hi, bool required, double fallback) const {
+    const auto node = t[section][key];
+    if (!node) {
+      EXA_REQUIRE(!required, "{}: [{}] {} is missing; give it (see input/clusters/README.md)", path, section, key);
+      return fallback;
+    }
+    const auto v = node.value<double>();
+    EXA_REQUIRE(v.has_value(), "{}: [{}] {} must be a number", path, section, key);
+    EXA_REQUIRE(*v >= lo && *v <= hi, "{}: [{}] {} = {} is outside [{}, {}]", path, section, key, *v, lo, hi);
+    return *v;
+  }
+  std::string str(const char* section, const char* key, const std::string& fallback) const {
+    const auto node = t[section][key];
+    if (!node) return fallback;
+    const auto v = node.value<std::string>();
+    EXA_REQUIRE(v.has_value(), "{}: [{}] {} must be a string", path, section, key);
+    return *v;
+  }
+};
+
+}  // namespace
+
+Cluster load_cluster(const std::string& path) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw Error(fmt::format("{}:{}: {}; fix the cluster file (input/clusters/ has examples)", path,
+                            e.source().begin.line, e.description()));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("cannot read the cluster file {}: {}", path, e.what()));
+  }
+  for (const auto& [k, v] : t) {
+    const std::string s(k.str());
+    EXA_REQUIRE(s == "cluster" || s == "device" || s == "intra_node" || s == "inter_node" || s == "storage",
+                "{}: unknown section [{}]; the sections are cluster, device, intra_node, inter_node, storage", path, s);
+  }
+  const Reader r{t, path};
+  Cluster c;
+  c.source = path;
+  c.name = r.str("cluster", "name", path);
+  c.topology = r.str("cluster", "topology", "fat_tree");
+  EXA_REQUIRE(c.topology == "flat" || c.topology == "fat_tree" || c.topology == "torus",
+              "{}: [cluster] topology = \"{}\"; use flat, fat_tree or torus", path, c.topology);
+  c.nodes = int(r.num("cluster", "nodes", 1, 1e6, true, 1));
+  c.devices_per_node = int(r.num("cluster", "devices_per_node", 1, 4096, true, 1));
+  c.fp32_tflops = r.num("device", "fp32_tflops", 1e-4, 1e5, true, 0);
+  c.bf16_tflops = r.num("device", "bf16_tflops", 0, 1e5, false, 0);
+  c.fp16_tflops = r.num("device", "fp16_tflops", 0, 1e5, false, c.bf16_tflops);
+  c.matmul_efficiency = r.num("device", "matmul_efficiency", 0.01, 1, false, 0.7);
+  c.attention_efficiency = r.num("device", "attention_efficiency", 0.001, 1, false, 0.4);
+  c.memory_gib = r.num("device", "memory_gib", 0.01, 1e6, true, 0);
+  c.memory_bandwidth_gbs = r.num("device", "memory_bandwidth_gbs", 0.1, 1e6, true, 0);
+  c.elementwise_passes = r.num("device", "elementwise_passes", 0, 1000, false, 8);
+  c.intra = {r.num("intra_node", "bandwidth_gbs", 0.01, 1e6, true, 0), r.num("intra_node", "latency_us", 0, 1e6, false, 1)};
+  c.inter = {r.num("inter_node", "bandwidth_gbs", 0.001, 1e6, c.nodes > 1, c.intra.bandwidth_gbs),
+             r.num("inter_node", "latency_us", 0, 1e6, false, 5)};
+  c.storage_write_gbs = r.num("storage", "write_gbs", 1e-4, 1e6, false, 1);
+  return c;
+}
+
+std::string to_toml(const Cluster& c) {
+  return fmt::format(
+      "[cluster]\nname = \"{}\"\ntopology = \"{}\"\nnodes = {}\ndevices_per_node = {}\n\n"
+      "[device]\nfp32_tflops = {:.6g}\nbf16_tflops = {:.6g}\nfp16_tflops = {:.6g}\nmatmul_efficiency = {:.4g}\n"
+      "attention_efficiency = {:.4g}\nmemory_gib = {:.6g}\nmemory_bandwidth_gbs = {:.6g}\nelementwise_passes = {:.4g}\n\n"
+      "[intra_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\n\n"
+      "[inter_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\n\n[storage]\nwrite_gbs = {:.6g}\n",
+      c.name, c.topology, c.nodes, c.devices_per_node, c.fp32_tflops, c.bf16_tflops, c.fp16_tflops,
+      c.matmul_efficiency, c.attention_efficiency, c.memory_gib, c.memory_bandwidth_gbs, c.elementwise_passes,
+      c.intra.bandwidth_gbs, c.intra.latency_us, c.inter.bandwidth_gbs, c.inter.latency_us, c.storage_write_gbs);
+}
+
+}  // namespace exa::plan

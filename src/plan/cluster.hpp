@@ -1,0 +1,46 @@
+#pragma once
+// Cluster: what the planner knows of the machine a layout will run on
+// (docs/planner.md): nodes and devices, each device's matmul peak per
+// precision with the share of it model-sized products reach, its memory and
+// memory bandwidth, and the links inside a node and between nodes. Loaded
+// from input/clusters/*.toml; `examoe-plan calibrate` writes one for the
+// machine it runs on.
+#include <string>
+
+namespace exa::plan {
+
+struct Link {
+  double bandwidth_gbs = 0;  // GB/s each device can send (one direction)
+  double latency_us = 0;     // per message
+};
+
+struct Cluster {
+  std::string name;
+  std::string source;    // file it was read from, or "built-in"
+  std::string topology = "fat_tree";  // flat | fat_tree | torus
+  int nodes = 1, devices_per_node = 1;
+  // Per device.
+  double fp32_tflops = 0, bf16_tflops = 0, fp16_tflops = 0;  // dense matmul peak
+  double matmul_efficiency = 0.7;     // achieved share of the peak on the model's products
+  double attention_efficiency = 0.4;  // achieved share of the peak in attention's score and value products
+  double memory_gib = 0;
+  double memory_bandwidth_gbs = 0;
+  // Passes over the stored activations the element-wise kernels (norms,
+  // rope, softmax, SwiGLU, permute, AdamW's arrays) make per step, forward
+  // and backward together: their time is bytes * passes / bandwidth.
+  double elementwise_passes = 8;
+  Link intra, inter;
+  double storage_write_gbs = 1;  // checkpoint write bandwidth per node
+
+  int devices() const { return nodes * devices_per_node; }
+  // Peak TFLOP/s of a product whose inputs are `precision` (fp32, bf16, fp16).
+  double peak_tflops(const std::string& precision) const;
+};
+
+// Reads a cluster file. exa::Error naming the file, the key and the fix on
+// a missing or out-of-range value.
+Cluster load_cluster(const std::string& path);
+// The cluster as a file load_cluster reads back.
+std::string to_toml(const Cluster& c);
+
+}  // namespace exa::plan

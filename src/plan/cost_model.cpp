@@ -1,0 +1,265 @@
+#include "plan/cost_model.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <vector>
+
+#include "plan/memory_model.hpp"
+
+namespace exa::plan {
+
+FlopsByClass flops_per_token(const model::ModelConfig& c) {
+  const double d = double(c.d_model), hd = double(c.head_dim()), H = double(c.n_heads), Hkv = double(c.n_kv_heads),
+               F = double(c.d_expert), T = double(c.seq_len);
+  FlopsByClass f;
+  for (std::int64_t i = 0; i < c.n_layers; ++i) {
+    f.attn_proj += 6 * (d * H * hd + 2 * d * Hkv * hd + H * hd * d);
+    f.attn_core += 6 * H * hd * T;
+    if (c.is_moe_layer(i)) {
+      f.router += 6 * double(c.n_experts) * d;
+      f.experts += 6 * double(c.top_k) * 3 * F * d;
+      f.shared += 6 * double(c.n_shared_experts) * 3 * F * d;
+    } else {
+      f.dense += 6 * 3 * double(c.d_ff) * d;
+    }
+  }
+  f.head = 6 * double(c.vocab_size) * d;
+  return f;
+}
+
+double wire_bytes(const std::string& format, std::int64_t quant_block) {
+  if (format == "bf16") return 2;
+  if (format == "int8") return 1 + 4.0 / double(quant_block);
+  return 4;
+}
+
+namespace {
+
+// A collective over a group of `size` ranks at world stride `stride`:
+// inside a node when its span fits one, else over the inter-node link.
+struct Net {
+  const Cluster& cl;
+  double seconds(double bytes, int messages, int size, int stride) const {
+    if (size <= 1 || bytes <= 0) return 0;
+    const bool inside = std::int64_t(size) * stride <= cl.devices_per_node;
+    const Link& l = inside ? cl.intra : cl.inter;
+    return messages * l.latency_us * 1e-6 + bytes / (l.bandwidth_gbs * 1e9);
+  }
+  // Ring allreduce, reduce-scatter / allgather, all-to-all: per-rank sends.
+  double allreduce(double n_bytes, int p, int stride) const {
+    return seconds(2.0 * (p - 1) / p * n_bytes, 2 * (p - 1), p, stride);
+  }
+  double half(double n_bytes, int p, int stride) const {
+    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride);
+  }
+  double alltoall(double n_bytes, int p, int stride) const {
+    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride);
+  }
+};
+
+// Per rank and micro-batch on one chunk of layers: forward matmul FLOPs,
+// attention-core FLOPs, and the weight-gradient share of the backward.
+struct ChunkWork {
+  double matmul = 0, core = 0;
+  std::int64_t moe_layers = 0, layers = 0;
+};
+
+ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan, double N, std::int64_t l0,
+                     std::int64_t l1) {
+  const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
+               Hkv = double(plan.kv_heads), T = double(cfg.seq_len);
+  ChunkWork w;
+  for (std::int64_t l = l0; l < l1; ++l) {
+    ++w.layers;
+    w.matmul += 2 * N * (d * H * hd + 2 * d * Hkv * hd + H * hd * d);
+    w.core += 2 * N * H * hd * T;
+    if (cfg.is_moe_layer(l)) {
+      ++w.moe_layers;
+      w.matmul += 2 * N * double(cfg.n_experts) * d;
+      w.matmul += 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d;
+      w.matmul += 2 * N * double(cfg.n_shared_experts) * 3 * double(plan.d_shared) * d;
+    } else {
+      w.matmul += 2 * N * 3 * double(plan.d_ff) * d;
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluster& cl, const MemoryBytes* memory) {
+  const Net net{cl};
+  const auto& g = c.grid;
+  const int tp = g.tp, cp = g.cp, pp = g.pp, ep = g.ep, data = g.dp * g.cp;
+  const int chunks = c.schedule == "interleaved" && pp > 1 ? c.virtual_stages : 1;
+  const double N = double(c.micro_batch * cfg.seq_len / cp);
+  const double peak = cl.peak_tflops(c.precision) * 1e12;
+  const double mm_rate = peak * cl.matmul_efficiency, core_rate = peak * cl.attention_efficiency;
+  const double mem_bw = cl.memory_bandwidth_gbs * 1e9;
+  const double a2a_b = wire_bytes(c.a2a_compression, c.quant_block);
+  const bool recompute = c.recompute == "full";
+
+  StepCost r;
+  std::vector<OpTimes> times(static_cast<std::size_t>(pp));
+  double comp_tot = 0, tp_tot = 0, a2a_tot = 0, cp_tot = 0, zg_tot = 0, p2p_tot = 0;
+  double dp_bytes_step = 0, local_params_worst = 0;
+  int worst = 0;
+  r.memory = memory ? *memory : peak_memory(cfg, c);
+  // The stage with the most layers (the first on ties) stands for the
+  // step's breakdown.
+  std::int64_t most = -1;
+  for (int s = 0; s < pp; ++s) {
+    const auto n = stage_plan(cfg, c, s).local_layers();
+    if (n > most) most = n, worst = s;
+  }
+  // Stages alike (layers, embedding, head) cost alike: the search meets
+  // pipelines of many identical middle stages.
+  std::vector<std::pair<std::string, int>> seen;
+  for (int s = 0; s < pp; ++s) {
+    const auto plan = stage_plan(cfg, c, s);
+    std::int64_t n_moe = 0;
+    for (const auto& [l0, l1] : plan.layer_ranges())
+      for (std::int64_t l = l0; l < l1; ++l) n_moe += cfg.is_moe_layer(l) ? 1 : 0;
+    const std::string sig = fmt::format("{} {} {} {}", plan.local_layers(), n_moe, plan.has_embedding(), plan.has_head());
+    if (s != worst) {
+      const auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == sig; });
+      if (it != seen.end()) {
+        times[std::size_t(s)] = times[std::size_t(it->second)];
+        continue;
+      }
+      seen.emplace_back(sig, s);
+    }
+    const double Nr = plan.sequence_parallel ? N / tp : N;
+    // One chunk (all chunks are alike in the interleaved split).
+    const auto ranges = plan.layer_ranges();
+    ChunkWork w;
+    for (const auto& [l0, l1] : ranges) {
+      const auto cw = chunk_work(cfg, plan, N, l0, l1);
+      w.matmul += cw.matmul / chunks;
+      w.core += cw.core / chunks;
+      w.moe_layers += cw.moe_layers;
+      w.layers += cw.layers;
+    }
+    const double moe_per_chunk = double(w.moe_layers) / chunks, layers_per_chunk = double(w.layers) / chunks;
+    double head = 0;
+    if (plan.has_head()) head = 2 * N * double(plan.vocab_end - plan.vocab_begin) * double(cfg.d_model);
+    // Element-wise work: passes over the context's bytes (a third forward).
+    Candidate none = c;
+    none.recompute = "none";
+    const double elem = context_bytes(cfg, none, plan, plan.local_layers() / chunks) * cl.elementwise_passes / mem_bw;
+    const double f_compute = (w.matmul + head / chunks) / mm_rate + w.core / core_rate + elem / 3;
+    const double b_input = (w.matmul + head / chunks) / mm_rate + 2 * w.core / core_rate + 2 * elem / 3;
+    const double b_weight = (w.matmul + head / chunks) / mm_rate;
+    // Collectives per micro-batch and chunk.
+    const double row = N * double(cfg.d_model) * 4;
+    const double tp_f = tp > 1 ? 2 * layers_per_chunk * net.allreduce(row, tp, 1) : 0;
+    const double a2a_f = ep > 1 ? 2 * moe_per_chunk * net.alltoall(N * double(cfg.top_k) * double(cfg.d_model) * a2a_b, ep, tp) : 0;
+    double cp_f = 0;
+    if (cp > 1) {
+      const double kv = N * 2 * double(plan.kv_heads) * double(cfg.head_dim()) * 4;
+      if (c.cp_mode == "ring") {
+        const double ring = layers_per_chunk * net.seconds((cp - 1) * kv, cp - 1, cp, tp);
+        cp_f = std::max(0.0, ring - w.core / core_rate);  // blocks travel while others are computed
+      } else {
+        const double qo = N * 2 * double(plan.heads) * double(cfg.head_dim()) * 4;
+        cp_f = layers_per_chunk * net.alltoall(kv + qo, cp, tp);
+      }
+    }
+    // ZeRO 3 gathers each unit before its forward and its backward,
+    // prefetching the next unit while one computes.
+    const auto st = state_bytes(cfg, plan, 0, 1, 1);
+    const double stage_params = st.parameters / 4;
+    double zg_f = 0;
+    if (c.zero == 3 && data > 1) {
+      const double gather = net.half(stage_params / chunks * wire_bytes(c.weight_compression, c.quant_block), data, tp);
+      zg_f = std::max(0.0, gather - f_compute);
+    }
+    const double p2p = pp > 1 ? net.seconds(Nr * double(cfg.d_model) * 4, 1, 2, tp * cp * g.dp) : 0;
+    auto& t = times[std::size_t(s)];
+    const double fwd_comm = tp_f + a2a_f + cp_f;
+    t.forward = f_compute + fwd_comm + zg_f;
+    const double re = recompute ? f_compute + fwd_comm : 0;
+    const double bwd_comm = 2 * fwd_comm;  // each forward collective has its transpose, twice the data for cp's dk, dv
+    const double zg_b = c.zero == 3 && data > 1 ? zg_f : 0;
+    if (c.schedule == "zb" && pp > 1) {
+      t.backward = b_input + bwd_comm + re + zg_b;
+      t.weight = b_weight;
+    } else {
+      t.backward = b_input + b_weight + bwd_comm + re + zg_b;
+    }
+    t.p2p = p2p;
+    if (s == worst) {
+      const double m = double(c.grad_accum) * chunks;
+      comp_tot = m * (f_compute + b_input + b_weight + (recompute ? f_compute : 0));
+      tp_tot = m * 3 * tp_f * (recompute ? 4.0 / 3 : 1);
+      a2a_tot = m * 3 * a2a_f * (recompute ? 4.0 / 3 : 1);
+      cp_tot = m * 3 * cp_f * (recompute ? 4.0 / 3 : 1);
+      zg_tot = m * (zg_f + zg_b);
+      p2p_tot = m * 2 * p2p;
+      local_params_worst = state_bytes(cfg, plan, c.zero, data, data / ep).optimizer / 8;
+    }
+    dp_bytes_step = std::max(dp_bytes_step, stage_params);
+  }
+  const int n_micro = c.micro_per_round();
+  const int rounds = int(c.grad_accum / n_micro);
+  // The timeline of the steady state, then each further micro-batch adds
+  // the slowest stage's forward and backward.
+  const int sim = steady_micro(n_micro, pp, chunks);
+  const Timeline tl = simulate_pipeline(c.schedule, times, sim, chunks);
+  double slowest = 0;
+  for (const auto& t : times) slowest = std::max(slowest, t.forward + t.backward + t.weight);
+  const double round_span = tl.span + double(n_micro - sim) * chunks * slowest;
+  const double pipe = rounds * round_span;
+  // Gradient reduction over the data group, once per step (ZeRO 0/1) or per
+  // micro-batch (ZeRO 2/3: the engine reduce-scatters each unit's gradient
+  // as its backward finishes); overlapped with the backward that produces it.
+  double dp = 0;
+  if (data > 1) {
+    const double wire = wire_bytes(c.compression, c.quant_block);
+    const double grads = dp_bytes_step * wire;
+    const double wgt = dp_bytes_step * wire_bytes(c.weight_compression, c.quant_block);
+    const double backward_last = times[std::size_t(worst)].backward + times[std::size_t(worst)].weight;
+    if (c.zero <= 1) {
+      const double t = c.zero == 0 ? net.allreduce(grads, data, tp) : net.half(grads, data, tp);
+      dp = std::max(0.0, t - backward_last) + (c.zero == 1 ? net.half(wgt, data, tp) : 0);
+    } else {
+      const double per_micro = net.half(grads, data, tp);
+      dp = double(c.grad_accum) * std::max(0.0, per_micro - backward_last) + (c.zero == 2 ? net.half(wgt, data, tp) : 0);
+    }
+  }
+  r.optimizer = local_params_worst * 32 / mem_bw;  // AdamW reads p, g, m, v, writes p, m, v; the norm reads g
+  r.compute = comp_tot;
+  r.tp = tp_tot;
+  r.a2a = a2a_tot;
+  r.cp = cp_tot;
+  r.zero_gather = zg_tot;
+  r.pp_p2p = p2p_tot;
+  r.dp = dp;
+  r.bubble = pp > 1 ? rounds * tl.span * tl.bubble : 0;  // the idle time does not grow with more micro-batches
+  r.step = pipe + dp + r.optimizer;
+  const double tokens = double(g.dp) * double(c.micro_batch) * double(c.grad_accum) * double(cfg.seq_len);
+  r.tokens_per_s = tokens / r.step;
+  const double flops = flops_per_token(cfg).total() * tokens;
+  r.mfu = flops / r.step / (double(g.world) * peak);
+  r.memory_capacity = cl.memory_gib * 1073741824.0;
+  r.fits = r.memory.total() <= 0.9 * r.memory_capacity;
+  const std::array<std::pair<const char*, double>, 9> parts = {{{"compute", r.compute},
+                                                                 {"tp", r.tp},
+                                                                 {"a2a", r.a2a},
+                                                                 {"cp", r.cp},
+                                                                 {"zero", r.zero_gather},
+                                                                 {"pp_p2p", r.pp_p2p},
+                                                                 {"dp", r.dp},
+                                                                 {"bubble", r.bubble},
+                                                                 {"optimizer", r.optimizer}}};
+  const auto top = *std::max_element(parts.begin(), parts.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  r.bound = r.fits ? top.first : "memory";
+  r.reason = !r.fits ? fmt::format("does not fit: {:.1f} of {:.1f} GiB", r.memory.total() / 1073741824.0,
+                                   cl.memory_gib)
+                     : fmt::format("{}-bound: {} {:.0f}% of the step, memory {:.1f}/{:.1f} GiB", r.bound, top.first,
+                                   100 * top.second / r.step, r.memory.total() / 1073741824.0, cl.memory_gib);
+  return r;
+}
+
+}  // namespace exa::plan

@@ -1,0 +1,208 @@
+#include "plan/memory_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "parallel/data/data_parallel.hpp"
+#include "parallel/data/shard_layout.hpp"
+#include "parallel/layout.hpp"
+#include "parallel/pipeline/schedules.hpp"
+#include "parallel/pipeline/stage_split.hpp"
+
+namespace exa::plan {
+
+namespace {
+
+// The search sizes the same stage under many policies: the state bytes of
+// a (model, plan, zero, group sizes) are computed once.
+std::string state_key(const model::ModelConfig& c, const model::StagePlan& p, int zero, int data, int edata) {
+  std::string k = fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {}|{} {} {} {} {} {} {} {} {} {} {}|{} {} {}",
+                              c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.seq_len,
+                              c.tie_embeddings, c.n_experts, c.top_k, c.d_expert, c.moe_every, c.n_shared_experts, 0,
+                              p.layer_begin, p.layer_end, p.heads, p.kv_heads, p.d_ff, p.d_expert, p.expert_begin,
+                              p.expert_end, p.vocab_begin, p.vocab_end, p.d_shared, zero, data, edata);
+  for (const auto& [a, b] : p.chunks) k += fmt::format(" {}-{}", a, b);
+  return k;
+}
+
+}  // namespace
+
+MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& plan, int zero, int data_size,
+                        int expert_data_size) {
+  // Each engine's units' element counts depend on the plan only: taken once
+  // from the ShardLayout the run builds, then cut into parts as it cuts them
+  // (block = ceil(numel / parts), part 0 the first block).
+  static std::unordered_map<std::string, std::vector<std::vector<std::int64_t>>> units_of;
+  const auto key = state_key(cfg, plan, 0, 0, 0);
+  auto it = units_of.find(key);
+  if (it == units_of.end()) {
+    std::vector<std::vector<std::int64_t>> units;
+    for (const auto& specs : parallel::data::engine_specs(cfg, plan)) {
+      std::vector<model::Box> boxes;
+      for (const auto& s : specs) boxes.push_back(model::local_box(s, plan, cfg));
+      const parallel::data::ShardLayout L(specs, boxes, cfg.n_layers, 1, 0);
+      std::vector<std::int64_t> n;
+      for (int u = 0; u < L.size(); ++u) n.push_back(L.unit(u).numel);
+      units.push_back(std::move(n));
+    }
+    it = units_of.emplace(key, std::move(units)).first;
+  }
+  double local = 0, params = 0, grads = 0;
+  for (std::size_t k = 0; k < it->second.size(); ++k) {
+    const auto& units = it->second[k];
+    const std::int64_t parts = zero > 0 ? (k == 0 ? data_size : expert_data_size) : 1;
+    // The ZeRO engine's buffers (parallel/data/zero_engine.cpp): two
+    // alternating unit slots (a third for the tied embedding) for ZeRO 2's
+    // gradients and ZeRO 3's parameters, a padded whole-model copy of the
+    // parameters for ZeRO 1 and 2 and of the gradients for ZeRO 1.
+    const bool tied = k == 0 && cfg.tie_embeddings;
+    std::int64_t alternating = 0, padded_total = 0, padded0 = 0;
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const std::int64_t block = (units[u] + parts - 1) / parts, padded = block * parts;
+      local += double(std::min(units[u], block));
+      padded_total += padded;
+      if (u == 0) padded0 = padded;
+      if (!(tied && u == 0)) alternating = std::max(alternating, padded);
+    }
+    const double slots = 2.0 * double(alternating) + (tied ? double(padded0) : 0.0);
+    if (zero >= 2) grads += slots;
+    if (zero == 3) params += slots;
+    if (zero == 1 || zero == 2) params += double(padded_total);
+    if (zero == 1) grads += double(padded_total);
+  }
+  MemoryBytes m;
+  m.parameters = 4 * (local + params);  // the store's fp32 pieces
+  m.gradients = 4 * (local + grads);
+  m.optimizer = 8 * local;  // AdamW's two moments
+  return m;
+}
+
+int steady_micro(int n_micro, int pp, int chunks) {
+  // Every schedule's warm-up is over within (chunks + 1) * pp micro-batches
+  // (interleaved: (pp - stage - 1) * 2 + (chunks - 1) * pp forwards); a
+  // multiple of pp, which interleaved needs.
+  const int m = (chunks + 1) * pp;
+  return n_micro <= m ? n_micro : m;
+}
+
+model::StagePlan stage_plan(const model::ModelConfig& cfg, const Candidate& c, int stage) {
+  // The balanced split costs a pass over every tensor and a dynamic
+  // programme; the search asks for the same stages under many policies.
+  static std::unordered_map<std::string, model::StagePlan> cache;
+  const auto& g = c.grid;
+  const std::string key = fmt::format("{}|{} {} {} {} {} {} {} {} {}", state_key(cfg, model::StagePlan{}, 0, 0, 0), g.pp,
+                                      g.tp, g.etp, g.ep, c.sequence_parallel, c.schedule == "interleaved" ? c.virtual_stages : 1,
+                                      c.layers_per_stage, stage, g.cp);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  parallel::pipeline::PipelineOptions po;
+  po.schedule = c.schedule;
+  po.virtual_stages = c.schedule == "interleaved" ? c.virtual_stages : 1;
+  if (c.layers_per_stage != "auto") {
+    po.layers_per_stage = parallel::pipeline::parse_layers_per_stage(c.layers_per_stage, cfg.n_layers, c.grid.pp,
+                                                                     "pipeline.layers_per_stage");
+  } else if (g.pp > 1 && po.virtual_stages == 1) {
+    // The balanced split, once per (model, pp), handed on as counts.
+    static std::unordered_map<std::string, std::vector<std::int64_t>> counts;
+    const std::string ck = fmt::format("{}|{}", state_key(cfg, model::StagePlan{}, 0, 0, 0), g.pp);
+    auto it = counts.find(ck);
+    if (it == counts.end()) it = counts.emplace(ck, parallel::pipeline::balanced_layers(cfg, g.pp)).first;
+    po.layers_per_stage = it->second;
+  }
+  comm::GridCoords at;
+  at.pp = stage;
+  auto plan = parallel::stage_plan_of(cfg, c.grid, at, po, c.sequence_parallel);
+  cache.emplace(key, plan);
+  return plan;
+}
+
+double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
+                     std::int64_t layers) {
+  const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
+  const double Nr = plan.sequence_parallel ? N / double(plan.tp) : N;
+  const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
+               Hkv = double(plan.kv_heads), k = double(cfg.top_k), E = double(cfg.n_experts),
+               F = double(plan.d_expert), Fd = double(plan.d_ff), Fs = double(plan.d_shared),
+               S = double(cfg.n_shared_experts);
+  // What a LayerContext keeps (model/activation_context.hpp), 4 bytes a
+  // value or index; the routed rows balanced over the experts.
+  const double attn = 3 * Nr * d + 2 * Nr + N * (2 * H * hd + 2 * Hkv * hd) + N * H;
+  const double ffn_common = 2 * Nr * d + Nr;
+  const double dense = 3 * N * Fd;
+  const double rows = N * k;
+  const double moe = 2 * N * E + N + 2 * N * k + E + 2 * rows * d + 3 * rows * F + 2 * rows +
+                     (c.grid.ep > 1 ? rows * d + 2 * rows : 0) + 3 * S * N * Fs;
+  double per_layer_moe = 0, per_layer_dense = 0;
+  std::int64_t n_moe = 0, n_dense = 0;
+  for (const auto& [l0, l1] : plan.layer_ranges())
+    for (std::int64_t l = l0; l < l1; ++l) (cfg.is_moe_layer(l) ? n_moe : n_dense) += 1;
+  const double frac = double(layers) / double(std::max<std::int64_t>(1, plan.local_layers()));
+  per_layer_moe = attn + ffn_common + moe;
+  per_layer_dense = attn + ffn_common + dense;
+  double bytes = 4 * frac * (double(n_moe) * per_layer_moe + double(n_dense) * per_layer_dense);
+  if (c.recompute == "full") {
+    // Only each layer's input stays (every N-th with checkpoint_layers).
+    double kept = double(layers);
+    if (c.checkpoint_layers == "sqrt") {
+      const double seg = std::ceil(std::sqrt(double(layers)));
+      kept = std::ceil(double(layers) / seg);
+    } else if (c.checkpoint_layers != "all") {
+      kept = std::ceil(double(layers) / double(std::stoll(c.checkpoint_layers)));
+    }
+    bytes = 4 * kept * Nr * d;
+  }
+  bytes += 4 * Nr * d;  // the chunk's output
+  if (plan.has_head()) bytes += 4 * (Nr * d + N * double(plan.vocab_end - plan.vocab_begin) + 2 * N) + 4 * N;
+  if (plan.has_embedding()) bytes += 4 * N;
+  return bytes;
+}
+
+MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int stage) {
+  const auto plan = stage_plan(cfg, c, stage);
+  const int data = c.grid.dp * c.grid.cp;
+  MemoryBytes m = state_bytes(cfg, plan, c.zero, data, data / c.grid.ep);
+  const int chunks = c.schedule == "interleaved" && c.grid.pp > 1 ? c.virtual_stages : 1;
+  int alive = 1;
+  if (c.grid.pp > 1) {
+    // The most contexts alive is reached within a few rounds of the
+    // pipeline's depth; more micro-batches only repeat the steady state.
+    const int m = steady_micro(c.micro_per_round(), c.grid.pp, chunks);
+    static std::map<std::tuple<std::string, int, int, int, int>, int> alive_of;
+    const auto key = std::make_tuple(c.schedule, c.grid.pp, chunks, m, stage);
+    auto it = alive_of.find(key);
+    if (it == alive_of.end()) {
+      const auto sched = parallel::pipeline::make_schedule(c.schedule, stage, c.grid.pp, chunks);
+      it = alive_of.emplace(key, parallel::check_schedule(sched->ops(m), m, c.schedule, chunks)).first;
+    }
+    alive = it->second;
+  }
+  const std::int64_t layers = plan.local_layers() / chunks;
+  m.activations = double(alive) * context_bytes(cfg, c, plan, layers);
+  if (c.recompute == "full") {
+    // The work context the recompute runs in: about one layer's.
+    Candidate none = c;
+    none.recompute = "none";
+    m.activations += context_bytes(cfg, none, plan, 1);
+  }
+  return m;
+}
+
+MemoryBytes peak_memory(const model::ModelConfig& cfg, const Candidate& c, int* worst_stage) {
+  MemoryBytes best;
+  int worst = 0;
+  for (int s = 0; s < c.grid.pp; ++s) {
+    const auto m = stage_memory(cfg, c, s);
+    if (s == 0 || m.total() > best.total()) {
+      best = m;
+      worst = s;
+    }
+  }
+  if (worst_stage) *worst_stage = worst;
+  return best;
+}
+
+}  // namespace exa::plan

@@ -1,0 +1,46 @@
+#pragma once
+// Memory per device by the memory ledger's categories (core/memory_ledger.hpp)
+// for a candidate layout. Parameters, gradients and optimizer state are
+// exact: they come from the same stage plan (parallel::stage_plan_of) and
+// ZeRO shard layout (parallel::data::ShardLayout) the run builds, and
+// follow the buffers the ZeRO engine and AdamW allocate. Activations are
+// estimated from what an activation context keeps per layer, times the
+// contexts the stage's schedule keeps alive (parallel::check_schedule).
+#include <cstdint>
+#include <vector>
+
+#include "model/model_config.hpp"
+#include "model/stage_plan.hpp"
+#include "plan/candidate.hpp"
+
+namespace exa::plan {
+
+struct MemoryBytes {
+  double parameters = 0, gradients = 0, optimizer = 0, activations = 0, communication = 0;
+  double total() const { return parameters + gradients + optimizer + activations + communication; }
+};
+
+// The parameters, gradients and optimizer bytes of a rank holding `plan`
+// whose data group has `data_size` ranks and expert-data group
+// `expert_data_size`, part 0 of each (the largest part).
+MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& plan, int zero, int data_size,
+                        int expert_data_size);
+
+// The plan of pipeline stage `stage` of the candidate (tensor part 0,
+// experts of EP rank 0).
+model::StagePlan stage_plan(const model::ModelConfig& cfg, const Candidate& c, int stage);
+
+// Micro-batches a simulation of n_micro needs to see the steady state of
+// a pipeline of pp stages with `chunks` chunks each (n_micro when small).
+int steady_micro(int n_micro, int pp, int chunks);
+
+// Activation bytes one micro-batch's context keeps on `plan` (one chunk of
+// an interleaved stage), and those the recomputation's work buffers add.
+double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
+                     std::int64_t layers);
+
+// Every category for pipeline stage `stage`; and the largest over stages.
+MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int stage);
+MemoryBytes peak_memory(const model::ModelConfig& cfg, const Candidate& c, int* worst_stage = nullptr);
+
+}  // namespace exa::plan

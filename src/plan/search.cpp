@@ -1,0 +1,174 @@
+#include "plan/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "model/model_config.hpp"
+
+namespace exa::plan {
+
+namespace {
+
+std::vector<int> divisors(std::int64_t n) {
+  std::vector<int> d;
+  for (std::int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(int(i));
+  return d;
+}
+
+bool divides(std::int64_t a, std::int64_t b) { return a > 0 && b % a == 0; }
+
+// Context parallelism beyond 32 ranks splits a sequence into blocks too
+// small to hide the ring behind; the search stops there.
+constexpr int kMaxCp = 32;
+
+std::string memory_key(const Candidate& c) {
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {}", c.grid.tp, c.grid.cp, c.grid.pp, c.grid.dp,
+                     c.grid.ep, c.grid.etp, c.sequence_parallel, c.zero, c.schedule, c.virtual_stages, c.micro_batch,
+                     c.grad_accum, c.recompute, c.checkpoint_layers);
+}
+
+}  // namespace
+
+deck::Config candidate_config(const deck::Config& base, const Candidate& c, int world) {
+  auto sets = base.overrides();
+  for (auto& o : c.overrides()) sets.push_back(o);
+  return deck::Config::from_text(base.deck_text(), base.deck_path(), sets, world);
+}
+
+SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto cfg = model::ModelConfig::from_deck(base);
+  const Candidate deck = Candidate::from_deck(base);
+  SearchResult res;
+  const std::int64_t B = opt.global_batch > 0 ? opt.global_batch : deck.micro_batch * deck.grad_accum * deck.grid.dp;
+  res.global_batch = B;
+  const auto precisions = opt.precisions.empty() ? std::vector<std::string>{deck.precision} : opt.precisions;
+  const auto compressions = opt.compressions.empty() ? std::vector<std::string>{deck.compression} : opt.compressions;
+  const bool moe = cfg.moe_every > 0 && cfg.n_experts > 0;
+  std::vector<Ranked> ranked;
+  std::unordered_map<std::string, MemoryBytes> mem_cache;
+  MemoryBytes smallest;
+  double smallest_total = -1;
+
+  for (int tp : divisors(opt.world)) {
+    if (tp > cl.devices_per_node || !divides(tp, cfg.n_heads) || !divides(tp, cfg.n_kv_heads) ||
+        !divides(tp, cfg.vocab_size) || !divides(tp, cfg.d_ff) || (moe && cfg.n_shared_experts > 0 && !divides(tp, cfg.d_expert)))
+      continue;
+    for (int cp : divisors(opt.world / tp)) {
+      if (cp > kMaxCp || (cp > 1 && !divides(2 * cp, cfg.seq_len))) continue;
+      for (int pp : divisors(opt.world / (tp * cp))) {
+        if (pp > cfg.n_layers) continue;
+        const int dp = opt.world / (tp * cp * pp);
+        const int data = dp * cp;
+        for (int ep : moe ? divisors(data) : std::vector<int>{1}) {
+          if (moe && !divides(ep, cfg.n_experts)) continue;
+          for (int etp : tp > 1 && moe ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+            if (moe && etp == 0 && !divides(tp, cfg.d_expert)) continue;
+            ++res.layouts;
+            Candidate c = deck;
+            c.grid = comm::GridSizes{opt.world, tp, cp, dp, pp, ep, 0, etp};
+            c.layers_per_stage = "auto";
+            for (std::int64_t mb = deck.micro_batch; mb >= 1; mb /= 2) {
+              if (B % (std::int64_t(dp) * mb) != 0) continue;
+              c.micro_batch = mb;
+              c.grad_accum = B / (std::int64_t(dp) * mb);
+              c.round = 0;
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                c.sequence_parallel = sp == 1;
+                if (sp && !divides(std::int64_t(tp) * cp, cfg.seq_len)) continue;
+                std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
+                if (pp > 1) {
+                  schedules.push_back({"gpipe", 1});
+                  schedules.push_back({"zb", 1});
+                  for (int v : {2, 4})
+                    if (divides(std::int64_t(pp) * v, cfg.n_layers) && divides(pp, c.grad_accum))
+                      schedules.push_back({"interleaved", v});
+                }
+                for (const auto& [sched, v] : schedules) {
+                  c.schedule = sched;
+                  c.virtual_stages = v;
+                  for (const std::string& mode : cp > 1 ? std::vector<std::string>{"ring", "a2a"}
+                                                        : std::vector<std::string>{"ring"}) {
+                    if (mode == "a2a" && !divides(cp, cfg.n_kv_heads / tp)) continue;
+                    c.cp_mode = mode;
+                    // Each ZeRO stage adds communication and each recompute
+                    // policy compute, both only ever costing time in the
+                    // model: past the first (zero, recompute) that fits
+                    // without recompute, every later pair is slower (the
+                    // dominated ones are counted, not evaluated).
+                    bool settled = false;
+                    for (int zero = 0; zero <= (data > 1 ? 3 : 0); ++zero) {
+                      if (sched == "zb" && pp > 1 && zero > 1) continue;
+                      c.zero = zero;
+                      std::vector<std::pair<std::string, std::string>> recomputes = {
+                          {deck.recompute, deck.checkpoint_layers}};
+                      if (opt.vary_recompute) recomputes = {{"none", "all"}, {"full", "all"}, {"full", "sqrt"}};
+                      bool fitted = false;
+                      for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
+                        const auto& [rc, ckl] = recomputes[ri];
+                        if (rc == "full" && sched == "zb" && pp > 1) continue;
+                        if (ckl != "all" && zero == 3) continue;
+                        const std::int64_t policies =
+                            std::int64_t(precisions.size()) * (data > 1 ? std::int64_t(compressions.size()) : 1);
+                        res.space += policies;
+                        if (settled || fitted) {
+                          res.dominated += policies;
+                          continue;
+                        }
+                        c.recompute = rc;
+                        c.checkpoint_layers = ckl;
+                        const auto key = memory_key(c);
+                        auto it = mem_cache.find(key);
+                        if (it == mem_cache.end()) it = mem_cache.emplace(key, peak_memory(cfg, c)).first;
+                        const MemoryBytes mem = it->second;
+                        if (mem.total() > 0.9 * cl.memory_gib * 1073741824.0) {
+                          res.pruned_memory += policies;
+                          if (smallest_total < 0 || mem.total() < smallest_total) {
+                            smallest_total = mem.total();
+                            res.best_unfit = {c, predict(cfg, c, cl, &mem)};
+                          }
+                          continue;
+                        }
+                        fitted = true;
+                        if (ri == 0) settled = true;
+                        for (const auto& prec : precisions) {
+                          c.precision = prec;
+                          for (const auto& comp :
+                               data > 1 ? compressions : std::vector<std::string>{deck.compression}) {
+                            c.compression = comp;
+                            ranked.push_back({c, predict(cfg, c, cl, &mem)});
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::sort(ranked.begin(), ranked.end(),
+            [](const Ranked& a, const Ranked& b) { return a.cost.step < b.cost.step; });
+  for (const auto& r : ranked) {
+    if (int(res.top.size()) >= opt.top) break;
+    try {
+      (void)candidate_config(base, r.candidate, opt.world);
+    } catch (const Error&) {
+      ++res.refused;
+      continue;
+    }
+    res.top.push_back(r);
+  }
+  res.any_fit = !res.top.empty();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (void)smallest;
+  return res;
+}
+
+}  // namespace exa::plan
