@@ -169,6 +169,13 @@ int main(int argc, char** argv) {
         auto j = to_json(c, r);
         j["ranks"] = ranks;
         j["flops_per_token"] = plan::flops_per_token(mcfg).total();
+        j["train_flops_per_token"] = train::count_flops(mcfg).per_token_train;
+        // Each pipeline stage's rank 0 (tensor part 0, EP rank 0, ZeRO part 0).
+        for (int s = 0; s < c.grid.pp; ++s) {
+          const auto m = plan::stage_memory(mcfg, c, s);
+          j["stage_memory"].push_back({{"parameters", m.parameters}, {"gradients", m.gradients},
+                                       {"optimizer", m.optimizer}, {"activations", m.activations}});
+        }
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("%s on %d ranks of %s:\n  step %.4g s, %.4g tokens/s, MFU %.1f%%, %s\n  %s\n  memory: %s\n",

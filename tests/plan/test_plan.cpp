@@ -1,0 +1,196 @@
+// The planner's arithmetic (docs/planner.md): FLOPs per token against the
+// model's own count, the analytic ZeRO cut against ShardLayout, the
+// pipeline timeline against the schedules' theory, the search's plans
+// against the deck's checks, and the cluster file's errors.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/deck/config.hpp"
+#include "core/error.hpp"
+#include "parallel/data/data_parallel.hpp"
+#include "parallel/data/shard_layout.hpp"
+#include "parallel/pipeline/schedules.hpp"
+#include "plan/cluster.hpp"
+#include "plan/cost_model.hpp"
+#include "plan/memory_model.hpp"
+#include "plan/search.hpp"
+#include "plan/timeline.hpp"
+#include "train/flops.hpp"
+
+namespace {
+
+using namespace exa;
+
+model::ModelConfig moe_model() {
+  model::ModelConfig c;
+  c.vocab_size = 256;
+  c.d_model = 64;
+  c.n_layers = 4;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.d_ff = 96;
+  c.seq_len = 32;
+  c.n_experts = 8;
+  c.top_k = 2;
+  c.d_expert = 48;
+  return c;
+}
+
+TEST(Plan, FlopsPerTokenEqualTheModelsCount) {
+  auto c = moe_model();
+  for (int variant = 0; variant < 4; ++variant) {
+    if (variant == 1) c.moe_every = 2;
+    if (variant == 2) c.n_shared_experts = 2;
+    if (variant == 3) c.moe_every = 0;
+    EXPECT_EQ(plan::flops_per_token(c).total(), train::count_flops(c).per_token_train) << "variant " << variant;
+  }
+}
+
+TEST(Plan, ZeroCutEqualsTheShardLayout) {
+  auto c = moe_model();
+  c.tie_embeddings = true;
+  const auto plan = model::StagePlan::whole(c);
+  for (int parts : {1, 2, 3, 8}) {
+    const auto groups = parallel::data::engine_specs(c, plan);
+    ASSERT_EQ(groups.size(), 1u);
+    const parallel::data::ShardLayout L(groups[0], c.n_layers, parts, 0);
+    const auto m = plan::state_bytes(c, plan, 3, parts, parts);
+    EXPECT_EQ(m.optimizer, 8.0 * double(L.local_numel())) << parts << " parts";
+    std::int64_t alt = 0;
+    for (int u = 1; u < L.size(); ++u) alt = std::max(alt, L.unit(u).padded);
+    EXPECT_EQ(m.parameters, 4.0 * double(L.local_numel() + 2 * alt + L.unit(0).padded)) << parts << " parts";
+  }
+}
+
+TEST(Plan, PipelineBubbleMatchesTheSchedulesTheory) {
+  for (int pp : {2, 4}) {
+    for (int m : {4, 8, 16}) {
+      std::vector<plan::OpTimes> t(static_cast<std::size_t>(pp), plan::OpTimes{1.0, 1.0, 0.0, 0.0});
+      for (const char* s : {"gpipe", "1f1b"}) {
+        const auto tl = plan::simulate_pipeline(s, t, m);
+        EXPECT_NEAR(tl.bubble, parallel::pipeline::theoretical_bubble(s, pp, m), 1e-12) << s << " pp " << pp << " m " << m;
+        EXPECT_NEAR(tl.span, 2.0 * (m + pp - 1), 1e-12);
+      }
+      // zb: B split into an input part and a deferred weight part, each
+      // half the backward: idle time falls below 1f1b's.
+      std::vector<plan::OpTimes> z(static_cast<std::size_t>(pp), plan::OpTimes{1.0, 0.5, 0.5, 0.0});
+      EXPECT_LT(plan::simulate_pipeline("zb", z, m).span, plan::simulate_pipeline("1f1b", t, m).span);
+      if (m % pp == 0) {
+        std::vector<plan::OpTimes> half(static_cast<std::size_t>(pp), plan::OpTimes{0.5, 0.5, 0.0, 0.0});
+        const auto il = plan::simulate_pipeline("interleaved", half, m, 2);
+        EXPECT_NEAR(il.busy, 2.0 * m, 1e-12);
+        EXPECT_LT(il.span, 2.0 * (m + pp - 1));
+      }
+    }
+  }
+  // One stage: no bubble, the sum of the operations.
+  const auto one = plan::simulate_pipeline("1f1b", {plan::OpTimes{1.0, 2.0, 0.0, 0.0}}, 5);
+  EXPECT_DOUBLE_EQ(one.span, 15.0);
+  EXPECT_DOUBLE_EQ(one.bubble, 0.0);
+}
+
+TEST(Plan, LinksMatter) {
+  // The same layout predicts a longer step on a slower link.
+  const auto cfg = moe_model();
+  plan::Candidate c;
+  c.grid = comm::GridSizes{4, 1, 1, 4, 1, 4, 0, 0};
+  c.micro_batch = 2;
+  c.grad_accum = 2;
+  plan::Cluster fast;
+  fast.nodes = 1;
+  fast.devices_per_node = 4;
+  fast.fp32_tflops = 0.1;
+  fast.memory_gib = 8;
+  fast.memory_bandwidth_gbs = 10;
+  fast.intra = {10, 1};
+  fast.inter = fast.intra;
+  plan::Cluster slow = fast;
+  slow.intra = {0.01, 100};
+  const auto a = plan::predict(cfg, c, fast), b = plan::predict(cfg, c, slow);
+  EXPECT_GT(b.step, a.step);
+  EXPECT_GT(b.a2a, a.a2a);
+  EXPECT_EQ(b.memory.parameters, a.memory.parameters);
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kDeck = R"(
+[model]
+vocab_size = 256
+d_model = 64
+n_layers = 4
+n_heads = 4
+seq_len = 32
+[moe]
+n_experts = 8
+top_k = 2
+d_expert = 64
+[train]
+micro_batch = 2
+grad_accum = 4
+)";
+
+TEST(Plan, SearchReturnsDecksThatLoad) {
+  const auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
+  const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {}, 1);
+  plan::SearchOptions o;
+  o.world = 4;
+  o.top = 10;
+  const auto r = plan::search(base, cluster, o);
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_GT(r.layouts, 4);
+  EXPECT_EQ(r.global_batch, 8);
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const auto& t = r.top[i];
+    EXPECT_NO_THROW((void)plan::candidate_config(base, t.candidate, 4)) << t.candidate.describe();
+    EXPECT_EQ(t.candidate.grid.dp * t.candidate.micro_batch * t.candidate.grad_accum, 8) << t.candidate.describe();
+    if (i > 0) EXPECT_GE(t.cost.step, r.top[i - 1].cost.step);
+    EXPECT_TRUE(t.cost.fits);
+    EXPECT_FALSE(t.cost.reason.empty());
+  }
+}
+
+TEST(Plan, NothingFitsNamesTheSmallest) {
+  auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
+  cluster.memory_gib = 1e-4;
+  const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {}, 1);
+  plan::SearchOptions o;
+  o.world = 2;
+  const auto r = plan::search(base, cluster, o);
+  EXPECT_TRUE(r.top.empty());
+  EXPECT_GT(r.pruned_memory, 0);
+  EXPECT_GT(r.best_unfit.cost.memory.total(), 0);
+}
+
+TEST(Plan, ClusterFileErrorsNameTheKey) {
+  const auto missing = write_file("c1.toml", "[cluster]\nnodes = 2\ndevices_per_node = 4\n[device]\nmemory_gib = 8\n");
+  try {
+    (void)plan::load_cluster(missing);
+    FAIL() << "a cluster without fp32_tflops loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32_tflops"), std::string::npos) << e.what();
+  }
+  const auto bad = write_file("c2.toml", "[cluster]\nnodes = 0\n");
+  try {
+    (void)plan::load_cluster(bad);
+    FAIL() << "nodes = 0 loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nodes"), std::string::npos) << e.what();
+  }
+  const auto typo = write_file("c3.toml", "[clusterr]\nnodes = 1\n");
+  EXPECT_THROW((void)plan::load_cluster(typo), Error);
+  // What to_toml writes, load_cluster reads back.
+  const auto h100 = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/h100-sxm-ib400.toml");
+  const auto again = plan::load_cluster(write_file("c4.toml", plan::to_toml(h100)));
+  EXPECT_EQ(again.devices(), 2048);
+  EXPECT_DOUBLE_EQ(again.bf16_tflops, h100.bf16_tflops);
+  EXPECT_DOUBLE_EQ(again.inter.bandwidth_gbs, h100.inter.bandwidth_gbs);
+}
+
+}  // namespace
