@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -211,10 +212,19 @@ int main(int argc, char** argv) {
     }
     if (res.top.empty()) {
       const auto& u = res.best_unfit;
+      // Parameters, gradients and optimizer state shrink about as 1/ranks
+      // at ZeRO 3: the ranks at which the smallest layout's state would
+      // leave room for its activations.
+      const auto& m = u.cost.memory;
+      const double room = 0.9 * cluster.memory_gib * GiB - m.activations - m.communication;
+      const double state = m.parameters + m.gradients + m.optimizer;
+      const std::string more = room > 0 ? fmt::format("about {} ranks ({:.1f}x)", int(std::ceil(ranks * state / room)),
+                                                      state / room)
+                                        : std::string("more ranks than the activations allow");
       throw Error(fmt::format(
-          "no layout of {} ranks fits {:.0f} GiB per device; the smallest is {} at {}. Use more devices, "
-          "devices with more memory, bf16 or a smaller micro-batch",
-          ranks, cluster.memory_gib, u.candidate.describe(), memory_line(u.cost.memory)));
+          "no layout of {} ranks fits {:.1f} GiB per device; the smallest is {} at {}. It would fit on {}, or on "
+          "devices with {:.0f} GiB",
+          ranks, cluster.memory_gib, u.candidate.describe(), memory_line(m), more, m.total() / 0.9 / GiB));
     }
     for (std::size_t i = 0; i < res.top.size(); ++i) {
       const auto& t = res.top[i];
