@@ -24,6 +24,7 @@
 #include "io/token_shard.hpp"
 #include "inference/evaluate_checkpoint.hpp"
 #include "kernels/onednn_matmul.hpp"
+#include "plan/auto_layout.hpp"
 #include "train/preflight.hpp"
 #include "train/trainer.hpp"
 
@@ -161,12 +162,22 @@ int main(int argc, char** argv) {
                 ranks, ranks);
     // Every rank validates (the result is the same everywhere, so all exit
     // alike); only rank 0 prints.
-    const auto config = exa::deck::Config::load(deck_path, overrides, ranks > 0 ? ranks : mpi.size());
+    auto config = exa::deck::Config::load(deck_path, overrides, ranks > 0 ? ranks : mpi.size());
+    std::string planned;
+    if (config.get_bool("parallel.auto")) {
+      // The planner picks the layout for the ranks launched (or --ranks);
+      // every rank computes the same choice from the same measurements.
+      auto chosen = exa::plan::choose_layout(config, ranks > 0 ? ranks : mpi.size(), MPI_COMM_WORLD);
+      config = std::move(chosen.config);
+      planned = std::move(chosen.summary);
+      if (!check_only) exa::log::info("{}", planned);
+    }
     if (check_only) {
       // What would stop the run once the job starts: data, directories, the
       // checkpoint to resume, the layout (the output stays valid TOML).
       const auto found = exa::train::preflight(config);
       std::string text = config.to_toml() + "\n# --check found:\n";
+      if (!planned.empty()) text += "#   " + planned + "\n";
       for (const auto& line : found) text += "#   " + line + "\n";
       exa::log::info("{}", text);
       return 0;

@@ -30,6 +30,16 @@
 
 namespace exa::train {
 
+namespace {
+
+// Who chose the layout: the deck, or the planner (examoe's parallel.auto).
+std::string layout_chosen_by(const deck::Config& cfg) {
+  const auto& cluster = cfg.get_string("parallel.cluster");
+  return cfg.get_bool("parallel.auto") ? "parallel.auto on " + cluster : std::string("the deck");
+}
+
+}  // namespace
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -96,7 +106,10 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                              {"ep", grid_.sizes().ep}, {"tp", grid_.sizes().tp},
                                              {"pp", grid_.sizes().pp},
                                              {"zero", dp_->options().zero}, {"experts_here",
-                                              dp_->plan().local_experts()}}},
+                                              dp_->plan().local_experts()},
+                                             // Who chose it: the deck, or the planner (examoe's
+                                             // parallel.auto) for this cluster.
+                                             {"chosen_by", layout_chosen_by(cfg)}}},
                                  {"precision", {{"matmuls", kernels::to_string(kernels::matmul_precision())}}},
                                  {"config", nlohmann::json::parse(cfg.to_json())}});
 

@@ -109,6 +109,15 @@ void check_moe(const Config& c) {
 }
 
 void check_parallel(const Config& c) {
+  if (c.get_bool("parallel.auto")) {
+    // The deck's own lines only: examoe passes the planner's choice as
+    // overrides, and checks the command line's own --set itself.
+    for (const auto& key : auto_layout_keys())
+      if (sets_layout_key(c.setting(key), false))
+        fail(c, {key}, fmt::format("parallel.auto = true chooses {0} itself; remove {0} from the deck (or set "
+                                   "parallel.auto = false to keep your layout)",
+                                   key));
+  }
   const auto tp = c.get_int("parallel.tp"), pp = c.get_int("parallel.pp"), cp = c.get_int("parallel.cp");
   const auto dp = c.get_int("parallel.dp"), ep = c.get_int("parallel.ep");
   const auto layers = c.get_int("model.n_layers");
@@ -495,6 +504,21 @@ void check_world(const Config& c) {
          fmt::format("parallel.pp*dp*cp*tp = {}*{}*{}*{} = {} does not equal the world size {}; {}", pp, dp, cp, tp,
                      pp * dp * cp * tp, world, fix));
   }
+}
+
+const std::vector<std::string>& auto_layout_keys() {
+  static const std::vector<std::string> keys = {
+      "parallel.dp",           "parallel.tp",      "parallel.pp",       "parallel.cp",
+      "parallel.ep",           "parallel.etp",     "parallel.zero",     "parallel.sequence_parallel",
+      "parallel.microbatches", "parallel.cp_mode", "pipeline.schedule", "pipeline.layers_per_stage",
+      "pipeline.virtual_stages"};
+  return keys;
+}
+
+bool sets_layout_key(const Setting& s, bool overrides_too) {
+  // A derived value (dp = 0 resolved to the world) is the default asked for.
+  const bool set = s.origin == Origin::File || (overrides_too && s.origin == Origin::Override);
+  return set && s.derived.empty() && !(s.value == s.spec->def);
 }
 
 void check_consistency(const Config& c) {

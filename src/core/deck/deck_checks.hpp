@@ -17,6 +17,13 @@ void check_world(const Config& config);
 // and microbatches are never 0 here.
 void check_consistency(const Config& config);
 
+// The layout keys parallel.auto chooses (every [parallel] and [pipeline]
+// key of the layout), and whether a setting asks for a value of its own
+// (from the deck's text, or with `overrides_too` also from a --set): not
+// the default, and not a default ExaMoE resolved (dp = 0).
+const std::vector<std::string>& auto_layout_keys();
+bool sets_layout_key(const Setting& s, bool overrides_too);
+
 // "4, 4.5,0" -> {4, 4.5, 0} (a comma-separated list of numbers, such as
 // moe.bias_init; empty text is an empty list). exa::Error naming the entry
 // that is not a number.

@@ -88,6 +88,8 @@ std::vector<KeySpec> build() {
       I("parallel", "ranks_per_node", 0, 0, 4096, "ranks sharing a node; 0 = detect (MPI_Comm_split_type)"),
       B("parallel", "hierarchical", false, "node-local then inter-node collectives"),
       I("parallel", "microbatches", 0, 0, kDim, "pipeline micro-batches per round, each round a whole pipeline pass; 0 = train.grad_accum (one round); must divide it"),
+      B("parallel", "auto", false, "choose the layout at start-up for the launched ranks with the planner (examoe-plan, docs/planner.md): every [parallel] and [pipeline] layout key is its choice, so leave them at their defaults; the deck's precision, recompute and compression stay"),
+      S("parallel", "cluster", "calibrate", {}, "with parallel.auto: the cluster file to plan for (input/clusters/*.toml), or \"calibrate\": measure this machine at start-up"),
       S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads/tp)"),
 
       S("pipeline", "schedule", "1f1b", {"gpipe", "1f1b", "zb", "interleaved"}, "pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), 1f1b (at most pp - stage micro-batches alive), zb (1f1b with weight gradients deferred into the bubbles, ZB-H1; parallel.zero <= 1) or interleaved (Megatron's interleaved 1F1B over pipeline.virtual_stages chunks per stage; micro-batches per round (parallel.microbatches) a multiple of pp)"),
