@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   int ranks = 0, top = 5;
   std::int64_t global_batch = 0;
   bool predict_only = false, json = false, fixed_recompute = false;
+  double imbalance = 1;
   app.add_option("deck", deck_path, "the model's input deck");
   app.add_option("--cluster", cluster_path, "cluster description (input/clusters/*.toml)");
   app.add_option("--ranks", ranks, "devices (ranks) to plan for; default: every device of the cluster");
@@ -104,6 +105,9 @@ int main(int argc, char** argv) {
   app.add_option("--precisions", precisions, "matmul precisions to try, e.g. fp32,bf16 (default: the deck's)");
   app.add_option("--compressions", compressions, "gradient wire formats to try, e.g. none,bf16,int8 (default: the deck's)");
   app.add_flag("--fixed-recompute", fixed_recompute, "keep the deck's memory.recompute instead of trying none, full, full/sqrt");
+  app.add_option("--expert-imbalance", imbalance,
+                 "most-loaded expert's tokens over the mean (metrics.jsonl expert_imbalance); default 1, balanced")
+      ->check(CLI::Range(1.0, 1e6));
   app.add_flag("--predict", predict_only, "predict the deck's own layout on --ranks ranks instead of searching");
   app.add_flag("--json", json, "one JSON line per plan");
   auto* cal = app.add_subcommand("calibrate", "measure this machine and write a cluster file");
@@ -165,7 +169,9 @@ int main(int argc, char** argv) {
       const auto cfg = deck::Config::load(deck_path, sets, ranks);
       const auto mcfg = model::ModelConfig::from_deck(cfg);
       const auto c = plan::Candidate::from_deck(cfg);
-      const auto r = plan::predict(mcfg, c, cluster);
+      plan::PredictOptions po;
+      po.expert_imbalance = imbalance;
+      const auto r = plan::predict(mcfg, c, cluster, nullptr, po);
       if (json) {
         auto j = to_json(c, r);
         j["ranks"] = ranks;
@@ -193,6 +199,7 @@ int main(int argc, char** argv) {
     o.precisions = split_list(precisions);
     o.compressions = split_list(compressions);
     o.vary_recompute = !fixed_recompute;
+    o.predict.expert_imbalance = imbalance;
     const auto res = plan::search(base, cluster, o);
     const auto mcfg = model::ModelConfig::from_deck(base);
     if (!json) {

@@ -21,7 +21,8 @@ struct Cluster {
   int nodes = 1, devices_per_node = 1;
   // Per device.
   double fp32_tflops = 0, bf16_tflops = 0, fp16_tflops = 0;  // dense matmul peak
-  double matmul_efficiency = 0.7;     // achieved share of the peak on the model's products
+  double matmul_efficiency = 0.7;     // achieved share of the fp32 peak on the model's products
+  double low_precision_efficiency = 0.7;  // the same for bf16 and fp16 products (rounding the inputs costs)
   double attention_efficiency = 0.4;  // achieved share of the peak in attention's score and value products
   double memory_gib = 0;
   double memory_bandwidth_gbs = 0;

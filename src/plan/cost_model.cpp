@@ -1,6 +1,7 @@
 #include "plan/cost_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 #include <vector>
 
@@ -61,25 +62,30 @@ struct Net {
 // attention-core FLOPs, and the weight-gradient share of the backward.
 struct ChunkWork {
   double matmul = 0, core = 0;
+  double linear = 0;   // of matmul: the Linear seams' products (attention projections, dense FFN), which zb defers
+  double experts = 0;  // of matmul: the routed experts' products
   std::int64_t moe_layers = 0, layers = 0;
 };
 
 ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan, double N, std::int64_t l0,
-                     std::int64_t l1) {
+                     std::int64_t l1, double imbalance) {
   const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
                Hkv = double(plan.kv_heads), T = double(cfg.seq_len);
   ChunkWork w;
   for (std::int64_t l = l0; l < l1; ++l) {
     ++w.layers;
     w.matmul += 2 * N * (d * H * hd + 2 * d * Hkv * hd + H * hd * d);
+    w.linear += 2 * N * (d * H * hd + 2 * d * Hkv * hd + H * hd * d);
     w.core += 2 * N * H * hd * T;
     if (cfg.is_moe_layer(l)) {
       ++w.moe_layers;
       w.matmul += 2 * N * double(cfg.n_experts) * d;
-      w.matmul += 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d;
+      w.matmul += 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d * imbalance;
+      w.experts += 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d * imbalance;
       w.matmul += 2 * N * double(cfg.n_shared_experts) * 3 * double(plan.d_shared) * d;
     } else {
       w.matmul += 2 * N * 3 * double(plan.d_ff) * d;
+      w.linear += 2 * N * 3 * double(plan.d_ff) * d;
     }
   }
   return w;
@@ -87,14 +93,34 @@ ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan
 
 }  // namespace
 
-StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluster& cl, const MemoryBytes* memory) {
+namespace {
+
+// Layers per recomputation segment (memory.checkpoint_layers: "all" is 1).
+double recompute_segment(const Candidate& c, double layers) {
+  if (c.recompute != "full" || c.checkpoint_layers == "all") return 1;
+  if (c.checkpoint_layers == "sqrt") return std::ceil(std::sqrt(layers));
+  return std::min(layers, double(std::stoll(c.checkpoint_layers)));
+}
+
+}  // namespace
+
+StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluster& cl, const MemoryBytes* memory,
+                 const PredictOptions& opt) {
   const Net net{cl};
   const auto& g = c.grid;
   const int tp = g.tp, cp = g.cp, pp = g.pp, ep = g.ep, data = g.dp * g.cp;
   const int chunks = c.schedule == "interleaved" && pp > 1 ? c.virtual_stages : 1;
   const double N = double(c.micro_batch * cfg.seq_len / cp);
   const double peak = cl.peak_tflops(c.precision) * 1e12;
-  const double mm_rate = peak * cl.matmul_efficiency, core_rate = peak * cl.attention_efficiency;
+  const double mm_rate = peak * (c.precision == "fp32" ? cl.matmul_efficiency : cl.low_precision_efficiency),
+               core_rate = peak * cl.attention_efficiency;
+  // The busiest EP rank's share of the routed rows: its hottest expert at
+  // `imbalance` times the mean load, the rest sharing what is left.
+  double ep_load = 1;
+  if (ep > 1 && opt.expert_imbalance > 1) {
+    const double E = double(cfg.n_experts), per = E / ep, imb = std::min(opt.expert_imbalance, E);
+    ep_load = (imb + (per - 1) * (E - imb) / (E - 1)) / per;
+  }
   const double mem_bw = cl.memory_bandwidth_gbs * 1e9;
   const double a2a_b = wire_bytes(c.a2a_compression, c.quant_block);
   const bool recompute = c.recompute == "full";
@@ -134,8 +160,10 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     const auto ranges = plan.layer_ranges();
     ChunkWork w;
     for (const auto& [l0, l1] : ranges) {
-      const auto cw = chunk_work(cfg, plan, N, l0, l1);
+      const auto cw = chunk_work(cfg, plan, N, l0, l1, ep_load);
       w.matmul += cw.matmul / chunks;
+      w.linear += cw.linear / chunks;
+      w.experts += cw.experts / chunks;
       w.core += cw.core / chunks;
       w.moe_layers += cw.moe_layers;
       w.layers += cw.layers;
@@ -150,10 +178,14 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     const double f_compute = (w.matmul + head / chunks) / mm_rate + w.core / core_rate + elem / 3;
     const double b_input = (w.matmul + head / chunks) / mm_rate + 2 * w.core / core_rate + 2 * elem / 3;
     const double b_weight = (w.matmul + head / chunks) / mm_rate;
+    // zb defers the Linear seams' weight gradients only; the experts' and
+    // the head's stay in B (parallel/pipeline/deferred_weights.hpp).
+    const double w_deferred = w.linear / mm_rate;
     // Collectives per micro-batch and chunk.
     const double row = N * double(cfg.d_model) * 4;
     const double tp_f = tp > 1 ? 2 * layers_per_chunk * net.allreduce(row, tp, 1) : 0;
-    const double a2a_f = ep > 1 ? 2 * moe_per_chunk * net.alltoall(N * double(cfg.top_k) * double(cfg.d_model) * a2a_b, ep, tp) : 0;
+    const double a2a_f =
+        ep > 1 ? 2 * moe_per_chunk * net.alltoall(N * double(cfg.top_k) * double(cfg.d_model) * a2a_b * ep_load, ep, tp) : 0;
     double cp_f = 0;
     if (cp > 1) {
       const double kv = N * 2 * double(plan.kv_heads) * double(cfg.head_dim()) * 4;
@@ -178,22 +210,27 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     auto& t = times[std::size_t(s)];
     const double fwd_comm = tp_f + a2a_f + cp_f;
     t.forward = f_compute + fwd_comm + zg_f;
-    const double re = recompute ? f_compute + fwd_comm : 0;
+    // Full recomputation runs each layer's forward once more; with every
+    // N-th input kept, a segment's earlier layers are run forward once
+    // more again to rebuild its inputs: (N - 1) / N of a forward on top.
+    const double seg = recompute_segment(c, double(plan.local_layers()) / chunks);
+    const double re_factor = recompute ? 1 + (seg - 1) / seg : 0;
+    const double re = re_factor * (f_compute + fwd_comm);
     const double bwd_comm = 2 * fwd_comm;  // each forward collective has its transpose, twice the data for cp's dk, dv
     const double zg_b = c.zero == 3 && data > 1 ? zg_f : 0;
     if (c.schedule == "zb" && pp > 1) {
-      t.backward = b_input + bwd_comm + re + zg_b;
-      t.weight = b_weight;
+      t.backward = b_input + b_weight - w_deferred + bwd_comm + re + zg_b;
+      t.weight = w_deferred;
     } else {
       t.backward = b_input + b_weight + bwd_comm + re + zg_b;
     }
     t.p2p = p2p;
     if (s == worst) {
       const double m = double(c.grad_accum) * chunks;
-      comp_tot = m * (f_compute + b_input + b_weight + (recompute ? f_compute : 0));
-      tp_tot = m * 3 * tp_f * (recompute ? 4.0 / 3 : 1);
-      a2a_tot = m * 3 * a2a_f * (recompute ? 4.0 / 3 : 1);
-      cp_tot = m * 3 * cp_f * (recompute ? 4.0 / 3 : 1);
+      comp_tot = m * (f_compute * (1 + re_factor) + b_input + b_weight);
+      tp_tot = m * tp_f * (3 + re_factor);
+      a2a_tot = m * a2a_f * (3 + re_factor);
+      cp_tot = m * cp_f * (3 + re_factor);
       zg_tot = m * (zg_f + zg_b);
       p2p_tot = m * 2 * p2p;
       local_params_worst = state_bytes(cfg, plan, c.zero, data, data / ep).optimizer / 8;

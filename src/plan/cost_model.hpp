@@ -40,9 +40,16 @@ struct StepCost {
   std::string reason;     // one line for the report
 };
 
+// What the workload does that the model's shape does not say.
+struct PredictOptions {
+  // The most-loaded expert's tokens over the mean (metrics.jsonl
+  // "expert_imbalance"); 1 = balanced routing, what balancing aims at.
+  double expert_imbalance = 1;
+};
+
 // `memory`, when given, is peak_memory(cfg, c) already computed.
 StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluster& cluster,
-                 const MemoryBytes* memory = nullptr);
+                 const MemoryBytes* memory = nullptr, const PredictOptions& opt = {});
 
 // Bytes per element a wire format puts on the wire (none: fp32).
 double wire_bytes(const std::string& format, std::int64_t quant_block);

@@ -128,7 +128,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                           res.pruned_memory += policies;
                           if (smallest_total < 0 || mem.total() < smallest_total) {
                             smallest_total = mem.total();
-                            res.best_unfit = {c, predict(cfg, c, cl, &mem)};
+                            res.best_unfit = {c, predict(cfg, c, cl, &mem, opt.predict)};
                           }
                           continue;
                         }
@@ -139,7 +139,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                           for (const auto& comp :
                                data > 1 ? compressions : std::vector<std::string>{deck.compression}) {
                             c.compression = comp;
-                            ranked.push_back({c, predict(cfg, c, cl, &mem)});
+                            ranked.push_back({c, predict(cfg, c, cl, &mem, opt.predict)});
                           }
                         }
                       }

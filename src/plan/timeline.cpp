@@ -87,11 +87,19 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
           busy[std::size_t(s)] += pending[std::size_t(s)].front();
           pending[std::size_t(s)].pop_front();
         }
-        const double d = op.kind == Op::Kind::Forward ? tm.forward : tm.backward;
+        // The stage's last backward runs undeferred, after every W still
+        // waiting, so that the data-parallel reductions see whole gradients.
+        const bool last = deferred && i + 1 == ops[std::size_t(s)].size();
+        while (last && !pending[std::size_t(s)].empty()) {
+          t += pending[std::size_t(s)].front();
+          busy[std::size_t(s)] += pending[std::size_t(s)].front();
+          pending[std::size_t(s)].pop_front();
+        }
+        const double d = op.kind == Op::Kind::Forward ? tm.forward : tm.backward + (last ? tm.weight : 0.0);
         t = std::max(t, ready) + d;
         busy[std::size_t(s)] += d;
         done[key(s, op.kind, op.chunk, op.micro)] = t;
-        if (deferred && op.kind == Op::Kind::Backward) pending[std::size_t(s)].push_back(tm.weight);
+        if (deferred && !last && op.kind == Op::Kind::Backward) pending[std::size_t(s)].push_back(tm.weight);
         ++i;
         --left;
         progress = true;

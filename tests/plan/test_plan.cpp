@@ -74,9 +74,14 @@ TEST(Plan, PipelineBubbleMatchesTheSchedulesTheory) {
         EXPECT_NEAR(tl.span, 2.0 * (m + pp - 1), 1e-12);
       }
       // zb: B split into an input part and a deferred weight part, each
-      // half the backward: idle time falls below 1f1b's.
+      // half the backward. The executor runs every W still waiting before
+      // the step's last backward (parallel/pipeline/deferred_weights.hpp),
+      // so the cool-down gain of ZB-H1 is not there: never worse than
+      // 1f1b, the same busy time.
       std::vector<plan::OpTimes> z(static_cast<std::size_t>(pp), plan::OpTimes{1.0, 0.5, 0.5, 0.0});
-      EXPECT_LT(plan::simulate_pipeline("zb", z, m).span, plan::simulate_pipeline("1f1b", t, m).span);
+      const auto zb = plan::simulate_pipeline("zb", z, m), ob = plan::simulate_pipeline("1f1b", t, m);
+      EXPECT_LE(zb.span, ob.span);
+      EXPECT_NEAR(zb.busy, ob.busy, 1e-12);
       if (m % pp == 0) {
         std::vector<plan::OpTimes> half(static_cast<std::size_t>(pp), plan::OpTimes{0.5, 0.5, 0.0, 0.0});
         const auto il = plan::simulate_pipeline("interleaved", half, m, 2);
