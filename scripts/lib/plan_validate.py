@@ -60,6 +60,12 @@ def sets(text):
 
 def measure(args, name, ranks, extra):
     run_dir = os.path.join(args.work, name)
+    if not (args.reuse and os.path.exists(os.path.join(run_dir, "metrics.jsonl"))):
+        run(args, run_dir, ranks, extra, name)
+    return read_run(run_dir)
+
+
+def run(args, run_dir, ranks, extra, name):
     subprocess.run(["rm", "-rf", run_dir], check=True)
     cmd = [args.mpiexec, "-n", str(ranks), args.examoe, DECK] + BASE + sets(extra) + [
         "--set", f"train.steps={args.steps}", "--set", f"output.run_dir={run_dir}"]
@@ -67,6 +73,9 @@ def measure(args, name, ranks, extra):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"{name}: the run failed ({r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+
+
+def read_run(run_dir):
     steps, mem, before, imbalance = [], 0.0, 0, []
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
@@ -104,6 +113,7 @@ def main():
         ap.add_argument(a, required=True)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--reuse", action="store_true", help="take the runs already in --work, predict again")
     ap.add_argument("--python-plot", default="/usr/bin/python3")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
