@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   rel->add_option("--node-mtbf-hours", mtbf_h, "mean time between failures of one node, hours")->required();
   rel->add_option("--nodes", nodes, "nodes of the job")->required();
   rel->add_option("--tier", tiers, "NAME:CHECKPOINT_S:RESTART_S, per checkpoint tier (repeatable)")->required();
+  double interval = 0;
+  rel->add_option("--interval-s", interval, "evaluate at this checkpoint interval instead of the optimum");
   if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe-plan"); rc >= 0) return rc;
   try {
     if (cal->parsed()) {
@@ -149,7 +151,7 @@ int main(int argc, char** argv) {
         EXA_REQUIRE(a != std::string::npos && b != a, "--tier {}: write NAME:CHECKPOINT_S:RESTART_S, e.g. memory:0.5:60", t);
         tc.push_back({t.substr(0, a), std::stod(t.substr(a + 1, b - a - 1)), std::stod(t.substr(b + 1))});
       }
-      const auto p = plan::plan_reliability(mtbf_h, nodes, tc);
+      const auto p = plan::plan_reliability(mtbf_h, nodes, tc, interval);
       std::printf("system MTBF %.0f s (%.2f h) for %d nodes of %.0f h\n", p.system_mtbf_s, p.system_mtbf_s / 3600, nodes,
                   mtbf_h);
       for (std::size_t i = 0; i < p.tiers.size(); ++i) {

@@ -26,6 +26,9 @@ struct ReliabilityPlan {
   int best = 0;
 };
 
-ReliabilityPlan plan_reliability(double node_mtbf_hours, int nodes, const std::vector<TierCost>& tiers);
+// `interval_s` > 0 evaluates every tier at that interval instead of its
+// optimum (to compare with a run that checkpoints at a set cadence).
+ReliabilityPlan plan_reliability(double node_mtbf_hours, int nodes, const std::vector<TierCost>& tiers,
+                                 double interval_s = 0);
 
 }  // namespace exa::plan

@@ -4,6 +4,7 @@
 // against the deck's checks, and the cluster file's errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -15,6 +16,7 @@
 #include "plan/cluster.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/memory_model.hpp"
+#include "plan/reliability.hpp"
 #include "plan/search.hpp"
 #include "plan/timeline.hpp"
 #include "train/flops.hpp"
@@ -117,6 +119,25 @@ TEST(Plan, LinksMatter) {
   EXPECT_GT(b.step, a.step);
   EXPECT_GT(b.a2a, a.a2a);
   EXPECT_EQ(b.memory.parameters, a.memory.parameters);
+}
+
+TEST(Plan, YoungDalyInterval) {
+  // 1,024 nodes of 43,800 h: M = 153,984 s; C = 0.5 s gives tau = sqrt(2 C M).
+  const auto p = plan::plan_reliability(43800, 1024, {{"memory", 0.5, 60}, {"shared", 20, 300}});
+  EXPECT_NEAR(p.system_mtbf_s, 43800.0 * 3600 / 1024, 1e-6);
+  ASSERT_EQ(p.tiers.size(), 2u);
+  EXPECT_NEAR(p.tiers[0].interval_s, std::sqrt(2 * 0.5 * p.system_mtbf_s), 1e-9);
+  const double tau = p.tiers[0].interval_s, M = p.system_mtbf_s;
+  EXPECT_NEAR(p.tiers[0].efficiency, 1 - 0.5 / tau - (60 + tau / 2) / M, 1e-12);
+  EXPECT_EQ(p.best, 0);
+  // The optimum beats any other interval; a set interval is evaluated as given.
+  for (double t : {tau / 3, tau * 3}) {
+    const auto q = plan::plan_reliability(43800, 1024, {{"memory", 0.5, 60}}, t);
+    EXPECT_DOUBLE_EQ(q.tiers[0].interval_s, t);
+    EXPECT_LT(q.tiers[0].efficiency, p.tiers[0].efficiency);
+  }
+  EXPECT_THROW((void)plan::plan_reliability(0, 10, {{"x", 1, 1}}), Error);
+  EXPECT_THROW((void)plan::plan_reliability(100, 10, {{"x", 0, 1}}), Error);
 }
 
 std::string write_file(const std::string& name, const std::string& text) {
