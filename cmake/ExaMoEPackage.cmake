@@ -19,3 +19,11 @@ install(FILES ${CMAKE_BINARY_DIR}/ExaMoEConfig.cmake ${CMAKE_BINARY_DIR}/ExaMoEC
 install(PROGRAMS ${CMAKE_SOURCE_DIR}/scripts/batch/slurm-cpu.sbatch ${CMAKE_SOURCE_DIR}/scripts/batch/slurm-gpu.sbatch
                  ${CMAKE_SOURCE_DIR}/scripts/batch/pbs-cpu.pbs
         DESTINATION ${CMAKE_INSTALL_DATADIR}/examoe/batch)
+
+# The planner's cluster presets and scale models, so that an installed
+# examoe-plan finds them: `examoe-plan DECK --cluster
+# <prefix>/share/examoe/clusters/h100-sxm-ib400.toml`.
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/input/clusters/ DESTINATION ${CMAKE_INSTALL_DATADIR}/examoe/clusters
+        FILES_MATCHING PATTERN "*.toml")
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/input/models/ DESTINATION ${CMAKE_INSTALL_DATADIR}/examoe/models
+        FILES_MATCHING PATTERN "*.toml")
