@@ -109,6 +109,10 @@ void check_moe(const Config& c) {
 }
 
 void check_parallel(const Config& c) {
+  if (!c.get_bool("parallel.auto") && sets_layout_key(c.setting("parallel.cluster"), true))
+    fail(c, {"parallel.cluster"},
+         "parallel.cluster names the cluster parallel.auto plans for, and parallel.auto is false; set "
+         "parallel.auto = true or remove parallel.cluster");
   if (c.get_bool("parallel.auto")) {
     // The deck's own lines only: examoe passes the planner's choice as
     // overrides, and checks the command line's own --set itself.
