@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/types.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/onednn_matmul.hpp"
 #include "train/sgemm_peak.hpp"
 
@@ -42,6 +43,29 @@ double bf16_tflops(double seconds) {
                          c.data(), n);
   });
   return 2.0 * n * double(n) * n / t * 1e-12;
+}
+
+// The gemm rate at M rows (K = N = 1024, as the model's products C = A B^T)
+// for M = 32 ... 2048, fitted as 1/rate = a + b/M: a product of M rows
+// reaches M / (M + b/a) of the large products' rate.
+double gemm_half_rows(double seconds) {
+  const int K = 1024, N = 1024;
+  View2<float> b("exa::plan::gemm_b", N, K);
+  Kokkos::deep_copy(b, 0.25f);
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int n = 0;
+  for (int M : {32, 128, 512, 2048}) {
+    View2<float> a("exa::plan::gemm_a", M, K), c("exa::plan::gemm_c", M, N);
+    Kokkos::deep_copy(a, 0.5f);
+    const double t = best_of(seconds / 4, [&] {
+      kernels::gemm('N', 'T', 1.0f, a, b, 0.0f, c);
+      Kokkos::fence();
+    });
+    const double x = 1.0 / M, y = t / (2.0 * M * N * K);  // seconds per FLOP
+    sx += x, sy += y, sxx += x * x, sxy += x * y, ++n;
+  }
+  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), icept = (sy - slope * sx) / n;
+  return icept > 0 && slope > 0 ? slope / icept : 0.0;
 }
 
 // Streaming copy of 64 MiB: read and write.
@@ -117,9 +141,11 @@ Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
   c.bf16_tflops = bf16_tflops(opt.seconds);
   c.fp16_tflops = c.bf16_tflops;
   c.memory_bandwidth_gbs = memory_gbs(opt.seconds);
+  c.gemm_half_rows = gemm_half_rows(opt.seconds);
   // The slowest rank sets the pace.
   for (double* v : {&c.fp32_tflops, &c.bf16_tflops, &c.memory_bandwidth_gbs})
     MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &c.gemm_half_rows, 1, MPI_DOUBLE, MPI_MAX, comm);
   c.fp16_tflops = c.bf16_tflops;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   c.memory_gib = double(pages) * double(page) / 1073741824.0 / double(c.devices_per_node);

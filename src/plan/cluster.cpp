@@ -72,6 +72,7 @@ Cluster load_cluster(const std::string& path) {
   c.matmul_efficiency = r.num("device", "matmul_efficiency", 0.01, 1, false, 0.7);
   c.low_precision_efficiency = r.num("device", "low_precision_efficiency", 0.01, 1, false, c.matmul_efficiency);
   c.attention_efficiency = r.num("device", "attention_efficiency", 0.001, 1, false, 0.4);
+  c.gemm_half_rows = r.num("device", "gemm_half_rows", 0, 1e6, false, 0);
   c.memory_gib = r.num("device", "memory_gib", 0.01, 1e6, true, 0);
   c.memory_bandwidth_gbs = r.num("device", "memory_bandwidth_gbs", 0.1, 1e6, true, 0);
   c.elementwise_passes = r.num("device", "elementwise_passes", 0, 1000, false, 8);
@@ -87,11 +88,11 @@ std::string to_toml(const Cluster& c) {
       "[cluster]\nname = \"{}\"\ntopology = \"{}\"\nnodes = {}\ndevices_per_node = {}\n\n"
       "[device]\nfp32_tflops = {:.6g}\nbf16_tflops = {:.6g}\nfp16_tflops = {:.6g}\nmatmul_efficiency = {:.4g}\n"
       "low_precision_efficiency = {:.4g}\n"
-      "attention_efficiency = {:.4g}\nmemory_gib = {:.6g}\nmemory_bandwidth_gbs = {:.6g}\nelementwise_passes = {:.4g}\n\n"
+      "attention_efficiency = {:.4g}\ngemm_half_rows = {:.4g}\nmemory_gib = {:.6g}\nmemory_bandwidth_gbs = {:.6g}\nelementwise_passes = {:.4g}\n\n"
       "[intra_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\n\n"
       "[inter_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\n\n[storage]\nwrite_gbs = {:.6g}\n",
       c.name, c.topology, c.nodes, c.devices_per_node, c.fp32_tflops, c.bf16_tflops, c.fp16_tflops,
-      c.matmul_efficiency, c.low_precision_efficiency, c.attention_efficiency, c.memory_gib, c.memory_bandwidth_gbs, c.elementwise_passes,
+      c.matmul_efficiency, c.low_precision_efficiency, c.attention_efficiency, c.gemm_half_rows, c.memory_gib, c.memory_bandwidth_gbs, c.elementwise_passes,
       c.intra.bandwidth_gbs, c.intra.latency_us, c.inter.bandwidth_gbs, c.inter.latency_us, c.storage_write_gbs);
 }
 

@@ -23,7 +23,10 @@ struct Cluster {
   double fp32_tflops = 0, bf16_tflops = 0, fp16_tflops = 0;  // dense matmul peak
   double matmul_efficiency = 0.7;     // achieved share of the fp32 peak on the model's products
   double low_precision_efficiency = 0.7;  // the same for bf16 and fp16 products (rounding the inputs costs)
-  double attention_efficiency = 0.4;  // achieved share of the peak in attention's score and value products
+  double attention_efficiency = 0.4;
+  // A product of M rows reaches M / (M + gemm_half_rows) of the large
+  // products' rate (0: no shape effect); calibrate fits it.
+  double gemm_half_rows = 0;  // achieved share of the peak in attention's score and value products
   double memory_gib = 0;
   double memory_bandwidth_gbs = 0;
   // Passes over the stored activations the element-wise kernels (norms,

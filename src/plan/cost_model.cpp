@@ -67,25 +67,38 @@ struct ChunkWork {
   std::int64_t moe_layers = 0, layers = 0;
 };
 
+// Share of the large-product rate a product of M rows reaches
+// (Cluster::gemm_half_rows: half of it at that many rows).
+double rows_factor(double rows, double half) { return half > 0 ? rows / (rows + half) : 1.0; }
+
+// `imbalance`: the busiest EP rank's rows over the mean. Matmul FLOPs are
+// weighted by 1 / rows_factor of their product's rows (the time they
+// take at the large-product rate).
 ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan, double N, std::int64_t l0,
-                     std::int64_t l1, double imbalance) {
+                     std::int64_t l1, double imbalance, double half) {
   const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
                Hkv = double(plan.kv_heads), T = double(cfg.seq_len);
+  const double full = 1 / rows_factor(N, half);
+  // Each local expert's rows: the rank's N k rows (imbalanced), over its experts.
+  const double expert_rows = N * double(cfg.top_k) * imbalance / double(std::max<std::int64_t>(1, plan.local_experts()));
+  const double per_expert = 1 / rows_factor(expert_rows, half);
   ChunkWork w;
   for (std::int64_t l = l0; l < l1; ++l) {
     ++w.layers;
-    w.matmul += 2 * N * (d * H * hd + 2 * d * Hkv * hd + H * hd * d);
-    w.linear += 2 * N * (d * H * hd + 2 * d * Hkv * hd + H * hd * d);
+    const double proj = 2 * N * (d * H * hd + 2 * d * Hkv * hd + H * hd * d) * full;
+    w.matmul += proj;
+    w.linear += proj;
     w.core += 2 * N * H * hd * T;
     if (cfg.is_moe_layer(l)) {
       ++w.moe_layers;
-      w.matmul += 2 * N * double(cfg.n_experts) * d;
-      w.matmul += 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d * imbalance;
-      w.experts += 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d * imbalance;
-      w.matmul += 2 * N * double(cfg.n_shared_experts) * 3 * double(plan.d_shared) * d;
+      const double experts = 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d * imbalance * per_expert;
+      w.matmul += 2 * N * double(cfg.n_experts) * d * full + experts +
+                  2 * N * double(cfg.n_shared_experts) * 3 * double(plan.d_shared) * d * full;
+      w.experts += experts;
     } else {
-      w.matmul += 2 * N * 3 * double(plan.d_ff) * d;
-      w.linear += 2 * N * 3 * double(plan.d_ff) * d;
+      const double dense = 2 * N * 3 * double(plan.d_ff) * d * full;
+      w.matmul += dense;
+      w.linear += dense;
     }
   }
   return w;
@@ -160,7 +173,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     const auto ranges = plan.layer_ranges();
     ChunkWork w;
     for (const auto& [l0, l1] : ranges) {
-      const auto cw = chunk_work(cfg, plan, N, l0, l1, ep_load);
+      const auto cw = chunk_work(cfg, plan, N, l0, l1, ep_load, cl.gemm_half_rows);
       w.matmul += cw.matmul / chunks;
       w.linear += cw.linear / chunks;
       w.experts += cw.experts / chunks;
@@ -170,7 +183,8 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     }
     const double moe_per_chunk = double(w.moe_layers) / chunks, layers_per_chunk = double(w.layers) / chunks;
     double head = 0;
-    if (plan.has_head()) head = 2 * N * double(plan.vocab_end - plan.vocab_begin) * double(cfg.d_model);
+    if (plan.has_head())
+      head = 2 * N * double(plan.vocab_end - plan.vocab_begin) * double(cfg.d_model) / rows_factor(N, cl.gemm_half_rows);
     // Element-wise work: passes over the context's bytes (a third forward).
     Candidate none = c;
     none.recompute = "none";
