@@ -135,9 +135,10 @@ int main(int argc, char** argv) {
       if (mpi.rank() == 0) {
         std::ofstream(cal_out) << "# Written by examoe-plan calibrate (" << mpi.size() << " ranks).\n"
                                << plan::to_toml(c);
-        std::printf("calibrated: fp32 %.3f TFLOP/s, bf16 %.3f, memory %.1f GB/s, link %.2f GB/s %.1f us, write %.2f GB/s -> %s\n",
-                    c.fp32_tflops, c.bf16_tflops, c.memory_bandwidth_gbs, c.intra.bandwidth_gbs, c.intra.latency_us,
-                    c.storage_write_gbs, cal_out.c_str());
+        std::printf("calibrated: fp32 %.3f TFLOP/s (half rate at %.0f rows), bf16 %.3f, memory %.1f GB/s, link %.2f GB/s "
+                    "%.1f us (allreduce %.2f, all-to-all %.2f GB/s per rank), write %.2f GB/s -> %s\n",
+                    c.fp32_tflops, c.gemm_half_rows, c.bf16_tflops, c.memory_bandwidth_gbs, c.intra.bandwidth_gbs,
+                    c.intra.latency_us, c.intra.allreduce_gbs, c.intra.alltoall_gbs, c.storage_write_gbs, cal_out.c_str());
       }
       return 0;
     }

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 #include <cstdio>
 #include <fmt/format.h>
 #include <vector>
@@ -109,6 +111,48 @@ double p2p_seconds(MPI_Comm comm, int rank, std::size_t bytes, double seconds) {
   return best / 2;
 }
 
+// A collective over every rank of `comm` at n floats (each rank's whole
+// buffer): the best of repeats, every rank looping the same count.
+template <class F>
+double collective_seconds(MPI_Comm comm, double seconds, F&& once) {
+  int reps = 0;
+  double best = 1e30, stop = now() + seconds;
+  MPI_Bcast(&stop, 1, MPI_DOUBLE, 0, comm);
+  for (;;) {
+    MPI_Barrier(comm);
+    const double t0 = now();
+    once();
+    best = std::min(best, now() - t0);
+    int go = (now() < stop || ++reps < 3) ? 1 : 0;
+    MPI_Bcast(&go, 1, MPI_INT, 0, comm);
+    if (!go) break;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return best;
+}
+
+// Each rank's sends per second in an allreduce (ring: 2 (p-1)/p n) and an
+// all-to-all ((p-1)/p n) of 16 MiB, less the 8-float time (the latency).
+std::pair<double, double> collective_gbs(MPI_Comm comm, int size, double seconds) {
+  const std::size_t big = std::size_t(4) << 20, small = 8 * std::size_t(size);
+  std::vector<float> in(big, 1.0f), out(big);
+  auto allreduce = [&](std::size_t n) {
+    return collective_seconds(comm, seconds / 4, [&] {
+      MPI_Allreduce(in.data(), out.data(), int(n), MPI_FLOAT, MPI_SUM, comm);
+    });
+  };
+  auto alltoall = [&](std::size_t n) {
+    return collective_seconds(comm, seconds / 4, [&] {
+      MPI_Alltoall(in.data(), int(n / std::size_t(size)), MPI_FLOAT, out.data(), int(n / std::size_t(size)),
+                   MPI_FLOAT, comm);
+    });
+  };
+  const double p = size, bytes = 4.0 * double(big);
+  const double ar = 2 * (p - 1) / p * bytes / std::max(1e-9, allreduce(big) - allreduce(small));
+  const double a2a = (p - 1) / p * bytes / std::max(1e-9, alltoall(big) - alltoall(small));
+  return {ar * 1e-9, a2a * 1e-9};
+}
+
 double write_gbs(const std::string& dir) {
   const std::string path = fmt::format("{}/.examoe-plan-calibrate-{}", dir, ::getpid());
   const std::size_t n = std::size_t(64) << 20;
@@ -154,6 +198,7 @@ Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
     const double big = p2p_seconds(comm, rank, std::size_t(8) << 20, opt.seconds);
     c.intra.latency_us = small * 1e6;
     c.intra.bandwidth_gbs = double(std::size_t(8) << 20) / std::max(1e-9, big - small) * 1e-9;
+    std::tie(c.intra.allreduce_gbs, c.intra.alltoall_gbs) = collective_gbs(comm, size, opt.seconds);
   } else {
     c.intra = {c.memory_bandwidth_gbs / 2, 1.0};
   }

@@ -76,9 +76,11 @@ Cluster load_cluster(const std::string& path) {
   c.memory_gib = r.num("device", "memory_gib", 0.01, 1e6, true, 0);
   c.memory_bandwidth_gbs = r.num("device", "memory_bandwidth_gbs", 0.1, 1e6, true, 0);
   c.elementwise_passes = r.num("device", "elementwise_passes", 0, 1000, false, 8);
-  c.intra = {r.num("intra_node", "bandwidth_gbs", 0.01, 1e6, true, 0), r.num("intra_node", "latency_us", 0, 1e6, false, 1)};
+  c.intra = {r.num("intra_node", "bandwidth_gbs", 0.01, 1e6, true, 0), r.num("intra_node", "latency_us", 0, 1e6, false, 1),
+             r.num("intra_node", "allreduce_gbs", 0, 1e6, false, 0), r.num("intra_node", "alltoall_gbs", 0, 1e6, false, 0)};
   c.inter = {r.num("inter_node", "bandwidth_gbs", 0.001, 1e6, c.nodes > 1, c.intra.bandwidth_gbs),
-             r.num("inter_node", "latency_us", 0, 1e6, false, 5)};
+             r.num("inter_node", "latency_us", 0, 1e6, false, 5), r.num("inter_node", "allreduce_gbs", 0, 1e6, false, 0),
+             r.num("inter_node", "alltoall_gbs", 0, 1e6, false, 0)};
   c.storage_write_gbs = r.num("storage", "write_gbs", 1e-4, 1e6, false, 1);
   return c;
 }
@@ -89,11 +91,13 @@ std::string to_toml(const Cluster& c) {
       "[device]\nfp32_tflops = {:.6g}\nbf16_tflops = {:.6g}\nfp16_tflops = {:.6g}\nmatmul_efficiency = {:.4g}\n"
       "low_precision_efficiency = {:.4g}\n"
       "attention_efficiency = {:.4g}\ngemm_half_rows = {:.4g}\nmemory_gib = {:.6g}\nmemory_bandwidth_gbs = {:.6g}\nelementwise_passes = {:.4g}\n\n"
-      "[intra_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\n\n"
-      "[inter_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\n\n[storage]\nwrite_gbs = {:.6g}\n",
+      "[intra_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\nallreduce_gbs = {:.6g}\nalltoall_gbs = {:.6g}\n\n"
+      "[inter_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\nallreduce_gbs = {:.6g}\nalltoall_gbs = {:.6g}\n\n"
+      "[storage]\nwrite_gbs = {:.6g}\n",
       c.name, c.topology, c.nodes, c.devices_per_node, c.fp32_tflops, c.bf16_tflops, c.fp16_tflops,
       c.matmul_efficiency, c.low_precision_efficiency, c.attention_efficiency, c.gemm_half_rows, c.memory_gib, c.memory_bandwidth_gbs, c.elementwise_passes,
-      c.intra.bandwidth_gbs, c.intra.latency_us, c.inter.bandwidth_gbs, c.inter.latency_us, c.storage_write_gbs);
+      c.intra.bandwidth_gbs, c.intra.latency_us, c.intra.allreduce_gbs, c.intra.alltoall_gbs, c.inter.bandwidth_gbs,
+      c.inter.latency_us, c.inter.allreduce_gbs, c.inter.alltoall_gbs, c.storage_write_gbs);
 }
 
 }  // namespace exa::plan

@@ -10,8 +10,13 @@
 namespace exa::plan {
 
 struct Link {
-  double bandwidth_gbs = 0;  // GB/s each device can send (one direction)
+  double bandwidth_gbs = 0;  // GB/s each device can send (one direction), point to point
   double latency_us = 0;     // per message
+  // What each rank's sends reach inside the MPI collectives (bytes a ring
+  // algorithm sends per rank over the time): calibrated, else bandwidth_gbs.
+  double allreduce_gbs = 0, alltoall_gbs = 0;
+  double allreduce() const { return allreduce_gbs > 0 ? allreduce_gbs : bandwidth_gbs; }
+  double alltoall() const { return alltoall_gbs > 0 ? alltoall_gbs : bandwidth_gbs; }
 };
 
 struct Cluster {

@@ -40,21 +40,23 @@ namespace {
 // inside a node when its span fits one, else over the inter-node link.
 struct Net {
   const Cluster& cl;
-  double seconds(double bytes, int messages, int size, int stride) const {
+  enum class Kind { P2p, Reduce, AllToAll };
+  double seconds(double bytes, int messages, int size, int stride, Kind kind = Kind::P2p) const {
     if (size <= 1 || bytes <= 0) return 0;
     const bool inside = std::int64_t(size) * stride <= cl.devices_per_node;
     const Link& l = inside ? cl.intra : cl.inter;
-    return messages * l.latency_us * 1e-6 + bytes / (l.bandwidth_gbs * 1e9);
+    const double bw = kind == Kind::Reduce ? l.allreduce() : kind == Kind::AllToAll ? l.alltoall() : l.bandwidth_gbs;
+    return messages * l.latency_us * 1e-6 + bytes / (bw * 1e9);
   }
   // Ring allreduce, reduce-scatter / allgather, all-to-all: per-rank sends.
   double allreduce(double n_bytes, int p, int stride) const {
-    return seconds(2.0 * (p - 1) / p * n_bytes, 2 * (p - 1), p, stride);
+    return seconds(2.0 * (p - 1) / p * n_bytes, 2 * (p - 1), p, stride, Kind::Reduce);
   }
   double half(double n_bytes, int p, int stride) const {
-    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride);
+    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride, Kind::Reduce);
   }
   double alltoall(double n_bytes, int p, int stride) const {
-    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride);
+    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride, Kind::AllToAll);
   }
 };
 
