@@ -4,7 +4,8 @@
 //       search every layout and policy of N ranks; print the best K with why
 //   examoe-plan DECK --cluster FILE --ranks N --predict [--json]
 //       the cost model's prediction for the deck's own layout
-//   examoe-plan calibrate --out FILE            (under mpiexec for the links)
+//   examoe-plan calibrate --out FILE [--nodes N] [--devices-per-node D] [--ranks-per-node R]
+//       (under mpiexec: the links inside and between nodes)
 //   examoe-plan reliability --node-mtbf-hours H --nodes N --tier NAME:CKPT_S:RESTART_S ...
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -112,10 +113,12 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "one JSON line per plan");
   auto* cal = app.add_subcommand("calibrate", "measure this machine and write a cluster file");
   std::string cal_out, scratch = ".";
-  int cal_nodes = 1;
+  int cal_nodes = 0, cal_rpn = 0, cal_dpn = 0;
   cal->add_option("--out", cal_out, "cluster file to write")->required();
   cal->add_option("--scratch", scratch, "directory for the write-bandwidth test");
-  cal->add_option("--nodes", cal_nodes, "nodes of the cluster this machine is one node of");
+  cal->add_option("--nodes", cal_nodes, "nodes the cluster file describes (default: the nodes launched on)");
+  cal->add_option("--devices-per-node", cal_dpn, "devices per node the cluster file describes (default: the ranks per node)");
+  cal->add_option("--ranks-per-node", cal_rpn, "pretend nodes of this many consecutive ranks (default: detect)");
   auto* rel = app.add_subcommand("reliability", "checkpoint intervals and effective training time (Young-Daly)");
   double mtbf_h = 0;
   int nodes = 0;
@@ -130,11 +133,16 @@ int main(int argc, char** argv) {
     if (cal->parsed()) {
       plan::CalibrateOptions o;
       o.nodes = cal_nodes;
+      o.ranks_per_node = cal_rpn;
+      o.devices_per_node = cal_dpn;
       o.scratch_dir = scratch;
       const auto c = plan::calibrate(o, MPI_COMM_WORLD);
       if (mpi.rank() == 0) {
         std::ofstream(cal_out) << "# Written by examoe-plan calibrate (" << mpi.size() << " ranks).\n"
                                << plan::to_toml(c);
+        std::printf("calibrated %d nodes x %d: inter-node link %.2f GB/s %.1f us (allreduce %.2f, all-to-all %.2f)\n",
+                    c.nodes, c.devices_per_node, c.inter.bandwidth_gbs, c.inter.latency_us, c.inter.allreduce_gbs,
+                    c.inter.alltoall_gbs);
         std::printf("calibrated: fp32 %.3f TFLOP/s (half rate at %.0f rows), bf16 %.3f, memory %.1f GB/s, link %.2f GB/s "
                     "%.1f us (allreduce %.2f, all-to-all %.2f GB/s per rank), write %.2f GB/s -> %s\n",
                     c.fp32_tflops, c.gemm_half_rows, c.bf16_tflops, c.memory_bandwidth_gbs, c.intra.bandwidth_gbs,

@@ -22,8 +22,17 @@ AutoLayout choose_layout(const deck::Config& cfg, int world, MPI_Comm comm) {
   if (where == "calibrate") {
     CalibrateOptions o;
     o.seconds = 0.1;
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    const int rpn = int(cfg.get_int("parallel.ranks_per_node"));
+    if (size > 1) o.ranks_per_node = rpn;
     cluster = calibrate(o, comm);
-    cluster.devices_per_node = world;  // the launched ranks, one node as far as the planner knows
+    if (size == 1 && world > 1) {
+      // examoe --check --ranks N on one process: N ranks of this machine,
+      // on its one node unless parallel.ranks_per_node says otherwise.
+      cluster.devices_per_node = rpn > 0 ? rpn : world;
+      cluster.nodes = world / cluster.devices_per_node;
+    }
   } else {
     try {
       cluster = load_cluster(where);

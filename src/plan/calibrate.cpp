@@ -81,36 +81,6 @@ double memory_gbs(double seconds) {
   return 2.0 * double(n) * 4 / t * 1e-9;
 }
 
-// Rank 0 and rank 1 exchange `bytes`; half the round trip.
-double p2p_seconds(MPI_Comm comm, int rank, std::size_t bytes, double seconds) {
-  std::vector<char> buf(std::max<std::size_t>(bytes, 1));
-  auto once = [&] {
-    if (rank == 0) {
-      MPI_Send(buf.data(), int(bytes), MPI_BYTE, 1, 7, comm);
-      MPI_Recv(buf.data(), int(bytes), MPI_BYTE, 1, 7, comm, MPI_STATUS_IGNORE);
-    } else if (rank == 1) {
-      MPI_Recv(buf.data(), int(bytes), MPI_BYTE, 0, 7, comm, MPI_STATUS_IGNORE);
-      MPI_Send(buf.data(), int(bytes), MPI_BYTE, 0, 7, comm);
-    }
-  };
-  // Every rank repeats the same count so that the loop ends together.
-  int reps = 0;
-  double best = 1e30;
-  double stop = now() + seconds;
-  MPI_Bcast(&stop, 1, MPI_DOUBLE, 0, comm);
-  for (;;) {
-    MPI_Barrier(comm);
-    const double t0 = now();
-    once();
-    best = std::min(best, now() - t0);
-    int go = (now() < stop || ++reps < 3) ? 1 : 0;
-    MPI_Bcast(&go, 1, MPI_INT, 0, comm);
-    if (!go) break;
-  }
-  MPI_Bcast(&best, 1, MPI_DOUBLE, 0, comm);
-  return best / 2;
-}
-
 // A collective over every rank of `comm` at n floats (each rank's whole
 // buffer): the best of repeats, every rank looping the same count.
 template <class F>
@@ -153,6 +123,28 @@ std::pair<double, double> collective_gbs(MPI_Comm comm, int size, double seconds
   return {ar * 1e-9, a2a * 1e-9};
 }
 
+// Ranks a and b exchange `bytes`; half the round trip (every rank of
+// `comm` takes part in the loop's barriers).
+double p2p_seconds(MPI_Comm comm, int rank, int a, int b, std::size_t bytes, double seconds) {
+  std::vector<char> buf(std::max<std::size_t>(bytes, 1));
+  return collective_seconds(comm, seconds, [&] {
+    if (rank == a) {
+      MPI_Send(buf.data(), int(bytes), MPI_BYTE, b, 7, comm);
+      MPI_Recv(buf.data(), int(bytes), MPI_BYTE, b, 7, comm, MPI_STATUS_IGNORE);
+    } else if (rank == b) {
+      MPI_Recv(buf.data(), int(bytes), MPI_BYTE, a, 7, comm, MPI_STATUS_IGNORE);
+      MPI_Send(buf.data(), int(bytes), MPI_BYTE, a, 7, comm);
+    }
+  }) / 2;
+}
+
+// The link between ranks a and b: latency (8 B) and bandwidth (8 MiB).
+Link p2p_link(MPI_Comm comm, int rank, int a, int b, double seconds) {
+  const double small = p2p_seconds(comm, rank, a, b, 8, seconds / 2);
+  const double big = p2p_seconds(comm, rank, a, b, std::size_t(8) << 20, seconds / 2);
+  return {double(std::size_t(8) << 20) / std::max(1e-9, big - small) * 1e-9, small * 1e6};
+}
+
 double write_gbs(const std::string& dir) {
   const std::string path = fmt::format("{}/.examoe-plan-calibrate-{}", dir, ::getpid());
   const std::size_t n = std::size_t(64) << 20;
@@ -177,8 +169,21 @@ Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
   c.name = "calibrated";
   c.source = "examoe-plan calibrate";
   c.topology = "flat";
-  c.nodes = opt.nodes;
-  c.devices_per_node = opt.devices_per_node > 0 ? opt.devices_per_node : size;
+  // Nodes: the ranks sharing memory (or pretend nodes of ranks_per_node
+  // consecutive ranks), the same on every node.
+  int rpn = opt.ranks_per_node;
+  MPI_Comm local = MPI_COMM_NULL;
+  if (rpn > 0) {
+    EXA_REQUIRE(size % rpn == 0, "calibrate: {} ranks per node do not divide the {} ranks", rpn, size);
+    MPI_Comm_split(comm, rank / rpn, rank, &local);
+  } else {
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &rpn);
+    MPI_Allreduce(MPI_IN_PLACE, &rpn, 1, MPI_INT, MPI_MIN, comm);
+  }
+  const int nodes = size / rpn;
+  c.nodes = opt.nodes > 0 ? opt.nodes : nodes;
+  c.devices_per_node = opt.devices_per_node > 0 ? opt.devices_per_node : rpn;
   // Every rank measures at once, as a run's ranks compute at once.
   MPI_Barrier(comm);
   c.fp32_tflops = train::measure_sgemm_gflops(1024, opt.seconds) * 1e-3;
@@ -193,16 +198,24 @@ Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
   c.fp16_tflops = c.bf16_tflops;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   c.memory_gib = double(pages) * double(page) / 1073741824.0 / double(c.devices_per_node);
-  if (size >= 2) {
-    const double small = p2p_seconds(comm, rank, 8, opt.seconds);
-    const double big = p2p_seconds(comm, rank, std::size_t(8) << 20, opt.seconds);
-    c.intra.latency_us = small * 1e6;
-    c.intra.bandwidth_gbs = double(std::size_t(8) << 20) / std::max(1e-9, big - small) * 1e-9;
-    std::tie(c.intra.allreduce_gbs, c.intra.alltoall_gbs) = collective_gbs(comm, size, opt.seconds);
+  // Inside a node: ranks 0 and 1 and the node-local collectives (every
+  // node at once); between nodes: rank 0 and the first rank of the next
+  // node, and the collectives over every rank.
+  if (rpn >= 2) {
+    c.intra = p2p_link(comm, rank, 0, 1, opt.seconds);
+    std::tie(c.intra.allreduce_gbs, c.intra.alltoall_gbs) = collective_gbs(local, rpn, opt.seconds);
+    for (double* v : {&c.intra.allreduce_gbs, &c.intra.alltoall_gbs})
+      MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MIN, comm);
   } else {
     c.intra = {c.memory_bandwidth_gbs / 2, 1.0};
   }
-  c.inter = c.intra;
+  if (nodes >= 2) {
+    c.inter = p2p_link(comm, rank, 0, rpn, opt.seconds);
+    std::tie(c.inter.allreduce_gbs, c.inter.alltoall_gbs) = collective_gbs(comm, size, opt.seconds);
+  } else {
+    c.inter = c.intra;
+  }
+  MPI_Comm_free(&local);
   c.storage_write_gbs = rank == 0 ? write_gbs(opt.scratch_dir) : 0;
   MPI_Bcast(&c.storage_write_gbs, 1, MPI_DOUBLE, 0, comm);
   return c;
