@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
       if (mpi.rank() == 0) {
         std::ofstream(cal_out) << "# Written by examoe-plan calibrate (" << mpi.size() << " ranks).\n"
                                << plan::to_toml(c);
+        (void)plan::load_cluster(cal_out);  // what it wrote reads back, or the error says which value
         std::printf("calibrated %d nodes x %d: inter-node link %.2f GB/s %.1f us (allreduce %.2f, all-to-all %.2f)\n",
                     c.nodes, c.devices_per_node, c.inter.bandwidth_gbs, c.inter.latency_us, c.inter.allreduce_gbs,
                     c.inter.alltoall_gbs);

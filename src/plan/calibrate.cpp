@@ -67,7 +67,9 @@ double gemm_half_rows(double seconds) {
     sx += x, sy += y, sxx += x * x, sxy += x * y, ++n;
   }
   const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), icept = (sy - slope * sx) / n;
-  return icept > 0 && slope > 0 ? slope / icept : 0.0;
+  // Noise (ranks sharing cores) can make the fit meaningless: no
+  // fall-off then, and never more than a large product's rows.
+  return icept > 0 && slope > 0 ? std::min(slope / icept, 65536.0) : 0.0;
 }
 
 // Streaming copy of 64 MiB: read and write.
@@ -80,6 +82,12 @@ double memory_gbs(double seconds) {
   });
   return 2.0 * double(n) * 4 / t * 1e-9;
 }
+
+// The time of a large message less a small one's (its latency). A
+// descheduled rank can make the small one slower than it is (ranks
+// sharing cores): then the large one's whole time stands, a lower bound
+// on the bandwidth rather than an absurd one.
+double transfer_seconds(double big, double small) { return big - small > 0.5 * big ? big - small : big; }
 
 // A collective over every rank of `comm` at n floats (each rank's whole
 // buffer): the best of repeats, every rank looping the same count.
@@ -118,8 +126,8 @@ std::pair<double, double> collective_gbs(MPI_Comm comm, int size, double seconds
     });
   };
   const double p = size, bytes = 4.0 * double(big);
-  const double ar = 2 * (p - 1) / p * bytes / std::max(1e-9, allreduce(big) - allreduce(small));
-  const double a2a = (p - 1) / p * bytes / std::max(1e-9, alltoall(big) - alltoall(small));
+  const double ar = 2 * (p - 1) / p * bytes / transfer_seconds(allreduce(big), allreduce(small));
+  const double a2a = (p - 1) / p * bytes / transfer_seconds(alltoall(big), alltoall(small));
   return {ar * 1e-9, a2a * 1e-9};
 }
 
@@ -142,7 +150,7 @@ double p2p_seconds(MPI_Comm comm, int rank, int a, int b, std::size_t bytes, dou
 Link p2p_link(MPI_Comm comm, int rank, int a, int b, double seconds) {
   const double small = p2p_seconds(comm, rank, a, b, 8, seconds / 2);
   const double big = p2p_seconds(comm, rank, a, b, std::size_t(8) << 20, seconds / 2);
-  return {double(std::size_t(8) << 20) / std::max(1e-9, big - small) * 1e-9, small * 1e6};
+  return {double(std::size_t(8) << 20) / transfer_seconds(big, small) * 1e-9, small * 1e6};
 }
 
 double write_gbs(const std::string& dir) {
