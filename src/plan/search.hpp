@@ -23,6 +23,7 @@ struct SearchOptions {
   std::int64_t global_batch = 0;  // sequences per step; 0 = the deck's micro_batch * grad_accum * dp
   std::vector<std::string> precisions;    // empty: the deck's
   std::vector<std::string> compressions;  // gradient wire formats tried when data > 1; empty: the deck's
+  std::vector<std::string> a2a_compressions;  // expert all-to-all wire formats tried when ep > 1; empty: the deck's
   bool vary_recompute = true;
   PredictOptions predict;
 };

@@ -168,6 +168,7 @@ TEST(Plan, SearchReturnsDecksThatLoad) {
   plan::SearchOptions o;
   o.world = 4;
   o.top = 10;
+  o.a2a_compressions = {"none", "bf16"};
   const auto r = plan::search(base, cluster, o);
   ASSERT_FALSE(r.top.empty());
   EXPECT_GT(r.layouts, 4);
@@ -178,6 +179,8 @@ TEST(Plan, SearchReturnsDecksThatLoad) {
     EXPECT_EQ(t.candidate.grid.dp * t.candidate.micro_batch * t.candidate.grad_accum, 8) << t.candidate.describe();
     if (i > 0) EXPECT_GE(t.cost.step, r.top[i - 1].cost.step);
     EXPECT_TRUE(t.cost.fits);
+    // The all-to-all's wire format varies only where there is an all-to-all.
+    if (t.candidate.grid.ep == 1) EXPECT_EQ(t.candidate.a2a_compression, "none") << t.candidate.describe();
     EXPECT_FALSE(t.cost.reason.empty());
   }
 }
