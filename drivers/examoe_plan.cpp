@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   exa::KokkosRuntime kokkos(argc, argv);
   CLI::App app{"examoe-plan: choose the parallel layout of a model for a cluster"};
   app.require_subcommand(0, 1);
-  std::string deck_path, cluster_path, emit, precisions, compressions, a2a_compressions;
+  std::string deck_path, cluster_path, emit, precisions, compressions, a2a_compressions, weight_compressions;
   std::vector<std::string> sets;
   int ranks = 0, top = 5;
   std::int64_t global_batch = 0;
@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", global_batch, "sequences per step (default: the deck's dp*micro_batch*grad_accum)");
   app.add_option("--precisions", precisions, "matmul precisions to try, e.g. fp32,bf16 (default: the deck's)");
   app.add_option("--compressions", compressions, "gradient wire formats to try, e.g. none,bf16,int8 (default: the deck's)");
+  app.add_option("--weight-compressions", weight_compressions,
+                 "ZeRO parameter-allgather wire formats to try, e.g. none,bf16,int8 (default: the deck's)");
   app.add_option("--a2a-compressions", a2a_compressions,
                  "expert all-to-all wire formats to try, e.g. none,bf16,int8 (default: the deck's)");
   app.add_flag("--fixed-recompute", fixed_recompute, "keep the deck's memory.recompute instead of trying none, full, full/sqrt");
@@ -213,6 +215,7 @@ int main(int argc, char** argv) {
     o.precisions = split_list(precisions);
     o.compressions = split_list(compressions);
     o.a2a_compressions = split_list(a2a_compressions);
+    o.weight_compressions = split_list(weight_compressions);
     o.vary_recompute = !fixed_recompute;
     o.predict.expert_imbalance = imbalance;
     const auto res = plan::search(base, cluster, o);

@@ -49,6 +49,8 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
   const auto compressions = opt.compressions.empty() ? std::vector<std::string>{deck.compression} : opt.compressions;
   const auto a2a_formats =
       opt.a2a_compressions.empty() ? std::vector<std::string>{deck.a2a_compression} : opt.a2a_compressions;
+  const auto weight_formats =
+      opt.weight_compressions.empty() ? std::vector<std::string>{deck.weight_compression} : opt.weight_compressions;
   const bool moe = cfg.moe_every > 0 && cfg.n_experts > 0;
   std::vector<Ranked> ranked;
   std::unordered_map<std::string, MemoryBytes> mem_cache;
@@ -113,9 +115,11 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                         const auto& [rc, ckl] = recomputes[ri];
                         if (rc == "full" && sched == "zb" && pp > 1) continue;
                         if (ckl != "all" && zero == 3) continue;
+                        const bool gathers = data > 1 && zero >= 1;  // ZeRO's parameter allgathers
                         const std::int64_t policies = std::int64_t(precisions.size()) *
                                                       (data > 1 ? std::int64_t(compressions.size()) : 1) *
-                                                      (ep > 1 ? std::int64_t(a2a_formats.size()) : 1);
+                                                      (ep > 1 ? std::int64_t(a2a_formats.size()) : 1) *
+                                                      (gathers ? std::int64_t(weight_formats.size()) : 1);
                         res.space += policies;
                         if (settled || fitted) {
                           res.dominated += policies;
@@ -145,7 +149,11 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                             for (const auto& a2a :
                                  ep > 1 ? a2a_formats : std::vector<std::string>{deck.a2a_compression}) {
                               c.a2a_compression = a2a;
-                              ranked.push_back({c, predict(cfg, c, cl, &mem, opt.predict)});
+                              for (const auto& wf :
+                                   gathers ? weight_formats : std::vector<std::string>{deck.weight_compression}) {
+                                c.weight_compression = wf;
+                                ranked.push_back({c, predict(cfg, c, cl, &mem, opt.predict)});
+                              }
                             }
                           }
                         }

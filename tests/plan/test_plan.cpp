@@ -169,6 +169,7 @@ TEST(Plan, SearchReturnsDecksThatLoad) {
   o.world = 4;
   o.top = 10;
   o.a2a_compressions = {"none", "bf16"};
+  o.weight_compressions = {"none", "int8"};
   const auto r = plan::search(base, cluster, o);
   ASSERT_FALSE(r.top.empty());
   EXPECT_GT(r.layouts, 4);
@@ -181,6 +182,7 @@ TEST(Plan, SearchReturnsDecksThatLoad) {
     EXPECT_TRUE(t.cost.fits);
     // The all-to-all's wire format varies only where there is an all-to-all.
     if (t.candidate.grid.ep == 1) EXPECT_EQ(t.candidate.a2a_compression, "none") << t.candidate.describe();
+    if (t.candidate.zero == 0) EXPECT_EQ(t.candidate.weight_compression, "none") << t.candidate.describe();
     EXPECT_FALSE(t.cost.reason.empty());
   }
 }
