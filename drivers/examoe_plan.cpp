@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
       // at ZeRO 3: the ranks at which the smallest layout's state would
       // leave room for its activations.
       const auto& m = u.cost.memory;
-      const double room = 0.9 * cluster.memory_gib * GiB - m.activations - m.communication;
+      const double room = cluster.usable_memory_bytes() - m.activations - m.communication;
       const double state = m.parameters + m.gradients + m.optimizer;
       const std::string more = room > 0 ? fmt::format("about {} ranks ({:.1f}x)", int(std::ceil(ranks * state / room)),
                                                       state / room)
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
       throw Error(fmt::format(
           "no layout of {} ranks fits {:.1f} GiB per device; the smallest is {} at {}. It would fit on {}, or on "
           "devices with {:.0f} GiB",
-          ranks, cluster.memory_gib, u.candidate.describe(), memory_line(m), more, m.total() / 0.9 / GiB));
+          ranks, cluster.memory_gib, u.candidate.describe(), memory_line(m), more, m.total() / cluster.usable_memory_bytes() * cluster.memory_gib));
     }
     for (std::size_t i = 0; i < res.top.size(); ++i) {
       const auto& t = res.top[i];

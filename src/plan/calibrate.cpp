@@ -21,18 +21,25 @@ namespace {
 
 double now() { return MPI_Wtime(); }
 
+// The best time of `f` over repeats for about `seconds` (three at least),
+// after one call to warm up. Every rank of `comm` loops the same count
+// and the slowest rank's best stands; MPI_COMM_SELF times one rank alone.
 template <class F>
-double best_of(double seconds, F&& f) {
+double best_seconds(MPI_Comm comm, double seconds, F&& f) {
   f();
-  double best = 1e30;
-  const double stop = now() + seconds;
   int reps = 0;
-  do {
+  double best = 1e30, stop = now() + seconds;
+  MPI_Bcast(&stop, 1, MPI_DOUBLE, 0, comm);
+  for (;;) {
+    MPI_Barrier(comm);
     const double t0 = now();
     f();
     best = std::min(best, now() - t0);
-    ++reps;
-  } while (now() < stop || reps < 3);
+    int go = (now() < stop || ++reps < 3) ? 1 : 0;
+    MPI_Bcast(&go, 1, MPI_INT, 0, comm);
+    if (!go) break;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, comm);
   return best;
 }
 
@@ -40,7 +47,7 @@ double bf16_tflops(double seconds) {
   if (!kernels::onednn_available()) return 0;
   const int n = 1024;
   std::vector<float> a(std::size_t(n) * n, 0.5f), b(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
-  const double t = best_of(seconds, [&] {
+  const double t = best_seconds(MPI_COMM_SELF, seconds, [&] {
     kernels::onednn_gemm(kernels::MatmulPrecision::bf16, false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
                          c.data(), n);
   });
@@ -59,7 +66,7 @@ double gemm_half_rows(double seconds) {
   for (int M : {32, 128, 512, 2048}) {
     View2<float> a("exa::plan::gemm_a", M, K), c("exa::plan::gemm_c", M, N);
     Kokkos::deep_copy(a, 0.5f);
-    const double t = best_of(seconds / 4, [&] {
+    const double t = best_seconds(MPI_COMM_SELF, seconds / 4, [&] {
       kernels::gemm('N', 'T', 1.0f, a, b, 0.0f, c);
       Kokkos::fence();
     });
@@ -76,7 +83,7 @@ double gemm_half_rows(double seconds) {
 double memory_gbs(double seconds) {
   const std::size_t n = std::size_t(16) << 20;
   View1<float> a("exa::plan::bw_a", n), b("exa::plan::bw_b", n);
-  const double t = best_of(seconds, [&] {
+  const double t = best_seconds(MPI_COMM_SELF, seconds, [&] {
     Kokkos::deep_copy(b, a);
     Kokkos::fence();
   });
@@ -89,38 +96,18 @@ double memory_gbs(double seconds) {
 // on the bandwidth rather than an absurd one.
 double transfer_seconds(double big, double small) { return big - small > 0.5 * big ? big - small : big; }
 
-// A collective over every rank of `comm` at n floats (each rank's whole
-// buffer): the best of repeats, every rank looping the same count.
-template <class F>
-double collective_seconds(MPI_Comm comm, double seconds, F&& once) {
-  int reps = 0;
-  double best = 1e30, stop = now() + seconds;
-  MPI_Bcast(&stop, 1, MPI_DOUBLE, 0, comm);
-  for (;;) {
-    MPI_Barrier(comm);
-    const double t0 = now();
-    once();
-    best = std::min(best, now() - t0);
-    int go = (now() < stop || ++reps < 3) ? 1 : 0;
-    MPI_Bcast(&go, 1, MPI_INT, 0, comm);
-    if (!go) break;
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return best;
-}
-
 // Each rank's sends per second in an allreduce (ring: 2 (p-1)/p n) and an
 // all-to-all ((p-1)/p n) of 16 MiB, less the 8-float time (the latency).
 std::pair<double, double> collective_gbs(MPI_Comm comm, int size, double seconds) {
   const std::size_t big = std::size_t(4) << 20, small = 8 * std::size_t(size);
   std::vector<float> in(big, 1.0f), out(big);
   auto allreduce = [&](std::size_t n) {
-    return collective_seconds(comm, seconds / 4, [&] {
+    return best_seconds(comm, seconds / 4, [&] {
       MPI_Allreduce(in.data(), out.data(), int(n), MPI_FLOAT, MPI_SUM, comm);
     });
   };
   auto alltoall = [&](std::size_t n) {
-    return collective_seconds(comm, seconds / 4, [&] {
+    return best_seconds(comm, seconds / 4, [&] {
       MPI_Alltoall(in.data(), int(n / std::size_t(size)), MPI_FLOAT, out.data(), int(n / std::size_t(size)),
                    MPI_FLOAT, comm);
     });
@@ -135,7 +122,7 @@ std::pair<double, double> collective_gbs(MPI_Comm comm, int size, double seconds
 // `comm` takes part in the loop's barriers).
 double p2p_seconds(MPI_Comm comm, int rank, int a, int b, std::size_t bytes, double seconds) {
   std::vector<char> buf(std::max<std::size_t>(bytes, 1));
-  return collective_seconds(comm, seconds, [&] {
+  return best_seconds(comm, seconds, [&] {
     if (rank == a) {
       MPI_Send(buf.data(), int(bytes), MPI_BYTE, b, 7, comm);
       MPI_Recv(buf.data(), int(bytes), MPI_BYTE, b, 7, comm, MPI_STATUS_IGNORE);

@@ -42,6 +42,9 @@ struct Cluster {
   double storage_write_gbs = 1;  // checkpoint write bandwidth per node
 
   int devices() const { return nodes * devices_per_node; }
+  // What a layout may fill: 90% of a device's memory, the rest left to the
+  // runtime, the libraries' workspaces and fragmentation.
+  double usable_memory_bytes() const { return 0.9 * memory_gib * 1073741824.0; }
   // Peak TFLOP/s of a product whose inputs are `precision` (fp32, bf16, fp16).
   double peak_tflops(const std::string& precision) const;
 };

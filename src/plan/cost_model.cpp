@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <vector>
 
+#include "kernels/wire_codec.hpp"
 #include "plan/memory_model.hpp"
 
 namespace exa::plan {
@@ -29,9 +30,10 @@ FlopsByClass flops_per_token(const model::ModelConfig& c) {
 }
 
 double wire_bytes(const std::string& format, std::int64_t quant_block) {
-  if (format == "bf16") return 2;
-  if (format == "int8") return 1 + 4.0 / double(quant_block);
-  return 4;
+  // The codec's own payload size over whole blocks (scales included).
+  const kernels::WireCodec codec(kernels::wire_format_from_name(format), quant_block);
+  const std::int64_t n = 4 * quant_block * 1024;
+  return 4.0 * double(codec.words(n)) / double(n);
 }
 
 namespace {
@@ -64,8 +66,7 @@ struct Net {
 // attention-core FLOPs, and the weight-gradient share of the backward.
 struct ChunkWork {
   double matmul = 0, core = 0;
-  double linear = 0;   // of matmul: the Linear seams' products (attention projections, dense FFN), which zb defers
-  double experts = 0;  // of matmul: the routed experts' products
+  double linear = 0;  // of matmul: the Linear seams' products (attention projections, dense FFN), which zb defers
   std::int64_t moe_layers = 0, layers = 0;
 };
 
@@ -96,7 +97,6 @@ ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan
       const double experts = 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d * imbalance * per_expert;
       w.matmul += 2 * N * double(cfg.n_experts) * d * full + experts +
                   2 * N * double(cfg.n_shared_experts) * 3 * double(plan.d_shared) * d * full;
-      w.experts += experts;
     } else {
       const double dense = 2 * N * 3 * double(plan.d_ff) * d * full;
       w.matmul += dense;
@@ -104,17 +104,6 @@ ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan
     }
   }
   return w;
-}
-
-}  // namespace
-
-namespace {
-
-// Layers per recomputation segment (memory.checkpoint_layers: "all" is 1).
-double recompute_segment(const Candidate& c, double layers) {
-  if (c.recompute != "full" || c.checkpoint_layers == "all") return 1;
-  if (c.checkpoint_layers == "sqrt") return std::ceil(std::sqrt(layers));
-  return std::min(layers, double(std::stoll(c.checkpoint_layers)));
 }
 
 }  // namespace
@@ -178,7 +167,6 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       const auto cw = chunk_work(cfg, plan, N, l0, l1, ep_load, cl.gemm_half_rows);
       w.matmul += cw.matmul / chunks;
       w.linear += cw.linear / chunks;
-      w.experts += cw.experts / chunks;
       w.core += cw.core / chunks;
       w.moe_layers += cw.moe_layers;
       w.layers += cw.layers;
@@ -295,7 +283,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   const double flops = flops_per_token(cfg).total() * tokens;
   r.mfu = flops / r.step / (double(g.world) * peak);
   r.memory_capacity = cl.memory_gib * 1073741824.0;
-  r.fits = r.memory.total() <= 0.9 * r.memory_capacity;
+  r.fits = r.memory.total() <= cl.usable_memory_bytes();
   const std::array<std::pair<const char*, double>, 9> parts = {{{"compute", r.compute},
                                                                  {"tp", r.tp},
                                                                  {"a2a", r.a2a},

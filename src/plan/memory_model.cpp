@@ -120,6 +120,12 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const Candidate& c, i
   return plan;
 }
 
+double recompute_segment(const Candidate& c, double layers) {
+  if (c.recompute != "full" || c.checkpoint_layers == "all") return 1;
+  if (c.checkpoint_layers == "sqrt") return std::ceil(std::sqrt(layers));
+  return std::min(layers, double(std::stoll(c.checkpoint_layers)));
+}
+
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                      std::int64_t layers) {
   const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
@@ -146,13 +152,7 @@ double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const mo
   double bytes = 4 * frac * (double(n_moe) * per_layer_moe + double(n_dense) * per_layer_dense);
   if (c.recompute == "full") {
     // Only each layer's input stays (every N-th with checkpoint_layers).
-    double kept = double(layers);
-    if (c.checkpoint_layers == "sqrt") {
-      const double seg = std::ceil(std::sqrt(double(layers)));
-      kept = std::ceil(double(layers) / seg);
-    } else if (c.checkpoint_layers != "all") {
-      kept = std::ceil(double(layers) / double(std::stoll(c.checkpoint_layers)));
-    }
+    const double kept = std::ceil(double(layers) / recompute_segment(c, double(layers)));
     bytes = 4 * kept * Nr * d;
   }
   bytes += 4 * Nr * d;  // the chunk's output

@@ -34,6 +34,11 @@ model::StagePlan stage_plan(const model::ModelConfig& cfg, const Candidate& c, i
 // a pipeline of pp stages with `chunks` chunks each (n_micro when small).
 int steady_micro(int n_micro, int pp, int chunks);
 
+// Layers per recomputation segment, of `layers` in a chunk: 1 unless
+// memory.recompute = "full" keeps only every N-th input
+// (memory.checkpoint_layers N, or "sqrt": ceil(sqrt(layers))).
+double recompute_segment(const Candidate& c, double layers);
+
 // Activation bytes one micro-batch's context keeps on `plan` (one chunk of
 // an interleaved stage), and those the recomputation's work buffers add.
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,

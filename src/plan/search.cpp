@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <unordered_map>
 
 #include "core/error.hpp"
 #include "model/model_config.hpp"
@@ -24,11 +23,10 @@ bool divides(std::int64_t a, std::int64_t b) { return a > 0 && b % a == 0; }
 // small to hide the ring behind; the search stops there.
 constexpr int kMaxCp = 32;
 
-std::string memory_key(const Candidate& c) {
-  return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {}", c.grid.tp, c.grid.cp, c.grid.pp, c.grid.dp,
-                     c.grid.ep, c.grid.etp, c.sequence_parallel, c.zero, c.schedule, c.virtual_stages, c.micro_batch,
-                     c.grad_accum, c.recompute, c.checkpoint_layers);
-}
+// The precision and wire formats of one candidate.
+struct Policy {
+  std::string precision, compression, a2a_compression, weight_compression;
+};
 
 }  // namespace
 
@@ -52,10 +50,19 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
   const auto weight_formats =
       opt.weight_compressions.empty() ? std::vector<std::string>{deck.weight_compression} : opt.weight_compressions;
   const bool moe = cfg.moe_every > 0 && cfg.n_experts > 0;
+  // Every combination asked for, each wire format only where its
+  // collective exists (data > 1, ep > 1, ZeRO's allgathers); the deck's
+  // elsewhere.
+  auto policies_for = [&](bool reduces, bool all_to_all, bool gathers) {
+    std::vector<Policy> out;
+    for (const auto& p : precisions)
+      for (const auto& g : reduces ? compressions : std::vector<std::string>{deck.compression})
+        for (const auto& a : all_to_all ? a2a_formats : std::vector<std::string>{deck.a2a_compression})
+          for (const auto& w : gathers ? weight_formats : std::vector<std::string>{deck.weight_compression})
+            out.push_back({p, g, a, w});
+    return out;
+  };
   std::vector<Ranked> ranked;
-  std::unordered_map<std::string, MemoryBytes> mem_cache;
-  MemoryBytes smallest;
-  double smallest_total = -1;
 
   for (int tp : divisors(opt.world)) {
     if (tp > cl.devices_per_node || !divides(tp, cfg.n_heads) || !divides(tp, cfg.n_kv_heads) ||
@@ -72,6 +79,10 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
           for (int etp : tp > 1 && moe ? std::vector<int>{0, 1} : std::vector<int>{0}) {
             if (moe && etp == 0 && !divides(tp, cfg.d_expert)) continue;
             ++res.layouts;
+            // Context parallelism's modes hold the same memory: they vary
+            // with the policies, past the memory check.
+            std::vector<std::string> modes = {"ring"};
+            if (cp > 1 && divides(cp, cfg.n_kv_heads / tp)) modes.push_back("a2a");
             Candidate c = deck;
             c.grid = comm::GridSizes{opt.world, tp, cp, dp, pp, ep, 0, etp};
             c.layers_per_stage = "auto";
@@ -94,68 +105,50 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                 for (const auto& [sched, v] : schedules) {
                   c.schedule = sched;
                   c.virtual_stages = v;
-                  for (const std::string& mode : cp > 1 ? std::vector<std::string>{"ring", "a2a"}
-                                                        : std::vector<std::string>{"ring"}) {
-                    if (mode == "a2a" && !divides(cp, cfg.n_kv_heads / tp)) continue;
-                    c.cp_mode = mode;
-                    // Each ZeRO stage adds communication and each recompute
-                    // policy compute, both only ever costing time in the
-                    // model: past the first (zero, recompute) that fits
-                    // without recompute, every later pair is slower (the
-                    // dominated ones are counted, not evaluated).
-                    bool settled = false;
-                    for (int zero = 0; zero <= (data > 1 ? 3 : 0); ++zero) {
-                      if (sched == "zb" && pp > 1 && zero > 1) continue;
-                      c.zero = zero;
-                      std::vector<std::pair<std::string, std::string>> recomputes = {
-                          {deck.recompute, deck.checkpoint_layers}};
-                      if (opt.vary_recompute) recomputes = {{"none", "all"}, {"full", "all"}, {"full", "sqrt"}};
-                      bool fitted = false;
-                      for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
-                        const auto& [rc, ckl] = recomputes[ri];
-                        if (rc == "full" && sched == "zb" && pp > 1) continue;
-                        if (ckl != "all" && zero == 3) continue;
-                        const bool gathers = data > 1 && zero >= 1;  // ZeRO's parameter allgathers
-                        const std::int64_t policies = std::int64_t(precisions.size()) *
-                                                      (data > 1 ? std::int64_t(compressions.size()) : 1) *
-                                                      (ep > 1 ? std::int64_t(a2a_formats.size()) : 1) *
-                                                      (gathers ? std::int64_t(weight_formats.size()) : 1);
-                        res.space += policies;
-                        if (settled || fitted) {
-                          res.dominated += policies;
-                          continue;
-                        }
-                        c.recompute = rc;
-                        c.checkpoint_layers = ckl;
-                        const auto key = memory_key(c);
-                        auto it = mem_cache.find(key);
-                        if (it == mem_cache.end()) it = mem_cache.emplace(key, peak_memory(cfg, c)).first;
-                        const MemoryBytes mem = it->second;
-                        if (mem.total() > 0.9 * cl.memory_gib * 1073741824.0) {
-                          res.pruned_memory += policies;
-                          if (smallest_total < 0 || mem.total() < smallest_total) {
-                            smallest_total = mem.total();
-                            res.best_unfit = {c, predict(cfg, c, cl, &mem, opt.predict)};
-                          }
-                          continue;
-                        }
-                        fitted = true;
-                        if (ri == 0) settled = true;
-                        for (const auto& prec : precisions) {
-                          c.precision = prec;
-                          for (const auto& comp :
-                               data > 1 ? compressions : std::vector<std::string>{deck.compression}) {
-                            c.compression = comp;
-                            for (const auto& a2a :
-                                 ep > 1 ? a2a_formats : std::vector<std::string>{deck.a2a_compression}) {
-                              c.a2a_compression = a2a;
-                              for (const auto& wf :
-                                   gathers ? weight_formats : std::vector<std::string>{deck.weight_compression}) {
-                                c.weight_compression = wf;
-                                ranked.push_back({c, predict(cfg, c, cl, &mem, opt.predict)});
-                              }
-                            }
-                          }
+                  // Each ZeRO stage adds communication and each recompute
+                  // policy compute, both only ever costing time in the
+                  // model: past the first (zero, recompute) that fits
+                  // without recompute, every later pair is slower (the
+                  // dominated ones are counted, not evaluated).
+                  bool settled = false;
+                  for (int zero = 0; zero <= (data > 1 ? 3 : 0); ++zero) {
+                    if (sched == "zb" && pp > 1 && zero > 1) continue;
+                    c.zero = zero;
+                    std::vector<std::pair<std::string, std::string>> recomputes = {
+                        {deck.recompute, deck.checkpoint_layers}};
+                    if (opt.vary_recompute) recomputes = {{"none", "all"}, {"full", "all"}, {"full", "sqrt"}};
+                    bool fitted = false;
+                    const auto policies = policies_for(data > 1, ep > 1, data > 1 && zero >= 1);
+                    for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
+                      const auto& [rc, ckl] = recomputes[ri];
+                      if (rc == "full" && sched == "zb" && pp > 1) continue;
+                      if (ckl != "all" && zero == 3) continue;
+                      const auto n = std::int64_t(policies.size() * modes.size());
+                      res.space += n;
+                      if (settled || fitted) {
+                        res.dominated += n;
+                        continue;
+                      }
+                      c.recompute = rc;
+                      c.checkpoint_layers = ckl;
+                      const MemoryBytes mem = peak_memory(cfg, c);
+                      if (mem.total() > cl.usable_memory_bytes()) {
+                        res.pruned_memory += n;
+                        const double smallest = res.best_unfit.cost.memory.total();
+                        if (smallest == 0 || mem.total() < smallest)
+                          res.best_unfit = {c, predict(cfg, c, cl, &mem, opt.predict)};
+                        continue;
+                      }
+                      fitted = true;
+                      if (ri == 0) settled = true;
+                      for (const auto& p : policies) {
+                        c.precision = p.precision;
+                        c.compression = p.compression;
+                        c.a2a_compression = p.a2a_compression;
+                        c.weight_compression = p.weight_compression;
+                        for (const auto& mode : modes) {
+                          c.cp_mode = mode;
+                          ranked.push_back({c, predict(cfg, c, cl, &mem, opt.predict)});
                         }
                       }
                     }
@@ -180,9 +173,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
     }
     res.top.push_back(r);
   }
-  res.any_fit = !res.top.empty();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  (void)smallest;
   return res;
 }
 

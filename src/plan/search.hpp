@@ -43,8 +43,7 @@ struct SearchResult {
   std::int64_t refused = 0;        // ranked candidates the deck's checks refused
   std::int64_t global_batch = 0;
   double seconds = 0;
-  Ranked best_unfit;               // the smallest footprint when nothing fits
-  bool any_fit = false;
+  Ranked best_unfit;               // the smallest footprint that does not fit (memory total 0: none)
 };
 
 // `base` is the model deck as loaded for one rank (its own [parallel]

@@ -81,19 +81,16 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
         if (!known) break;
         double& t = free_at[std::size_t(s)];
         const auto& tm = times[std::size_t(s)];
-        // ZB-H1: a deferred weight gradient runs where the stage would wait.
-        while (deferred && !pending[std::size_t(s)].empty() && t < ready) {
-          t += pending[std::size_t(s)].front();
-          busy[std::size_t(s)] += pending[std::size_t(s)].front();
-          pending[std::size_t(s)].pop_front();
-        }
-        // The stage's last backward runs undeferred, after every W still
-        // waiting, so that the data-parallel reductions see whole gradients.
+        // ZB-H1: a deferred weight gradient runs where the stage would
+        // wait; the stage's last backward runs undeferred, after every W
+        // still waiting, so that the data-parallel reductions see whole
+        // gradients.
         const bool last = deferred && i + 1 == ops[std::size_t(s)].size();
-        while (last && !pending[std::size_t(s)].empty()) {
-          t += pending[std::size_t(s)].front();
-          busy[std::size_t(s)] += pending[std::size_t(s)].front();
-          pending[std::size_t(s)].pop_front();
+        auto& queue = pending[std::size_t(s)];
+        while (!queue.empty() && (last || t < ready)) {
+          t += queue.front();
+          busy[std::size_t(s)] += queue.front();
+          queue.pop_front();
         }
         const double d = op.kind == Op::Kind::Forward ? tm.forward : tm.backward + (last ? tm.weight : 0.0);
         t = std::max(t, ready) + d;
@@ -110,10 +107,7 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
   }
   Timeline tl;
   for (int s = 0; s < pp; ++s) {
-    for (double w : pending[std::size_t(s)]) {
-      free_at[std::size_t(s)] += w;
-      busy[std::size_t(s)] += w;
-    }
+    EXA_ASSERT(pending[std::size_t(s)].empty());  // every stage ends on a backward, which ran them
     tl.span = std::max(tl.span, free_at[std::size_t(s)]);
     tl.busy = std::max(tl.busy, busy[std::size_t(s)]);
   }
