@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/deck/config.hpp"
+#include "core/deck/deck_checks.hpp"
 
 namespace exa::model {
 
@@ -28,6 +29,16 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
   m.norm_topk = c.get_bool("moe.norm_topk");
   m.aux_coef = c.get_float("moe.aux_coef");
   m.z_coef = c.get_float("moe.z_coef");
+  m.lora.rank = c.get_int("lora.rank");
+  if (m.lora.enabled()) {
+    m.lora.alpha = c.get_float("lora.alpha");
+    for (const auto& t : deck::name_list(c.get_string("lora.targets"))) {
+      // deck_checks.cpp refused every other name.
+      if (t == "attention") m.lora.targets.attention = true;
+      if (t == "dense_ffn") m.lora.targets.dense_ffn = true;
+      if (t == "shared_experts") m.lora.targets.shared_experts = true;
+    }
+  }
   return m;
 }
 

@@ -10,6 +10,22 @@ class Config;
 
 namespace exa::model {
 
+// Which projections carry adapters (lora.targets).
+struct LoraTargets {
+  bool attention = false;       // wq, wk, wv, wo
+  bool dense_ffn = false;       // the dense layers' mlp.w1, w3, w2
+  bool shared_experts = false;  // each shared expert's w1, w3, w2
+};
+
+struct LoraConfig {
+  std::int64_t rank = 0;
+  double alpha = 16.0;
+  LoraTargets targets;
+  bool enabled() const { return rank > 0; }
+  // alpha / rank: the adapter's output is scaled by it (PEFT's convention).
+  double scale() const { return rank > 0 ? alpha / double(rank) : 0.0; }
+};
+
 struct ModelConfig {
   // [model]
   std::int64_t vocab_size = 256, d_model = 128, n_layers = 4, n_heads = 4, n_kv_heads = 4, d_ff = 512,
@@ -20,6 +36,9 @@ struct ModelConfig {
   std::int64_t n_experts = 8, top_k = 2, d_expert = 256, moe_every = 1, n_shared_experts = 0;
   double capacity_factor = 0.0, aux_coef = 0.01, z_coef = 0.001;
   bool norm_topk = true;
+  // [lora]: low-rank adapters on the frozen model (docs/architecture.md,
+  // "LoRA"). rank 0 = none.
+  LoraConfig lora;
 
   static ModelConfig from_deck(const deck::Config& cfg);
 

@@ -33,22 +33,43 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
   const Rule shared_in{1, -1, R::Data};        // shared w1/w3 [S,F,d]: like the dense MLP
   const Rule shared_out{2, -1, R::Data};       // shared w2 [S,d,F]
   std::vector<ParamSpec> p;
-  auto matrix = [&](std::string name, std::vector<std::int64_t> shape, double s, Rule r) {
-    p.push_back(ParamSpec{std::move(name), std::move(shape), I::Normal, s, true, r.tp_dim, r.ep_dim, r.reduce});
+  const bool lora = c.lora.enabled();
+  const std::int64_t rank = c.lora.rank;
+  // The adapters of the matrix just pushed: A [.., r, in] starts random
+  // (std 1/sqrt(in)), B [.., out, r] at zero, so the adapted model starts
+  // as the frozen one. The factor on W's split side takes the split.
+  auto adapters = [&]() {
+    const ParamSpec w = p.back();
+    const std::size_t k = w.shape.size();  // 2, or 3 with a leading expert index
+    auto a = w.shape, b = w.shape;
+    a[k - 2] = rank;
+    b[k - 1] = rank;
+    const int out_dim = int(k) - 2, in_dim = int(k) - 1;
+    const double a_std = 1.0 / std::sqrt(double(w.shape[k - 1]));
+    p.push_back(ParamSpec{lora_a_name(w.name), a, I::Normal, a_std, true, w.tp_dim == in_dim ? in_dim : -1, -1,
+                          w.reduce});
+    p.push_back(ParamSpec{lora_b_name(w.name), b, I::Zeros, 0.0, true, w.tp_dim == out_dim ? out_dim : -1, -1,
+                          w.reduce});
+  };
+  auto matrix = [&](std::string name, std::vector<std::int64_t> shape, double s, Rule r, bool adapted = false) {
+    p.push_back(ParamSpec{std::move(name), std::move(shape), I::Normal, s, true, r.tp_dim, r.ep_dim, r.reduce,
+                          !lora});
+    if (lora && adapted) adapters();
   };
   auto gain = [&](std::string name) {
     const Rule r = replicated;
-    p.push_back(ParamSpec{std::move(name), {d}, I::Ones, 0.0, false, r.tp_dim, r.ep_dim, r.reduce});
+    p.push_back(ParamSpec{std::move(name), {d}, I::Ones, 0.0, false, r.tp_dim, r.ep_dim, r.reduce, !lora});
   };
 
   matrix("embed.weight", {c.vocab_size, d}, std, vocab);
   for (std::int64_t i = 0; i < c.n_layers; ++i) {
     const std::string L = fmt::format("layers.{}.", i);
     gain(L + "attn_norm.weight");
-    matrix(L + "attn.wq.weight", {c.n_heads * hd, d}, std, column);
-    matrix(L + "attn.wk.weight", {c.n_kv_heads * hd, d}, std, column);
-    matrix(L + "attn.wv.weight", {c.n_kv_heads * hd, d}, std, column);
-    matrix(L + "attn.wo.weight", {d, c.n_heads * hd}, out_std, row);
+    const bool att = c.lora.targets.attention, sh = c.lora.targets.shared_experts, mlp = c.lora.targets.dense_ffn;
+    matrix(L + "attn.wq.weight", {c.n_heads * hd, d}, std, column, att);
+    matrix(L + "attn.wk.weight", {c.n_kv_heads * hd, d}, std, column, att);
+    matrix(L + "attn.wv.weight", {c.n_kv_heads * hd, d}, std, column, att);
+    matrix(L + "attn.wo.weight", {d, c.n_heads * hd}, out_std, row, att);
     gain(L + "ffn_norm.weight");
     if (c.is_moe_layer(i)) {
       matrix(L + "moe.router.weight", {E, d}, std, replicated);
@@ -57,19 +78,37 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
       matrix(L + "moe.experts.w2", {E, d, F}, out_std, expert_out);
       if (c.n_shared_experts > 0) {
         const std::int64_t S = c.n_shared_experts;
-        matrix(L + "moe.shared.w1", {S, F, d}, std, shared_in);
-        matrix(L + "moe.shared.w3", {S, F, d}, std, shared_in);
-        matrix(L + "moe.shared.w2", {S, d, F}, out_std, shared_out);
+        matrix(L + "moe.shared.w1", {S, F, d}, std, shared_in, sh);
+        matrix(L + "moe.shared.w3", {S, F, d}, std, shared_in, sh);
+        matrix(L + "moe.shared.w2", {S, d, F}, out_std, shared_out, sh);
       }
     } else {
-      matrix(L + "mlp.w1", {c.d_ff, d}, std, column);
-      matrix(L + "mlp.w3", {c.d_ff, d}, std, column);
-      matrix(L + "mlp.w2", {d, c.d_ff}, out_std, row);
+      matrix(L + "mlp.w1", {c.d_ff, d}, std, column, mlp);
+      matrix(L + "mlp.w3", {c.d_ff, d}, std, column, mlp);
+      matrix(L + "mlp.w2", {d, c.d_ff}, out_std, row, mlp);
     }
   }
   gain("norm.weight");
   if (!c.tie_embeddings) matrix("lm_head.weight", {c.vocab_size, d}, std, vocab);
   return p;
+}
+
+namespace {
+std::string stem(const std::string& base) {
+  const std::string w = ".weight";
+  if (base.size() > w.size() && base.compare(base.size() - w.size(), w.size(), w) == 0)
+    return base.substr(0, base.size() - w.size());
+  return base;
+}
+}  // namespace
+
+std::string lora_a_name(const std::string& base) { return stem(base) + ".lora_a"; }
+std::string lora_b_name(const std::string& base) { return stem(base) + ".lora_b"; }
+
+std::string lora_base_of(const std::string& adapter, const std::vector<ParamSpec>& specs) {
+  for (const auto& s : specs)
+    if (lora_a_name(s.name) == adapter || lora_b_name(s.name) == adapter) return s.name;
+  return {};
 }
 
 }  // namespace exa::model

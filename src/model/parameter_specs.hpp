@@ -21,7 +21,7 @@ namespace exa::model {
 enum class ReduceGroup { Data, ExpertData, None };
 
 struct ParamSpec {
-  enum class Init { Normal, Ones };
+  enum class Init { Normal, Ones, Zeros };
   std::string name;
   std::vector<std::int64_t> shape;
   Init init = Init::Normal;
@@ -36,10 +36,25 @@ struct ParamSpec {
   // moe.experts.*), -1 = not expert-partitioned.
   int ep_dim = -1;
   ReduceGroup reduce = ReduceGroup::Data;
+  // False for the frozen model under LoRA: no optimizer state, no gradient
+  // reduction, no place in the gradient norm (docs/architecture.md, "LoRA").
+  bool trainable = true;
 
   std::int64_t numel() const;
 };
 
+// With cfg.lora enabled every tensor of the model is frozen and each
+// targeted projection W [out, in] (or [S, out, in] for the shared experts) is
+// followed by its adapters "<W>.lora_a" [r, in] and "<W>.lora_b" [out, r],
+// split by tensor parallelism as W is: a column-parallel W's B takes its
+// output rows, a row-parallel W's A its input columns, the other factor is
+// whole on every rank and its gradient summed over tensor parallelism.
 std::vector<ParamSpec> parameter_specs(const ModelConfig& cfg);
+
+// "<W>.lora_a" / "<W>.lora_b" of base tensor name W (a trailing ".weight"
+// dropped), and the base tensor of an adapter name ("" when not one).
+std::string lora_a_name(const std::string& base);
+std::string lora_b_name(const std::string& base);
+std::string lora_base_of(const std::string& adapter, const std::vector<ParamSpec>& specs);
 
 }  // namespace exa::model

@@ -24,9 +24,22 @@ ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> 
     EXA_ASSERT(by_name_.emplace(specs_[i].name, i).second);
     local_offsets_.push_back(total);
     total += s.count;
+    if (specs_[i].trainable) {
+      EXA_REQUIRE(trainable_numel_ == local_offsets_[i], "ParameterStore: trainable tensor '{}' follows a frozen "
+                  "one; the trainable tensors must come first", specs_[i].name);
+      trainable_numel_ = total;
+    }
   }
   values_ = Flat("exa::params", static_cast<std::size_t>(total));
   grads_ = Flat("exa::grads", static_cast<std::size_t>(total));
+}
+
+ParameterStore::Flat ParameterStore::trainable_values() const {
+  return Kokkos::subview(values_, Kokkos::make_pair(std::size_t(0), std::size_t(trainable_numel_)));
+}
+
+ParameterStore::Flat ParameterStore::trainable_grads() const {
+  return Kokkos::subview(grads_, Kokkos::make_pair(std::size_t(0), std::size_t(trainable_numel_)));
 }
 
 std::size_t ParameterStore::index(const std::string& name) const {
@@ -49,8 +62,8 @@ void ParameterStore::initialize(std::uint64_t seed, const std::function<bool(con
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     const auto& p = specs_[i];
     if (only && !only(p.name)) continue;
-    if (p.init == ParamSpec::Init::Ones) {
-      kernels::fill_constant(value(i), 1.0f);
+    if (p.init == ParamSpec::Init::Ones || p.init == ParamSpec::Init::Zeros) {
+      kernels::fill_constant(value(i), p.init == ParamSpec::Init::Ones ? 1.0f : 0.0f);
     } else {
       kernels::init_normal_box(value(i), seed, p.name, p.init_std, box_index(shards_[i], p.shape),
                                shards_[i].offset);

@@ -57,6 +57,12 @@ class ParameterStore {
   const Flat& grads() const { return grads_; }
   std::int64_t local_offset(std::size_t i) const { return local_offsets_[i]; }
   std::int64_t local_numel() const { return static_cast<std::int64_t>(values_.extent(0)); }
+  // The trainable tensors' local elements, which come first (LoRA's frozen
+  // model after them): what the optimizer updates and the gradient norm
+  // sums. local_numel() when nothing is frozen.
+  std::int64_t trainable_numel() const { return trainable_numel_; }
+  Flat trainable_values() const;
+  Flat trainable_grads() const;
 
   // Philox init keyed by (seed, global name) and each element's global
   // row-major index, whatever the piece: every layout builds bit-identical
@@ -70,6 +76,7 @@ class ParameterStore {
   std::vector<Shard> shards_;
   std::vector<std::int64_t> local_offsets_;
   std::unordered_map<std::string, std::size_t> by_name_;
+  std::int64_t trainable_numel_ = 0;
   Flat values_, grads_;
 };
 

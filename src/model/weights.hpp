@@ -45,6 +45,18 @@ struct LayerWeights {
   W3 w1, w3, w2;                // experts [E,F,d], [E,F,d], [E,d,F]
   W3 shared_w1, shared_w3, shared_w2;  // [S,F,d], [S,F,d], [S,d,F]; empty when S = 0
   W2 mlp_w1, mlp_w3, mlp_w2;    // dense SwiGLU [d_ff,d], [d_ff,d], [d,d_ff]
+
+  // LoRA (parameter_specs.hpp): a projection's A [.., r, in] and B
+  // [.., out, r], empty for a projection without adapters, and their scale.
+  struct Lora2 {
+    W2 a, b;
+  };
+  struct Lora3 {
+    W3 a, b;
+  };
+  Lora2 lora_wq, lora_wk, lora_wv, lora_wo, lora_mlp_w1, lora_mlp_w3, lora_mlp_w2;
+  Lora3 lora_shared_w1, lora_shared_w3, lora_shared_w2;
+  double lora_scale = 0.0;
 };
 
 template <class T, class D = Device>
@@ -87,7 +99,7 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
   // tensors stay unbound.
   const std::int64_t V = plan.vocab_end - plan.vocab_begin, d = cfg.d_model, hd = cfg.head_dim(), H = plan.heads,
                      Hkv = plan.kv_heads, E = plan.local_experts(), F = plan.d_expert, S = cfg.n_shared_experts,
-                     Fd = plan.d_ff, Fs = plan.d_shared;
+                     Fd = plan.d_ff, Fs = plan.d_shared, r = cfg.lora.rank;
   auto v1 = [&](const std::string& n, std::int64_t a) {
     return elsewhere.count(n) ? typename L::W1() : typename L::W1(get(n, a), a);
   };
@@ -97,6 +109,22 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
   auto v3 = [&](const std::string& n, std::int64_t a, std::int64_t b, std::int64_t c) {
     return elsewhere.count(n) ? typename L::W3() : typename L::W3(get(n, a * b * c), a, b, c);
   };
+  // The adapters of a projection [out, in] (local extents), when it has them.
+  auto lora2 = [&](const std::string& n, std::int64_t out, std::int64_t in, bool on) {
+    typename L::Lora2 l;
+    if (!on || !cfg.lora.enabled()) return l;
+    l.a = v2(lora_a_name(n), r, in);
+    l.b = v2(lora_b_name(n), out, r);
+    return l;
+  };
+  auto lora3 = [&](const std::string& n, std::int64_t out, std::int64_t in, bool on) {
+    typename L::Lora3 l;
+    if (!on || !cfg.lora.enabled()) return l;
+    l.a = v3(lora_a_name(n), S, r, in);
+    l.b = v3(lora_b_name(n), S, out, r);
+    return l;
+  };
+  const auto& lt = cfg.lora.targets;
   Weights<T, D> w;
   w.embed = v2("embed.weight", V, d);
   for (std::int64_t i = 0; i < cfg.n_layers; ++i) {
@@ -107,6 +135,11 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
     l.wk = v2(pre + "attn.wk.weight", Hkv * hd, d);
     l.wv = v2(pre + "attn.wv.weight", Hkv * hd, d);
     l.wo = v2(pre + "attn.wo.weight", d, H * hd);
+    l.lora_wq = lora2(pre + "attn.wq.weight", H * hd, d, lt.attention);
+    l.lora_wk = lora2(pre + "attn.wk.weight", Hkv * hd, d, lt.attention);
+    l.lora_wv = lora2(pre + "attn.wv.weight", Hkv * hd, d, lt.attention);
+    l.lora_wo = lora2(pre + "attn.wo.weight", d, H * hd, lt.attention);
+    l.lora_scale = cfg.lora.scale();
     l.ffn_norm = v1(pre + "ffn_norm.weight", d);
     l.moe = cfg.is_moe_layer(i);
     if (l.moe) {
@@ -118,11 +151,17 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
         l.shared_w1 = v3(pre + "moe.shared.w1", S, Fs, d);
         l.shared_w3 = v3(pre + "moe.shared.w3", S, Fs, d);
         l.shared_w2 = v3(pre + "moe.shared.w2", S, d, Fs);
+        l.lora_shared_w1 = lora3(pre + "moe.shared.w1", Fs, d, lt.shared_experts);
+        l.lora_shared_w3 = lora3(pre + "moe.shared.w3", Fs, d, lt.shared_experts);
+        l.lora_shared_w2 = lora3(pre + "moe.shared.w2", d, Fs, lt.shared_experts);
       }
     } else {
       l.mlp_w1 = v2(pre + "mlp.w1", Fd, d);
       l.mlp_w3 = v2(pre + "mlp.w3", Fd, d);
       l.mlp_w2 = v2(pre + "mlp.w2", d, Fd);
+      l.lora_mlp_w1 = lora2(pre + "mlp.w1", Fd, d, lt.dense_ffn);
+      l.lora_mlp_w3 = lora2(pre + "mlp.w3", Fd, d, lt.dense_ffn);
+      l.lora_mlp_w2 = lora2(pre + "mlp.w2", d, Fd, lt.dense_ffn);
     }
     w.layers.push_back(l);
   }

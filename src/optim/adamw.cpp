@@ -23,8 +23,12 @@ AdamW::AdamW(const model::ParameterStore& store, AdamWConfig cfg) : cfg_(cfg) {
   EXA_REQUIRE(cfg.beta2 >= 0.0 && cfg.beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got {}", cfg.beta2);
   EXA_REQUIRE(cfg.eps > 0.0, "AdamW: eps must be > 0, got {}", cfg.eps);
   EXA_REQUIRE(cfg.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0, got {}", cfg.weight_decay);
+  // State for the trainable tensors only (the store's head); a frozen
+  // tensor's is empty.
   for (std::size_t i = 0; i < store.size(); ++i) {
-    const std::int64_t off = store.local_offset(i), n = store.shard(i).count;
+    const bool trains = store.spec(i).trainable;
+    const std::int64_t off = trains ? store.local_offset(i) : store.trainable_numel(),
+                       n = trains ? store.shard(i).count : 0;
     offsets_.push_back(off);
     counts_.push_back(n);
     if (n == 0) continue;
@@ -36,15 +40,15 @@ AdamW::AdamW(const model::ParameterStore& store, AdamWConfig cfg) : cfg_(cfg) {
       segments_.push_back(Segment{off, n, decay});
     }
   }
-  const auto total = static_cast<std::size_t>(store.local_numel());
+  const auto total = static_cast<std::size_t>(store.trainable_numel());
   m_ = Flat("exa::optim::exp_avg", total);
   v_ = Flat("exa::optim::exp_avg_sq", total);
 }
 
 void AdamW::step(model::ParameterStore& store, double lr, double grad_scale) {
-  EXA_ASSERT(store.size() == offsets_.size() && static_cast<std::size_t>(store.local_numel()) == m_.extent(0));
+  EXA_ASSERT(store.size() == offsets_.size() && static_cast<std::size_t>(store.trainable_numel()) == m_.extent(0));
   for (std::size_t i = 0; i < offsets_.size(); ++i) {
-    EXA_ASSERT(store.local_offset(i) == offsets_[i] && store.shard(i).count == counts_[i]);
+    EXA_ASSERT(!store.spec(i).trainable || (store.local_offset(i) == offsets_[i] && store.shard(i).count == counts_[i]));
   }
   EXA_REQUIRE(std::isfinite(grad_scale), "AdamW: grad_scale is {}; a step with a non-finite gradient norm must be "
               "skipped, not applied", grad_scale);

@@ -18,8 +18,8 @@ GradClipper GradClipper::from_deck(const deck::Config& c) { return GradClipper(c
 void GradClipper::set_reduction(Reduction reduce) { reduce_ = std::move(reduce); }
 
 double GradClipper::local_sq_norm(const model::ParameterStore& store) {
-  if (store.local_numel() == 0) return 0.0;  // a rank may own nothing (small tensors, many ranks)
-  return kernels::global_sq_norm(store.grads());
+  if (store.trainable_numel() == 0) return 0.0;  // a rank may own nothing (small tensors, many ranks)
+  return kernels::global_sq_norm(store.trainable_grads());
 }
 
 ClipResult GradClipper::from_sq_norm(double local_sq, double unscale) const {

@@ -66,9 +66,11 @@ void AsyncCheckpointer::prepare(const std::vector<io::CheckpointTensor>& tensors
     snap_[i].shape = t.shape;
     snap_[i].shard = t.shard;
     copy_into(snap_[i].value, t.value, "exa::ckpt::snapshot");
+    const auto it = optim.find(t.name);
+    if (it == optim.end()) continue;  // frozen: no moments
     auto& m = snap_optim_[t.name];
-    copy_into(m.exp_avg, optim.at(t.name).exp_avg, "exa::ckpt::snapshot_m");
-    copy_into(m.exp_avg_sq, optim.at(t.name).exp_avg_sq, "exa::ckpt::snapshot_v");
+    copy_into(m.exp_avg, it->second.exp_avg, "exa::ckpt::snapshot_m");
+    copy_into(m.exp_avg_sq, it->second.exp_avg_sq, "exa::ckpt::snapshot_v");
   }
   Kokkos::fence();
 }

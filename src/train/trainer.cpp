@@ -1,5 +1,7 @@
 #include "train/trainer.hpp"
 
+#include "train/init_from.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -125,6 +127,13 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                          rebuild(growth_.schedule().experts_after(std::int64_t(step)));
                        })
                                          : std::function<void(std::uint64_t)>()});
+  if (const auto& from = cfg.get_string("train.init_from"); from != "none") {
+    base_root_ = load_init_from(from, dp_->store(), mcfg_, world_);
+    dp_->params_updated();
+  } else if (mcfg_.lora.enabled()) {
+    log::warn("lora: adapters on the seeded initialisation (train.init_from = \"none\"); fine-tuning starts "
+              "from a trained model: set train.init_from to its checkpoint");
+  }
   ckpt_->resume();
   // One thread pool per rank: say what oversubscribes, and count MFU
   // against the cores this rank computes on (core/thread_check.hpp).
@@ -224,7 +233,8 @@ io::OptimizerState Trainer::optimizer_moments() {
   io::OptimizerState state;
   const auto& store = dp_->store();
   for (std::size_t i = 0; i < store.size(); ++i)
-    state[store.spec(i).name] = io::OptimizerMoments{opt_->adamw().exp_avg(i), opt_->adamw().exp_avg_sq(i)};
+    if (store.spec(i).trainable)  // the frozen model has no moments
+      state[store.spec(i).name] = io::OptimizerMoments{opt_->adamw().exp_avg(i), opt_->adamw().exp_avg_sq(i)};
   return state;
 }
 
@@ -251,6 +261,7 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   meta.layout.pp = grid_.sizes().pp;
   balance_.save(meta);
   growth_.save(meta);
+  if (base_root_ != 0) meta.state[kLoraBaseState] = root_to_state(base_root_);
   if (scaler_.dynamic()) {
     const auto st = scaler_.state();
     meta.state[optim::LossScaler::kStateName] = io::StateArray{{std::int64_t(st.size())}, st};
@@ -273,6 +284,15 @@ void Trainer::restore(const io::CheckpointMeta& meta) {
   apply_clone_rings();
   if (const auto it = meta.state.find(optim::LossScaler::kStateName); it != meta.state.end())
     scaler_.restore(it->second.values);
+  if (const auto it = meta.state.find(kLoraBaseState); it != meta.state.end()) {
+    const std::uint64_t was = root_from_state(it->second);
+    EXA_REQUIRE(base_root_ == 0 || base_root_ == was,
+                "checkpoint {} fine-tuned the model with Merkle root {:016x}, but train.init_from = \"{}\" has root "
+                "{:016x}: a resume must keep the model it adapts. Set train.init_from back to that model, or start "
+                "a new run (another output.run_dir)", meta.directory, was, cfg_.get_string("train.init_from"),
+                base_root_);
+    base_root_ = was;
+  }
   step_ = static_cast<std::int64_t>(meta.step);
   tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);
   const auto it = meta.lr_schedule.find("adamw_step_count");

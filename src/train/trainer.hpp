@@ -156,6 +156,7 @@ class Trainer {
   int peak_cores_ = 1;  // the cores peak_gflops_ counts (core/thread_check.hpp, compute_cores)
   std::int64_t step_ = 0, steps_ = 0, micro_batch_ = 0, grad_accum_ = 0, global_batch_ = 0;
   std::int64_t tokens_seen_ = 0;
+  std::uint64_t base_root_ = 0;  // train.init_from's Merkle root (0: none)
   DeviceBatch batch_;
   EnergyMeter energy_;  // output.power_w_per_rank / RAPL: J/token in the log, kWh at the end
   StopSignal stop_;

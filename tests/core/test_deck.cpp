@@ -81,7 +81,7 @@ TEST(DeckSchema, IsWellFormed) {
     while (section < exa::deck::sections().size() && exa::deck::sections()[section] != k.section) ++section;
     ASSERT_LT(section, exa::deck::sections().size()) << k.name() << ": section missing or out of order";
   }
-  EXPECT_EQ(exa::deck::sections().size(), 14u);
+  EXPECT_EQ(exa::deck::sections().size(), 15u);
   for (const auto& s : exa::deck::sections()) {
     EXPECT_TRUE(std::any_of(exa::deck::schema().begin(), exa::deck::schema().end(),
                             [&](const auto& k) { return k.section == s; }))

@@ -37,11 +37,13 @@ std::set<std::string> unread_after_one_step(const std::string& name, std::vector
 
 // A key that only takes effect with a feature on (async_policy with async,
 // local_dir with tier 1) counts as read when the run with that feature on
-// reads it; tier 1 and async writes exclude each other, hence three runs.
+// reads it; tier 1 and async writes exclude each other, hence separate runs
+// (and lora's keys are read with adapters on).
 TEST(DeckReads, OneStepOfTheFullDeckReadsEveryKey) {
   auto unread = unread_after_one_step("as_is", {});
   for (const auto& variant : {std::pair<std::string, std::string>{"async", "checkpoint.async=true"},
-                              {"tier1", "checkpoint.local_every=1"}}) {
+                              {"tier1", "checkpoint.local_every=1"},
+                              {"lora", "lora.rank=4"}}) {
     const auto more = unread_after_one_step(variant.first, {variant.second});
     std::set<std::string> both;
     for (const auto& k : unread)

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "core/deck/did_you_mean.hpp"
 #include "core/error.hpp"
 
 namespace exa::deck {
@@ -272,6 +273,59 @@ void check_growth(const Config& c) {
 // Pipeline schedule and split: the interleaved schedule's chunks and
 // micro-batch groups, and pipeline.layers_per_stage's counts (also found by
 // --check, before any rank builds a stage).
+// [lora]: targets the model has, and a rank each adapted matrix can take.
+void check_lora(const Config& c) {
+  const auto r = c.get_int("lora.rank");
+  if (r == 0) return;
+  std::vector<std::string> targets;
+  try {
+    targets = name_list(c.get_string("lora.targets"));
+  } catch (const Error& e) {
+    fail(c, {"lora.targets"}, std::string("lora.targets: ") + e.what());
+  }
+  const auto L = c.get_int("model.n_layers"), every = c.get_int("moe.moe_every");
+  bool dense = false, moe = false;
+  for (std::int64_t i = 0; i < L; ++i) (every > 0 && (i + 1) % every == 0 ? moe : dense) = true;
+  const auto d = c.get_int("model.d_model"), h = c.get_int("model.n_heads"), kv = c.get_int("model.n_kv_heads");
+  const std::vector<std::string> known = {"attention", "dense_ffn", "shared_experts"};
+  for (const auto& t : targets) {
+    std::int64_t smallest = 0;
+    if (t == "attention") {
+      smallest = std::min(d, (d / h) * kv);
+    } else if (t == "dense_ffn") {
+      if (!dense)
+        fail(c, {"lora.targets", "moe.moe_every"},
+             fmt::format("lora.targets names dense_ffn, but every layer is MoE (moe.moe_every = {}); drop "
+                         "dense_ffn, or make some layers dense", every));
+      smallest = std::min(d, c.get_int("model.d_ff"));
+    } else if (t == "shared_experts") {
+      if (!moe || c.get_int("moe.n_shared_experts") == 0)
+        fail(c, {"lora.targets", "moe.n_shared_experts"},
+             "lora.targets names shared_experts, but the model has none (moe.n_shared_experts = 0 or no MoE "
+             "layer); drop shared_experts");
+      smallest = std::min(d, c.get_int("moe.d_expert"));
+    } else if (t == "experts" || t == "router" || t == "embeddings") {
+      fail(c, {"lora.targets"},
+           fmt::format("lora.targets: adapters on {} are not built yet; use attention, dense_ffn and "
+                       "shared_experts", t));
+    } else {
+      const auto guess = did_you_mean(t, known);
+      fail(c, {"lora.targets"},
+           fmt::format("lora.targets: \"{}\" is not a projection of the model; {}", t,
+                       guess.empty() ? "use attention, dense_ffn or shared_experts"
+                                     : fmt::format("did you mean \"{}\"?", guess)));
+    }
+    if (r > smallest)
+      fail(c, {"lora.rank", "lora.targets"},
+           fmt::format("lora.rank = {} exceeds the smallest side ({}) of the {} matrices it adapts; a rank above "
+                       "min(d_in, d_out) adds nothing: use lora.rank <= {}", r, smallest, t, smallest));
+  }
+  if (c.get_int("growth.every") > 0)
+    fail(c, {"growth.every", "lora.rank"},
+         "expert growth (growth.every > 0) with adapters (lora.rank > 0) is not built: growth adds experts "
+         "that would train while the rest is frozen; set growth.every = 0 or lora.rank = 0");
+}
+
 void check_pipeline(const Config& c) {
   const auto pp = c.get_int("parallel.pp"), v = c.get_int("pipeline.virtual_stages");
   const auto layers = c.get_int("model.n_layers"), accum = c.get_int("train.grad_accum");
@@ -486,6 +540,22 @@ std::vector<double> number_list(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> name_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const auto comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    const auto a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a == std::string::npos)
+      throw Error(fmt::format("entry {} is empty; write names separated by commas, e.g. \"attention,dense_ffn\"",
+                              out.size() + 1));
+    out.push_back(item.substr(a, b - a + 1));
+    at = comma + 1;
+  }
+  return out;
+}
+
 void check_world(const Config& c) {
   const auto pp = c.get_int("parallel.pp"), dp = c.get_int("parallel.dp");
   const auto cp = c.get_int("parallel.cp"), tp = c.get_int("parallel.tp");
@@ -530,6 +600,7 @@ void check_consistency(const Config& c) {
   check_moe(c);
   check_parallel(c);
   check_growth(c);
+  check_lora(c);
   check_pipeline(c);
   check_training(c);
   check_combinations(c);

@@ -29,4 +29,8 @@ bool sets_layout_key(const Setting& s, bool overrides_too);
 // that is not a number.
 std::vector<double> number_list(const std::string& text);
 
+// "attention, dense_ffn" -> {"attention", "dense_ffn"}: comma-separated
+// names, blanks around them dropped; exa::Error on an empty entry.
+std::vector<std::string> name_list(const std::string& text);
+
 }  // namespace exa::deck

@@ -68,6 +68,12 @@ std::vector<KeySpec> build() {
       S("moe", "aux_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens the aux loss's f_e and P_e are taken over: this rank's micro-batch, or (sequence) summed over the cp ranks sharing its sequences, as one rank computes it"),
       S("moe", "capacity_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens a capacity (moe.capacity_factor > 0) is taken over: this rank's micro-batch, or (sequence) the whole sequences the cp ranks share, dropping exactly the assignments one rank drops"),
 
+      I("lora", "rank", 0, 0, kDim, "rank r of the low-rank adapters W + (alpha/r) B A that fine-tune a frozen model; 0 = no adapters (every parameter trains)"),
+      F("lora", "alpha", 16.0, 0, 1e6, O::lo, "the adapters' output is scaled by alpha/rank"),
+      Reserved(F("lora", "dropout", 0.0, 0, 1, O::hi, "dropout on the adapters' input")),
+      S("lora", "targets", "attention", {}, "comma-separated projections that get adapters: attention (wq, wk, wv, wo), dense_ffn (the dense layers' w1, w3, w2), shared_experts (each shared expert's w1, w3, w2)"),
+      NotBuilt(S("lora", "init", "zero_b", {"zero_b", "pissa"}, "zero_b: B = 0, A random, so step 0 is the frozen model; pissa: from W's principal singular vectors"), {"pissa"}),
+
       I("growth", "every", 0, 0, kCount, "expert growth: every this many steps each MoE layer gains growth.add experts, in the running job (0 = off)"),
       I("growth", "add", 8, 1, 1 << 16, "experts added to each MoE layer per growth event (at most the experts it has)"),
       I("growth", "max_experts", 0, 0, 1 << 16, "growth stops at this many experts per MoE layer (> moe.n_experts when growth.every > 0)"),
@@ -103,6 +109,7 @@ std::vector<KeySpec> build() {
       I("train", "log_every", 10, 1, kCount, "steps between log lines"),
       I("train", "eval_every", 100, 0, kCount, "steps between validation evaluations; 0 = never"),
       I("train", "eval_batches", 8, 1, kDim, "global batches (micro_batch*grad_accum*dp sequences) per validation evaluation"),
+      S("train", "init_from", "none", {}, "a checkpoint (one step's directory, or a checkpoint dir whose newest complete step is taken) whose model the run starts from, in any layout; its shape must be the deck's. none = the seeded initialisation"),
 
       F("optim", "lr", 3e-4, 0, 10, O::lo, "peak learning rate, reached at the end of warmup"),
       F("optim", "min_lr", 0.0, 0, 10, O::none, "learning rate the schedule decays to (<= lr)"),
@@ -189,7 +196,7 @@ const std::vector<KeySpec>& schema() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model",     "moe",    "growth", "parallel", "pipeline", "train",
+  static const std::vector<std::string> names = {"model",     "moe",    "lora",   "growth", "parallel", "pipeline", "train",
                                                  "optim",     "data",   "checkpoint", "precision",
                                                  "memory",    "comm",   "resilience", "output"};
   return names;

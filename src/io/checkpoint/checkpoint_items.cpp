@@ -44,8 +44,9 @@ void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState
                 "checkpoint: tensor '{}' holds {} values but its shard has {} elements", t.name, t.value.extent(0),
                 t.shard.count);
     if (optim) {
+      // A tensor without moments is frozen (LoRA's base model): it has none.
       auto it = optim->find(t.name);
-      EXA_REQUIRE(it != optim->end(), "checkpoint: the optimizer state has no moments for tensor '{}'", t.name);
+      if (it == optim->end()) continue;
       EXA_REQUIRE(static_cast<std::int64_t>(it->second.exp_avg.extent(0)) == t.shard.count &&
                       static_cast<std::int64_t>(it->second.exp_avg_sq.extent(0)) == t.shard.count,
                   "checkpoint: the optimizer moments of '{}' hold {} and {} values but its shard has {} elements",
@@ -66,10 +67,11 @@ std::vector<Item> items_of(const std::vector<CheckpointTensor>& tensors, const O
   for (const auto& t : tensors) items.push_back(Item{kModelGroup, t.name, t.shape, shard(t), t.value});
   if (optim) {
     for (const auto& t : tensors)
-      items.push_back(Item{kExpAvgGroup, t.name, t.shape, shard(t), optim->at(t.name).exp_avg});
-    for (const auto& t : tensors) {
-      items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, shard(t), optim->at(t.name).exp_avg_sq});
-    }
+      if (const auto it = optim->find(t.name); it != optim->end())
+        items.push_back(Item{kExpAvgGroup, t.name, t.shape, shard(t), it->second.exp_avg});
+    for (const auto& t : tensors)
+      if (const auto it = optim->find(t.name); it != optim->end())
+        items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, shard(t), it->second.exp_avg_sq});
   }
   return items;
 }

@@ -89,7 +89,8 @@ void require_matching_model(const CheckpointInfo& info, const std::vector<model:
   Expected expected;
   for (const char* g : {kModelGroup, kExpAvgGroup, kExpAvgSqGroup}) {
     if (g != kModelGroup && !want_optim) break;
-    for (const auto& p : specs) expected.emplace_back(std::string(g) + "/" + p.name, p.shape);
+    for (const auto& p : specs)
+      if (g == kModelGroup || p.trainable) expected.emplace_back(std::string(g) + "/" + p.name, p.shape);
   }
   check_datasets((fs::path(info.meta.directory) / kCheckpointFile).string(), expected, want_optim,
                  info.meta.has_optimizer, info.datasets);

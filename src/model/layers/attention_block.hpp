@@ -14,6 +14,7 @@
 #include "model/layers/scratch.hpp"
 #include "model/seams/core_attention.hpp"
 #include "model/seams/linear.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "model/weights.hpp"
 
 namespace exa::model {
@@ -48,9 +49,10 @@ class AttentionBlock {
   void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, MicroBatchShape mb, const Rope& rope) const {
     ScopedRegion region("forward/attn", fence_);
     norm_.forward(c.x, lw.attn_norm, c.attn_xn, c.attn_rstd);
-    column_->forward(c.attn_xn, lw.wq, c.q);
-    column_->forward(c.attn_xn, lw.wk, c.k);
-    column_->forward(c.attn_xn, lw.wv, c.v);
+    const double ls = lw.lora_scale;
+    column_->forward(c.attn_xn, lw.wq, c.q, false, lora::adapter<T, D>(lw.lora_wq, ls));
+    column_->forward(c.attn_xn, lw.wk, c.k, false, lora::adapter<T, D>(lw.lora_wk, ls));
+    column_->forward(c.attn_xn, lw.wv, c.v, false, lora::adapter<T, D>(lw.lora_wv, ls));
     const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
     const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
     const auto chunks = core_->token_chunks(mb.T);
@@ -58,14 +60,15 @@ class AttentionBlock {
     for_chunks(chunks, k4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos); });
     core_->forward(q4, k4, v4, o4, c.attn_lse, positions(chunks));
     Kokkos::deep_copy(c.x_mid, c.x);
-    row_->forward(c.attn_o, lw.wo, c.x_mid, /*accumulate=*/true);
+    row_->forward(c.attn_o, lw.wo, c.x_mid, /*accumulate=*/true, lora::adapter<T, D>(lw.lora_wo, ls));
   }
 
   // s.dres holds d(loss)/d(x_mid) on entry and d(loss)/d(x) on return.
   void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const LayerWeights<T, D>& lg,
                 MicroBatchShape mb, const Rope& rope, LayerScratch<T, D>& s) const {
     ScopedRegion region("backward/attn", fence_);
-    row_->backward(c.attn_o, lw.wo, s.dres, s.dout, lg.wo);
+    const double ls = lw.lora_scale;
+    row_->backward(c.attn_o, lw.wo, s.dres, s.dout, lg.wo, false, lora::adapter<T, D>(lw.lora_wo, ls, &lg.lora_wo));
     const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
     const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
     const auto do4 = heads(s.dout, mb, shape_.heads), dq4 = heads(s.dq, mb, shape_.heads);
@@ -74,9 +77,10 @@ class AttentionBlock {
     core_->backward(do4, q4, k4, v4, o4, c.attn_lse, dq4, dk4, dv4, positions(chunks));
     for_chunks(chunks, dq4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
     for_chunks(chunks, dk4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
-    column_->backward(c.attn_xn, lw.wq, s.dq, s.dxn, lg.wq, /*accumulate_dx=*/false);
-    column_->backward(c.attn_xn, lw.wk, s.dk, s.dxn, lg.wk, true);
-    column_->backward(c.attn_xn, lw.wv, s.dv, s.dxn, lg.wv, true);
+    column_->backward(c.attn_xn, lw.wq, s.dq, s.dxn, lg.wq, /*accumulate_dx=*/false,
+                      lora::adapter<T, D>(lw.lora_wq, ls, &lg.lora_wq));
+    column_->backward(c.attn_xn, lw.wk, s.dk, s.dxn, lg.wk, true, lora::adapter<T, D>(lw.lora_wk, ls, &lg.lora_wk));
+    column_->backward(c.attn_xn, lw.wv, s.dv, s.dxn, lg.wv, true, lora::adapter<T, D>(lw.lora_wv, ls, &lg.lora_wv));
     norm_.backward(c.x, lw.attn_norm, c.attn_rstd, s.dxn, s.dres, lg.attn_norm, /*accumulate_dx=*/true);
   }
 

@@ -19,6 +19,7 @@
 #include "model/layers/scratch.hpp"
 #include "model/model_config.hpp"
 #include "model/seams/linear.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "model/seams/routing_scope.hpp"
 #include "model/seams/token_dispatcher.hpp"
 #include "model/weights.hpp"
@@ -197,10 +198,12 @@ class MoeBlock {
       using moe_detail::mat;
       for (index_t s = 0; s < shape_.n_shared; ++s) {
         const auto sa = mat(c.sa, s), sb = mat(c.sb, s), sh = mat(c.sh, s);
-        column_->forward(c.ffn_xn, mat(lw.shared_w1, s), sa);
-        column_->forward(c.ffn_xn, mat(lw.shared_w3, s), sb);
+        const double ls = lw.lora_scale;
+        column_->forward(c.ffn_xn, mat(lw.shared_w1, s), sa, false, lora::adapter<T, D>(lw.lora_shared_w1, s, ls));
+        column_->forward(c.ffn_xn, mat(lw.shared_w3, s), sb, false, lora::adapter<T, D>(lw.lora_shared_w3, s, ls));
         K::swiglu_forward(sa, sb, sh);
-        row_->forward(sh, mat(lw.shared_w2, s), out, /*accumulate=*/true);
+        row_->forward(sh, mat(lw.shared_w2, s), out, /*accumulate=*/true,
+                      lora::adapter<T, D>(lw.lora_shared_w2, s, ls));
       }
     }
     if (routing) routing->push_back(statistics(c, N));
@@ -219,10 +222,14 @@ class MoeBlock {
     if (shape_.n_shared > 0) {
       ScopedRegion r("backward/moe/shared", fence_);
       for (index_t e = 0; e < shape_.n_shared; ++e) {
-        row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, mat(lg.shared_w2, e));
+        const double ls = lw.lora_scale;
+        row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, mat(lg.shared_w2, e), false,
+                       lora::adapter<T, D>(lw.lora_shared_w2, e, ls, &lg.lora_shared_w2));
         K::swiglu_backward(mat(c.sa, e), mat(c.sb, e), s.dsh, s.dsa, s.dsb);
-        column_->backward(c.ffn_xn, mat(lw.shared_w1, e), s.dsa, s.dxn, mat(lg.shared_w1, e), true);
-        column_->backward(c.ffn_xn, mat(lw.shared_w3, e), s.dsb, s.dxn, mat(lg.shared_w3, e), true);
+        column_->backward(c.ffn_xn, mat(lw.shared_w1, e), s.dsa, s.dxn, mat(lg.shared_w1, e), true,
+                          lora::adapter<T, D>(lw.lora_shared_w1, e, ls, &lg.lora_shared_w1));
+        column_->backward(c.ffn_xn, mat(lw.shared_w3, e), s.dsb, s.dxn, mat(lg.shared_w3, e), true,
+                          lora::adapter<T, D>(lw.lora_shared_w3, e, ls, &lg.lora_shared_w3));
       }
     }
     {

@@ -12,28 +12,45 @@
 
 namespace exa::model {
 
+// A projection's low-rank adapter (lora_ops.hpp): this rank's pieces of A
+// [r, in] and B [out, r], their gradients, and the scale alpha / r. Empty
+// (false) for a projection without one.
+template <class T, class D = Device>
+struct LoraAdapter {
+  using W2 = typename LayerWeights<T, D>::W2;
+  W2 a, b, da, db;
+  T scale = T(0);
+  explicit operator bool() const { return a.data() != nullptr; }
+};
+
 template <class T, class D = Device>
 class Linear {
  public:
   using Act = Kokkos::View<T**, Layout, D>;
   using Wt = typename LayerWeights<T, D>::W2;
+  using Adapter = LoraAdapter<T, D>;
 
   virtual ~Linear() = default;
-  // y[N,out] = x[N,in] W^T  (+ y when accumulate).
-  virtual void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const = 0;
-  // dx[N,in] = dy W  (+ dx when accumulate).
-  virtual void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const = 0;
+  // y[N,out] = x[N,in] W^T  (+ y when accumulate), plus the adapter's
+  // s (x A^T) B^T when there is one.
+  virtual void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false,
+                       const Adapter& ad = {}) const = 0;
+  // dx[N,in] = dy W  (+ dx when accumulate) (+ s (dy B) A).
+  virtual void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
+                              const Adapter& ad = {}) const = 0;
   // dW[out,in] = dy^T x  (+ dW when accumulate; gradients accumulate over
-  // micro-batches, so that is the default).
-  virtual void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const = 0;
+  // micro-batches, so that is the default); the adapter's dA and dB the
+  // same way.
+  virtual void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
+                               const Adapter& ad = {}) const = 0;
 
   // Both halves of the backward, input gradient first (skipped when dx has
   // no data). Virtual so that tensor parallelism can run the weight gradient
   // while the input gradient's reduction is in flight.
   virtual void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
-                        bool accumulate_dx = false) const {
-    if (dx.data() != nullptr) backward_input(dy, w, dx, accumulate_dx);
-    backward_weight(x, dy, dw, true);
+                        bool accumulate_dx = false, const Adapter& ad = {}) const {
+    if (dx.data() != nullptr) backward_input(dy, w, dx, accumulate_dx, ad);
+    backward_weight(x, dy, dw, true, ad);
   }
 };
 

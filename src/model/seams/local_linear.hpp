@@ -2,6 +2,7 @@
 // The single-rank Linear: one gemm per product (kernels/gemm.hpp).
 #include "kernels/gemm.hpp"
 #include "model/seams/linear.hpp"
+#include "model/seams/lora_ops.hpp"
 
 namespace exa::model {
 
@@ -10,16 +11,26 @@ class LocalLinear final : public Linear<T, D> {
  public:
   using typename Linear<T, D>::Act;
   using typename Linear<T, D>::Wt;
+  using typename Linear<T, D>::Adapter;
 
-  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false,
+               const Adapter& ad = {}) const override {
     kernels::gemm('N', 'T', T(1), x, w, accumulate ? T(1) : T(0), y);
+    if (ad) lora::forward(x, ad, y, h_);
   }
-  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
+                      const Adapter& ad = {}) const override {
     kernels::gemm('N', 'N', T(1), dy, w, accumulate ? T(1) : T(0), dx);
+    if (ad) lora::backward_input(dy, ad, dx, g_);
   }
-  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
+                       const Adapter& ad = {}) const override {
     kernels::gemm('T', 'N', T(1), dy, x, accumulate ? T(1) : T(0), dw);
+    if (ad) lora::backward_weight(x, dy, ad, accumulate, h_, g_);
   }
+
+ private:
+  mutable Act h_, g_;  // the adapters' [N, r] products
 };
 
 }  // namespace exa::model

@@ -40,35 +40,50 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   return o;
 }
 
-std::vector<std::vector<model::ParamSpec>> engine_specs(const model::ModelConfig& mcfg,
-                                                       const model::StagePlan& plan) {
+std::vector<EngineSpecs> engine_groups(const model::ModelConfig& mcfg, const model::StagePlan& plan) {
   const bool experts_apart = !plan.all_experts(mcfg);
   // Expert tensors reduce over ExpertData; when ep = 1 that group is the
-  // Data group and one engine holds everything, in model order.
-  std::vector<std::vector<model::ParamSpec>> by_group(experts_apart ? 2 : 1);
-  for (const auto& s : model::parameter_specs(mcfg))
-    by_group[experts_apart && s.reduce == model::ReduceGroup::ExpertData ? 1 : 0].push_back(s);
-  return by_group;
+  // Data group and one engine holds them all, in model order. Trainable
+  // tensors first, so that the optimizer's part of the store is its head.
+  std::vector<EngineSpecs> g(4);
+  for (int k = 0; k < 4; ++k) {
+    g[std::size_t(k)].experts = k % 2 == 1;
+    g[std::size_t(k)].frozen = k >= 2;
+  }
+  for (const auto& s : model::parameter_specs(mcfg)) {
+    const int k = (s.trainable ? 0 : 2) + (experts_apart && s.reduce == model::ReduceGroup::ExpertData ? 1 : 0);
+    g[std::size_t(k)].specs.push_back(s);
+  }
+  std::vector<EngineSpecs> out;
+  for (auto& e : g)
+    if (!e.specs.empty()) out.push_back(std::move(e));
+  return out;
+}
+
+std::vector<std::vector<model::ParamSpec>> engine_specs(const model::ModelConfig& mcfg,
+                                                       const model::StagePlan& plan) {
+  std::vector<std::vector<model::ParamSpec>> out;
+  for (auto& e : engine_groups(mcfg, plan)) out.push_back(std::move(e.specs));
+  return out;
 }
 
 DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg,
                                         const model::StagePlan& plan, const DataParallelOptions& opt) {
   EXA_REQUIRE(opt.zero >= 0 && opt.zero <= 3, "parallel.zero = {} does not exist; use 0, 1, 2 or 3", opt.zero);
-  const auto by_group = engine_specs(mcfg, plan);
   Split out;
   std::int64_t base = 0;
-  for (std::size_t k = 0; k < by_group.size(); ++k) {
-    const auto over = k == 0 ? comm::Group::Data : comm::Group::ExpertData;
-    const bool hier = k == 0 && opt.hierarchical;
+  for (const auto& e : engine_groups(mcfg, plan)) {
+    const auto over = e.experts ? comm::Group::ExpertData : comm::Group::Data;
+    const bool hier = !e.experts && opt.hierarchical;
     DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression, opt.weight_compression);
     std::vector<model::Box> boxes;
-    for (const auto& s : by_group[k]) boxes.push_back(model::local_box(s, plan, mcfg));
-    ShardLayout layout(by_group[k], boxes, mcfg.n_layers, opt.zero > 0 ? group.size() : 1,
+    for (const auto& s : e.specs) boxes.push_back(model::local_box(s, plan, mcfg));
+    ShardLayout layout(e.specs, boxes, mcfg.n_layers, opt.zero > 0 ? group.size() : 1,
                        opt.zero > 0 ? group.block_index() : 0);
     for (const auto& sh : layout.shards()) out.shards.push_back(sh);
-    out.specs.insert(out.specs.end(), by_group[k].begin(), by_group[k].end());
+    out.specs.insert(out.specs.end(), e.specs.begin(), e.specs.end());
     const std::int64_t n = layout.local_numel();
-    out.engines.push_back(EngineSetup{std::move(group), std::move(layout), base});
+    out.engines.push_back(EngineSetup{std::move(group), std::move(layout), base, e.experts, e.frozen});
     base += n;
   }
   return out;
@@ -88,13 +103,21 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
       split_(split(grid, mcfg, plan_, opt)),
       store_(split_.specs, split_.shards) {
   for (const auto& s : split_.specs) model_numel_ += s.numel();
-  for (std::size_t k = 0; k < split_.engines.size(); ++k) {
-    auto& e = split_.engines[k];
-    ZeroEngineConfig zc{opt_.zero, opt_.overlap, opt_.bucket_bytes, k == 0 && mcfg.tie_embeddings,
-                        double(data_size_)};
-    if (k == 1) expert_base_ = e.base;
+  for (auto& e : split_.engines) {
+    // The tied embedding (the head reads it too) lives in the Data-group
+    // engine that holds it: the trainable one, or the frozen one under LoRA.
+    bool embed = false;
+    for (const auto& s : e.layout.specs()) embed = embed || s.name == "embed.weight";
+    ZeroEngineConfig zc{opt_.zero, opt_.overlap, opt_.bucket_bytes, embed && mcfg.tie_embeddings,
+                        double(data_size_), e.frozen};
     engines_.push_back(std::make_unique<ZeroEngine>(std::move(e.group), std::move(e.layout), store_, e.base, zc));
+    if (!e.frozen && !e.experts) data_engine_ = engines_.back().get();
+    if (!e.frozen && e.experts) {
+      expert_engine_ = engines_.back().get();
+      expert_base_ = e.base;
+    }
   }
+  EXA_REQUIRE(data_engine_ != nullptr, "DataParallel: the model has no trainable tensor outside the experts");
   split_ = Split{};
   if (expert_parallel() && opt_.zero == 0) ep_sum_ = comm::make_mpi_communicator(grid.comm(comm::Group::Ep));
   if (grid.size(comm::Group::Tp) > 1)
@@ -109,7 +132,7 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
     g_ = model::bind_weights<float, Device>(mcfg_, plan_,
                                             [&](const model::ParamSpec& s) { return engine_of(s.name).work_grad(s.name); });
   }
-  auto& g = engines_[0]->group();
+  auto& g = data_engine_->group();
   if (g.size() > 1 || opt_.zero > 0)
     log::info("data parallel: dp {}, zero {}, {}, gradient {}{}", g.size(), opt_.zero, g.describe(),
               opt_.zero >= 1 ? "reduce-scatter per unit" : "allreduce in buckets of ",
@@ -118,7 +141,7 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   if (expert_parallel())
     log::info("expert parallel: ep {}, experts [{}, {}) of {} here; expert gradients over {} expert-data ranks ({})",
               grid.size(comm::Group::Ep), plan_.expert_begin, plan_.expert_end, mcfg.n_experts,
-              engines_[1]->group().size(), engines_[1]->group().describe());
+              expert_engine_->group().size(), expert_engine_->group().describe());
 }
 
 DataParallel::~DataParallel() = default;
@@ -169,7 +192,7 @@ Reduction DataParallel::norm_reduction() {
   return [this, data](double x) {
     const double all = data ? data(x) : x;
     double rep = tp_grads_->sq_norm(store_);
-    if (opt_.zero > 0) rep = engines_[0]->group().sum(rep);
+    if (opt_.zero > 0) rep = data_engine_->group().sum(rep);
     double split = all - rep;
     tp_grads_->comm().allreduce(&split, &split, 1);
     return split + rep;
@@ -180,14 +203,14 @@ Reduction DataParallel::data_norm_reduction() {
   // zero >= 1: every element is one rank's part, once over the Data group
   // (the expert parts: once per ExpertData group, and the Ep ranks hold
   // different experts).
-  if (opt_.zero > 0) return [this](double x) { return engines_[0]->group().sum(x); };
+  if (opt_.zero > 0) return [this](double x) { return data_engine_->group().sum(x); };
   if (!expert_parallel()) return {};  // replicas: every rank already has the whole norm
   // zero 0 with experts: the Data-group tensors are replicas, the experts
   // are spread over the Ep group.
   return [this](double) {
     const Flat& g = store_.grads();
     const double data = sq_norm(range(g, 0, expert_base_));
-    double experts = sq_norm(range(g, expert_base_, std::int64_t(g.extent(0)) - expert_base_));
+    double experts = sq_norm(range(g, expert_base_, store_.trainable_numel() - expert_base_));
     ep_sum_->allreduce(&experts, &experts, 1);
     return data + experts;
   };
@@ -210,10 +233,11 @@ DataParallelMemory DataParallel::memory() const {
   m.expert_master = expert_elems * sizeof(float);
   m.expert_params = m.expert_master;
   m.expert_grads = m.expert_master;
-  if (expert_parallel()) {
-    m.expert_params += engines_[1]->work_param_bytes();
-    m.expert_grads += engines_[1]->work_grad_bytes();
-  }
+  for (const auto& e : engines_)
+    if (e->layout().specs().front().reduce == model::ReduceGroup::ExpertData && !plan_.all_experts(mcfg_)) {
+      m.expert_params += e->work_param_bytes();
+      m.expert_grads += e->work_grad_bytes();
+    }
   return m;
 }
 

@@ -63,10 +63,18 @@ struct DataParallelMemory {
   double expert_master = 0;  // the experts' master elements * 4 bytes (AdamW keeps two more of these)
 };
 
-// The tensors of each ZeRO engine: [0] the Data group's, and, when the
-// plan holds a part of the experts (ep > 1), [1] the routed experts', which
-// reduce over the ExpertData group. Pure: the planner sizes the engines'
-// buffers from it without building them.
+// The tensors of each ZeRO engine, in the store's order: the Data group's,
+// and, when the plan holds a part of the experts (ep > 1), the routed
+// experts', which reduce over the ExpertData group; under LoRA the trainable
+// adapters' engines come first and the frozen model's after them (empty
+// groups left out). Pure: the planner sizes the engines' buffers from it
+// without building them.
+struct EngineSpecs {
+  std::vector<model::ParamSpec> specs;
+  bool experts = false;  // the routed experts under expert parallelism (the ExpertData group)
+  bool frozen = false;   // LoRA's frozen model: gathered, never reduced or updated
+};
+std::vector<EngineSpecs> engine_groups(const model::ModelConfig& mcfg, const model::StagePlan& plan);
 std::vector<std::vector<model::ParamSpec>> engine_specs(const model::ModelConfig& mcfg, const model::StagePlan& plan);
 
 class DataParallel final : public model::UnitHooks {
@@ -84,7 +92,7 @@ class DataParallel final : public model::UnitHooks {
   int rank() const { return data_rank_; }
   const DataParallelOptions& options() const { return opt_; }
   const model::StagePlan& plan() const { return plan_; }
-  bool expert_parallel() const { return engines_.size() > 1; }
+  bool expert_parallel() const { return expert_engine_ != nullptr; }
   std::int64_t model_numel() const { return model_numel_; }  // the whole model's parameters
 
   model::ParameterStore& store() { return store_; }
@@ -110,7 +118,8 @@ class DataParallel final : public model::UnitHooks {
   void set_sync(bool sync);
   // Every reduction of the step done: store().grads() holds the mean over
   // the data-parallel ranks of this rank's part of the gradient (with tensor
-  // parallelism, the replicated tensors' parts then summed over Tp).
+  // parallelism, the replicated tensors' parts then summed over Tp), for
+  // its first store().trainable_numel() elements.
   void finish_gradients();
   // Sum over the ranks whose parts make up the model once (GradClipper).
   Reduction norm_reduction();
@@ -118,8 +127,8 @@ class DataParallel final : public model::UnitHooks {
   // The grid's Data group (dp x cp ranks): the ranks whose sums make a
   // step's totals.
   MPI_Comm data_comm() const { return data_comm_; }
-  double sum(double x) { return engines_[0]->group().sum(x); }
-  std::int64_t sum(std::int64_t x) { return engines_[0]->group().sum(x); }
+  double sum(double x) { return data_engine_->group().sum(x); }
+  std::int64_t sum(std::int64_t x) { return data_engine_->group().sum(x); }
 
   DataParallelMemory memory() const;
 
@@ -141,6 +150,7 @@ class DataParallel final : public model::UnitHooks {
     DataGroup group;
     ShardLayout layout;
     std::int64_t base;
+    bool experts, frozen;
   };
   struct Split {
     std::vector<model::ParamSpec> specs;
@@ -158,8 +168,10 @@ class DataParallel final : public model::UnitHooks {
   std::int64_t model_numel_ = 0;
   Split split_;
   model::ParameterStore store_;
-  std::int64_t expert_base_ = 0;                     // the expert tensors' first element in the store
-  std::vector<std::unique_ptr<ZeroEngine>> engines_;  // Data group [, ExpertData group]
+  std::int64_t expert_base_ = 0;                     // the trainable expert tensors' first element in the store
+  std::vector<std::unique_ptr<ZeroEngine>> engines_;  // in the store's order (engine_groups)
+  ZeroEngine* data_engine_ = nullptr;                 // the trainable Data-group tensors' (the first)
+  ZeroEngine* expert_engine_ = nullptr;               // the trainable routed experts' (ep > 1)
   std::unique_ptr<comm::Communicator> ep_sum_;        // zero 0 with experts: their norm sums over Ep
   std::unique_ptr<tensor::ReplicatedGradients> tp_grads_;     // tp > 1: the replicated tensors' reduction over Tp
   model::Weights<float, Device> w_, g_;

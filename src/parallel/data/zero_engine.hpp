@@ -51,6 +51,10 @@ struct ZeroEngineConfig {
   double bucket_bytes = 25.0 * 1024 * 1024;
   bool tied = false;           // the embedding is also the head (its buffers live through the pass)
   double grad_divisor = 1.0;   // gradients are divided by it once reduced (the data-parallel size)
+  // The tensors are frozen (LoRA's base model): their parameters are
+  // gathered as the stage says, their gradients are never reduced (the
+  // model still writes them into the engine's buffers, which nothing reads).
+  bool frozen = false;
 };
 
 class ZeroEngine {

@@ -11,7 +11,8 @@ void WeightGradQueue::open(int micro) {
   deferring_ = true;
 }
 
-void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate) {
+void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate,
+                           const L::Adapter& ad) {
   auto& b = batches_.back();
   Act xc;
   for (const auto& [orig, copy] : b.inputs)
@@ -23,13 +24,13 @@ void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt
   }
   Act dyc("exa::pipeline::deferred_dy", dy.extent(0), dy.extent(1));
   Kokkos::deep_copy(dyc, dy);
-  b.entries.push_back(Entry{&inner, xc, dyc, dw, accumulate});
+  b.entries.push_back(Entry{&inner, xc, dyc, dw, accumulate, ad});
 }
 
 void WeightGradQueue::run_oldest() {
   if (batches_.empty()) return;
   ScopedRegion region("compute/backward_weight");
-  for (const auto& e : batches_.front().entries) e.inner->backward_weight(e.x, e.dy, e.dw, e.accumulate);
+  for (const auto& e : batches_.front().entries) e.inner->backward_weight(e.x, e.dy, e.dw, e.accumulate, e.ad);
   batches_.pop_front();
 }
 

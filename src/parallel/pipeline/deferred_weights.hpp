@@ -35,7 +35,7 @@ class WeightGradQueue {
   void open(int micro);
   void close() { deferring_ = false; }
   bool deferring() const { return deferring_; }
-  void push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate);
+  void push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate, const L::Adapter& ad);
 
   bool empty() const { return batches_.empty(); }
   std::size_t pending() const { return batches_.size(); }  // micro-batches whose W is outstanding
@@ -49,6 +49,7 @@ class WeightGradQueue {
     Act x, dy;
     Wt dw;
     bool accumulate;
+    L::Adapter ad;  // the adapter's values and gradients (working copies that outlive the W)
   };
   struct Batch {
     int micro = 0;
@@ -63,22 +64,25 @@ class DeferredLinear final : public model::Linear<float, Device> {
  public:
   DeferredLinear(std::shared_ptr<const Linear> inner, std::shared_ptr<WeightGradQueue> queue)
       : inner_(std::move(inner)), queue_(std::move(queue)) {}
-  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
-    inner_->forward(x, w, y, accumulate);
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false,
+               const Adapter& ad = {}) const override {
+    inner_->forward(x, w, y, accumulate, ad);
   }
-  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
-    inner_->backward_input(dy, w, dx, accumulate);
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
+                      const Adapter& ad = {}) const override {
+    inner_->backward_input(dy, w, dx, accumulate, ad);
   }
-  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
-    if (queue_->deferring()) queue_->push(*inner_, x, dy, dw, accumulate);
-    else inner_->backward_weight(x, dy, dw, accumulate);
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
+                       const Adapter& ad = {}) const override {
+    if (queue_->deferring()) queue_->push(*inner_, x, dy, dw, accumulate, ad);
+    else inner_->backward_weight(x, dy, dw, accumulate, ad);
   }
   // Undeferred, the inner seam's own backward (a tensor-parallel column
   // linear overlaps its weight gradient with the input gradient's reduction).
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
-                bool accumulate_dx = false) const override {
-    if (queue_->deferring()) Linear::backward(x, w, dy, dx, dw, accumulate_dx);
-    else inner_->backward(x, w, dy, dx, dw, accumulate_dx);
+                bool accumulate_dx = false, const Adapter& ad = {}) const override {
+    if (queue_->deferring()) Linear::backward(x, w, dy, dx, dw, accumulate_dx, ad);
+    else inner_->backward(x, w, dy, dx, dw, accumulate_dx, ad);
   }
 
  private:

@@ -33,6 +33,7 @@
 #include "kernels/gemm.hpp"
 #include "model/layers/rmsnorm.hpp"
 #include "model/seams/linear.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "parallel/tensor/tp_comm.hpp"
 #include "parallel/tensor/tp_kernels.hpp"
 
@@ -88,74 +89,86 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
  public:
   using typename model::Linear<T, D>::Act;
   using typename model::Linear<T, D>::Wt;
+  using typename model::Linear<T, D>::Adapter;
 
   // overlap (comm.overlap): in backward(), the weight-gradient GEMM runs
   // while the input gradient's reduction is in flight.
   explicit ColumnParallelLinear(std::shared_ptr<const TpComm> tp, bool overlap = true)
       : tp_(std::move(tp)), overlap_(overlap) {}
 
-  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false,
+               const Adapter& ad = {}) const override {
     if (overlap_ && x.extent(0) != y.extent(0)) {
-      forward_chunked(x, w, y, accumulate);
+      forward_chunked(x, w, y, accumulate, ad);
       return;
     }
     const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
     kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
+    if (ad) model::lora::forward(gx, ad, y, h_);
   }
-  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
-    auto r = partial_input_grad(dy, w, dx);
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
+                      const Adapter& ad = {}) const override {
+    auto r = partial_input_grad(dy, w, dx, ad);
     r.finish(dx, accumulate);
   }
-  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
+                       const Adapter& ad = {}) const override {
     const Act gx = tp_detail::gathered(*tp_, x, dy.extent(0), gx_);
     kernels::gemm('T', 'N', T(1), dy, gx, accumulate ? T(1) : T(0), dw);
+    if (ad) model::lora::backward_weight(gx, dy, ad, accumulate, h_, g_);
   }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
-                bool accumulate_dx = false) const override {
+                bool accumulate_dx = false, const Adapter& ad = {}) const override {
     if (!overlap_ || dx.data() == nullptr) {
-      model::Linear<T, D>::backward(x, w, dy, dx, dw, accumulate_dx);
+      model::Linear<T, D>::backward(x, w, dy, dx, dw, accumulate_dx, ad);
       return;
     }
     if (x.extent(0) == dy.extent(0)) {
-      auto r = partial_input_grad(dy, w, dx);
-      backward_weight(x, dy, dw, true);
+      auto r = partial_input_grad(dy, w, dx, ad);
+      backward_weight(x, dy, dw, true, ad);
       r.finish(dx, accumulate_dx);
       return;
     }
     const Act gx = tp_detail::scratch(gx_, dy.extent(0), x.extent(1));
     auto gather = tp_->iallgather_rows(x, gx);  // in flight during the input-gradient GEMM
-    auto r = partial_input_grad(dy, w, dx);
+    auto r = partial_input_grad(dy, w, dx, ad);
     TpComm::wait(gather);
     kernels::gemm('T', 'N', T(1), dy, gx, T(1), dw);  // during the reduce-scatter
+    if (ad) model::lora::backward_weight(gx, dy, ad, true, h_, g_);
     r.finish(dx, accumulate_dx);
   }
 
  private:
   // y (+)= [x_0; ..; x_{tp-1}] W^T, block s computed once it has arrived.
-  void forward_chunked(const Act& x, const Wt& w, const Act& y, bool accumulate) const {
+  void forward_chunked(const Act& x, const Wt& w, const Act& y, bool accumulate, const Adapter& ad) const {
     const std::size_t n = x.extent(0), p = std::size_t(tp_->size()), me = std::size_t(tp_->rank());
     const Act gx = tp_detail::scratch(gx_, y.extent(0), x.extent(1));
     auto parts = tp_->ibroadcast_row_blocks(x, gx);
     const auto rows = [n](std::size_t s) { return Kokkos::make_pair(s * n, (s + 1) * n); };
     const T beta = accumulate ? T(1) : T(0);
-    kernels::gemm('N', 'T', T(1), x, w, beta, Kokkos::subview(y, rows(me), Kokkos::ALL));
+    const auto block = [&](const auto& xs, std::size_t s) {
+      const auto ys = Kokkos::subview(y, rows(s), Kokkos::ALL);
+      kernels::gemm('N', 'T', T(1), xs, w, beta, ys);
+      if (ad) model::lora::forward(xs, ad, ys, h_);
+    };
+    block(x, me);
     for (std::size_t k = 1; k < p; ++k) {
       const std::size_t s = (me + k) % p;  // the ring order spreads the sources' load
       TpComm::wait(parts[s]);
       TpComm::progress(parts);
-      kernels::gemm('N', 'T', T(1), Kokkos::subview(gx, rows(s), Kokkos::ALL), w, beta,
-                    Kokkos::subview(y, rows(s), Kokkos::ALL));
+      block(Kokkos::subview(gx, rows(s), Kokkos::ALL), s);
     }
     TpComm::wait(parts[me]);  // the own block's sends
   }
-  tp_detail::Reduced<Act> partial_input_grad(const Act& dy, const Wt& w, const Act& dx) const {
+  tp_detail::Reduced<Act> partial_input_grad(const Act& dy, const Wt& w, const Act& dx, const Adapter& ad) const {
     const auto t = tp_detail::scratch(buf_, dy.extent(0), dx.extent(1));
     kernels::gemm('N', 'N', T(1), dy, w, T(0), t);
+    if (ad) model::lora::backward_input(dy, ad, t, g_);  // partial over the output columns, reduced with W's
     return tp_detail::start_reduce(*tp_, t, dx, block_);
   }
   std::shared_ptr<const TpComm> tp_;
   bool overlap_;
-  mutable Act buf_, block_, gx_;
+  mutable Act buf_, block_, gx_, h_, g_;
 };
 
 template <class T, class D = Device>
@@ -163,33 +176,44 @@ class RowParallelLinear final : public model::Linear<T, D> {
  public:
   using typename model::Linear<T, D>::Act;
   using typename model::Linear<T, D>::Wt;
+  using typename model::Linear<T, D>::Adapter;
 
   explicit RowParallelLinear(std::shared_ptr<const TpComm> tp) : tp_(std::move(tp)) {}
 
-  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false,
+               const Adapter& ad = {}) const override {
     const auto t = tp_detail::scratch(buf_, x.extent(0), y.extent(1));
     kernels::gemm('N', 'T', T(1), x, w, T(0), t);
+    if (ad) model::lora::forward(x, ad, t, h_);  // a partial sum over the input columns, reduced with W's
     auto r = tp_detail::start_reduce(*tp_, t, y, block_);
     r.finish(y, accumulate);
   }
-  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
+                      const Adapter& ad = {}) const override {
     const Act gdy = tp_detail::gathered(*tp_, dy, dx.extent(0), gdy_);
     kernels::gemm('N', 'N', T(1), gdy, w, accumulate ? T(1) : T(0), dx);
+    if (ad) model::lora::backward_input(gdy, ad, dx, g_);
   }
-  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
+                       const Adapter& ad = {}) const override {
     const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);
     kernels::gemm('T', 'N', T(1), gdy, x, accumulate ? T(1) : T(0), dw);
+    if (ad) model::lora::backward_weight(x, gdy, ad, accumulate, h_, g_);
   }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
-                bool accumulate_dx = false) const override {
+                bool accumulate_dx = false, const Adapter& ad = {}) const override {
     const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);  // once for both products
-    if (dx.data() != nullptr) kernels::gemm('N', 'N', T(1), gdy, w, accumulate_dx ? T(1) : T(0), dx);
+    if (dx.data() != nullptr) {
+      kernels::gemm('N', 'N', T(1), gdy, w, accumulate_dx ? T(1) : T(0), dx);
+      if (ad) model::lora::backward_input(gdy, ad, dx, g_);
+    }
     kernels::gemm('T', 'N', T(1), gdy, x, T(1), dw);
+    if (ad) model::lora::backward_weight(x, gdy, ad, true, h_, g_);
   }
 
  private:
   std::shared_ptr<const TpComm> tp_;
-  mutable Act buf_, block_, gdy_;
+  mutable Act buf_, block_, gdy_, h_, g_;
 };
 
 template <class T, class D = Device>
@@ -199,18 +223,26 @@ class ReplicatedLinear final : public model::Linear<T, D> {
   using typename model::Linear<T, D>::Wt;
 
   // `share`: this rank's part of the rows when every rank holds them all.
+  using typename model::Linear<T, D>::Adapter;
+
   ReplicatedLinear(std::shared_ptr<const TpComm> tp, model::RowShare share) : tp_(std::move(tp)), share_(share) {}
 
-  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false) const override {
+  // The router, the one replicated projection, has no adapters (the deck
+  // refuses lora.targets = router).
+  void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false,
+               const Adapter& ad = {}) const override {
+    EXA_REQUIRE(!ad, "ReplicatedLinear: adapters on a replicated projection are not built");
     const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
     kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
   }
   // Under sequence parallelism dx holds this rank's rows: the product of
   // dy's same rows (dy is whole and equal on every rank).
-  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false) const override {
+  void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
+                      const Adapter& = {}) const override {
     kernels::gemm('N', 'N', T(1), own_rows(dy, dx.extent(0)), w, accumulate ? T(1) : T(0), dx);
   }
-  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true) const override {
+  void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
+                       const Adapter& = {}) const override {
     const bool split = x.extent(0) != dy.extent(0);
     const auto [r0, r1] = split ? std::pair<std::int64_t, std::int64_t>{0, std::int64_t(x.extent(0))}
                                 : share_.rows(std::int64_t(x.extent(0)));

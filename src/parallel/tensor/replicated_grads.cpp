@@ -31,7 +31,7 @@ ReplicatedGradients::ReplicatedGradients(std::shared_ptr<comm::Communicator> tp,
   for (std::size_t i = 0; i < store.size(); ++i) {
     const auto& s = store.spec(i);
     const std::int64_t n = store.shard(i).count;
-    if (n == 0) continue;
+    if (n == 0 || !s.trainable) continue;  // a frozen tensor's gradient is never reduced
     const auto d = std::size_t(s.tp_dim);
     const bool whole = s.tp_dim < 0 || model::local_box(s, plan).extent[d] == s.shape[d];
     if (whole) all_.emplace_back(store.local_offset(i), n);
