@@ -230,6 +230,22 @@ TEST(TransformerGrad, DenseLayerMoeEvery2) {
   run_case(c, "moe_every2");
 }
 
+// LoRA adapters on every projection they can target (B filled at random
+// here, so that A's gradient is not zero): A and B against finite
+// differences, and the frozen model's gradients too (computed, never used).
+TEST(TransformerGrad, LoraAdapters) {
+  auto c = tiny();
+  c.moe_every = 2;
+  c.n_shared_experts = 1;
+  c.lora.rank = 2;
+  c.lora.alpha = 3.0;  // scale 1.5
+  c.lora.targets = {true, true, true};
+  int adapters = 0;
+  for (const auto& s : parameter_specs(c)) adapters += s.name.find(".lora_") != std::string::npos;
+  ASSERT_EQ(adapters, 2 * (2 * 4 + 3 + 3));  // wq wk wv wo per layer, dense w1 w3 w2, shared w1 w3 w2
+  run_case(c, "lora");
+}
+
 TEST(TransformerGrad, NoTopkRenormalisation) {
   auto c = tiny();
   c.norm_topk = false;
