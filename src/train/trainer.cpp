@@ -483,6 +483,14 @@ double Trainer::run() {
             "({:.2f}M active per token), {}, gemm peak {:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, global_batch_, mcfg_.seq_len, double(dp_->model_numel()) / 1e6,
             flops_.active_params / 1e6, model::describe_precision(), peak_gflops_, peak_cores_);
+  if (mcfg_.lora.enabled()) {
+    std::int64_t trainable = 0;
+    for (const auto& s : model::parameter_specs(mcfg_))
+      if (s.trainable) trainable += s.numel();
+    log::info("lora: rank {}, alpha {:g}, {:.4f}M trainable parameters ({:.2f}% of {:.2f}M), the rest frozen",
+              mcfg_.lora.rank, mcfg_.lora.alpha, double(trainable) / 1e6,
+              100.0 * double(trainable) / double(dp_->model_numel()), double(dp_->model_numel()) / 1e6);
+  }
   energy_.restart();
   const std::int64_t tokens0 = tokens_seen_;
   LogInterval line, record;
