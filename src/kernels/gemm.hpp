@@ -288,8 +288,9 @@ template <class XV, class WV, class DYV, class DXV, class DWV>
 bool grouped_backward_tasks(const XV& X, const WV& W, const DYV& dY, const std::vector<index_t>& offsets,
                             const DXV& dX, const DWV& dW, bool accumulate_dW, bool accumulate_dx,
                             const exec_of<DWV>& exec) {
-  const bool want_dx = dX.data() != nullptr;
-  if (!host_tasks(exec) || !rows_contiguous(X, W, dY, dW) || (want_dx && !rows_contiguous(dX)))
+  const bool want_dx = dX.data() != nullptr, want_dw = dW.data() != nullptr;
+  if (!host_tasks(exec) || !rows_contiguous(X, W, dY) || (want_dw && !rows_contiguous(dW)) ||
+      (want_dx && !rows_contiguous(dX)))
     return false;
   const index_t E = W.extent(0);
   using T = typename DWV::non_const_value_type;
@@ -303,7 +304,7 @@ bool grouped_backward_tasks(const XV& X, const WV& W, const DYV& dY, const std::
         const index_t r1 = r + chunk < offsets[e + 1] ? r + chunk : offsets[e + 1];
         tasks.push_back({e, r, r1, 0, 0, false, double(r1 - r)});
       }
-    if (n == 0 && accumulate_dW) continue;
+    if (!want_dw || (n == 0 && accumulate_dW)) continue;
     const index_t pieces = n == 0 ? 1 : (n + chunk - 1) / chunk;
     for (index_t p = 0; p < pieces; ++p) {
       const index_t o0 = out * p / pieces, o1 = out * (p + 1) / pieces;
@@ -318,9 +319,9 @@ bool grouped_backward_tasks(const XV& X, const WV& W, const DYV& dY, const std::
   const T* pdy = dY.data();
   T* pdx = want_dx ? dX.data() : nullptr;
   T* pdw = dW.data();
-  const int ldx = int(X.stride(0)), lddy = int(dY.stride(0)), ldw = int(W.stride(1)), lddw = int(dW.stride(1));
-  const int lddx = want_dx ? int(dX.stride(0)) : 1;
-  const std::size_t we = W.stride(0), dwe = dW.stride(0);
+  const int ldx = int(X.stride(0)), lddy = int(dY.stride(0)), ldw = int(W.stride(1));
+  const int lddw = want_dw ? int(dW.stride(1)) : 1, lddx = want_dx ? int(dX.stride(0)) : 1;
+  const std::size_t we = W.stride(0), dwe = want_dw ? dW.stride(0) : 0;
   host_parallel_tasks(exec, "exa::grouped_linear::backward_tasks", int(tasks.size()), [=](const int i, int) {
     const auto& t = pt[i];
     if (t.dw) {
@@ -367,7 +368,8 @@ void grouped_linear_forward(const XV& X, const WV& W, const std::vector<index_t>
 
 // Backward of grouped_linear_forward given dY:
 //   dX[rows of e]  = dY[rows of e] W[e]          (+= when accumulate_dx; skipped when dX has no data)
-//   dW[e]         (+)= dY[rows of e]^T X[rows of e]   (an empty group gives dW[e] = 0, or leaves it when accumulating)
+//   dW[e]         (+)= dY[rows of e]^T X[rows of e]   (an empty group gives dW[e] = 0, or leaves it when accumulating;
+//                                                    skipped when dW has no data: a frozen weight)
 template <class XV, class WV, class DYV, class DXV, class DWV>
 void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std::vector<index_t>& offsets,
                              const DXV& dX, const DWV& dW, bool accumulate_dW, bool accumulate_dx = false,
@@ -375,8 +377,9 @@ void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std:
   static_assert(XV::rank == 2 && WV::rank == 3 && DYV::rank == 2 && DXV::rank == 2 && DWV::rank == 3,
                 "exa::grouped_linear_backward: X[rows,in], W[E,out,in], dY[rows,out], dX[rows,in], dW[E,out,in]");
   const index_t E = W.extent(0);
+  const bool want_dw = dW.data() != nullptr;
   detail::check_group_offsets(offsets, E, X.extent(0), "exa::grouped_linear_backward");
-  EXA_REQUIRE(index_t(dW.extent(0)) == E, "exa::grouped_linear_backward: dW has {} experts, W has {}",
+  EXA_REQUIRE(!want_dw || index_t(dW.extent(0)) == E, "exa::grouped_linear_backward: dW has {} experts, W has {}",
               dW.extent(0), E);
   EXA_REQUIRE(index_t(dY.extent(0)) >= offsets[E], "exa::grouped_linear_backward: dY has {} rows, offsets[E] = {}",
               dY.extent(0), offsets[E]);
@@ -391,12 +394,13 @@ void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std:
   for (index_t e = 0; e < E; ++e) {
     const auto rows = Kokkos::make_pair(offsets[e], offsets[e + 1]);
     const auto We = Kokkos::subview(W, e, Kokkos::ALL, Kokkos::ALL);
-    const auto dWe = Kokkos::subview(dW, e, Kokkos::ALL, Kokkos::ALL);
     const auto dYe = Kokkos::subview(dY, rows, Kokkos::ALL);
     using T = typename DWV::non_const_value_type;
     if (want_dx && rows.first != rows.second)
       gemm('N', 'N', T(1), dYe, We, accumulate_dx ? T(1) : T(0), Kokkos::subview(dX, rows, Kokkos::ALL), exec);
-    gemm('T', 'N', T(1), dYe, Kokkos::subview(X, rows, Kokkos::ALL), accumulate_dW ? T(1) : T(0), dWe, exec);
+    if (want_dw)
+      gemm('T', 'N', T(1), dYe, Kokkos::subview(X, rows, Kokkos::ALL), accumulate_dW ? T(1) : T(0),
+           Kokkos::subview(dW, e, Kokkos::ALL, Kokkos::ALL), exec);
   }
   Kokkos::Profiling::popRegion();
 }

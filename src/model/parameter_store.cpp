@@ -31,7 +31,7 @@ ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> 
     }
   }
   values_ = Flat("exa::params", static_cast<std::size_t>(total));
-  grads_ = Flat("exa::grads", static_cast<std::size_t>(total));
+  grads_ = Flat("exa::grads", static_cast<std::size_t>(trainable_numel_));  // a frozen tensor has none
 }
 
 ParameterStore::Flat ParameterStore::trainable_values() const {
@@ -54,6 +54,7 @@ ParameterStore::Flat ParameterStore::value(std::size_t i) const {
 }
 
 ParameterStore::Flat ParameterStore::grad(std::size_t i) const {
+  if (!specs_[i].trainable) return Flat();
   const auto b = static_cast<std::size_t>(local_offsets_[i]);
   return Kokkos::subview(grads_, Kokkos::make_pair(b, b + static_cast<std::size_t>(shards_[i].count)));
 }

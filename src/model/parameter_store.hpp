@@ -47,12 +47,12 @@ class ParameterStore {
   bool contains(const std::string& name) const { return by_name_.count(name) != 0; }
 
   // This rank's piece of tensor i (flat, in the box's row-major order), and
-  // its gradient.
+  // its gradient (an empty View for a frozen tensor, which has none).
   Flat value(std::size_t i) const;
   Flat grad(std::size_t i) const;
   Flat value(const std::string& name) const { return value(index(name)); }
   Flat grad(const std::string& name) const { return grad(index(name)); }
-  // All local pieces back to back.
+  // All local pieces back to back (the gradients of the trainable ones).
   const Flat& values() const { return values_; }
   const Flat& grads() const { return grads_; }
   std::int64_t local_offset(std::size_t i) const { return local_offsets_[i]; }

@@ -78,7 +78,9 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
   using L = LayerWeights<T, D>;
   std::unordered_map<std::string, std::pair<T*, std::int64_t>> p;
   std::unordered_map<std::string, bool> elsewhere;  // another pipeline stage's tensor: left unbound (empty)
+  std::unordered_map<std::string, bool> frozen;     // may come without data: a gradient it does not have
   for (const auto& s : parameter_specs(cfg)) {
+    if (!s.trainable) frozen[s.name] = true;
     if (!holds(s, plan, cfg)) {
       elsewhere[s.name] = true;
       continue;
@@ -91,7 +93,8 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
     EXA_REQUIRE(it != p.end(), "bind_weights: the model has no tensor '{}'", name);
     EXA_REQUIRE(it->second.second == numel, "bind_weights: '{}' has {} elements, the model needs {}", name,
                 it->second.second, numel);
-    EXA_REQUIRE(it->second.first != nullptr || numel == 0, "bind_weights: '{}' has no data", name);
+    EXA_REQUIRE(it->second.first != nullptr || numel == 0 || frozen.count(name), "bind_weights: '{}' has no data",
+                name);
     return it->second.first;
   };
   // This plan's extents: tensor parallelism splits heads, FFN columns and
@@ -100,14 +103,19 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
   const std::int64_t V = plan.vocab_end - plan.vocab_begin, d = cfg.d_model, hd = cfg.head_dim(), H = plan.heads,
                      Hkv = plan.kv_heads, E = plan.local_experts(), F = plan.d_expert, S = cfg.n_shared_experts,
                      Fd = plan.d_ff, Fs = plan.d_shared, r = cfg.lora.rank;
+  // A tensor bound without data (a frozen tensor's gradient) is an empty
+  // View, which the layers take as "no gradient wanted".
   auto v1 = [&](const std::string& n, std::int64_t a) {
-    return elsewhere.count(n) ? typename L::W1() : typename L::W1(get(n, a), a);
+    T* d = elsewhere.count(n) ? nullptr : get(n, a);
+    return d == nullptr ? typename L::W1() : typename L::W1(d, a);
   };
   auto v2 = [&](const std::string& n, std::int64_t a, std::int64_t b) {
-    return elsewhere.count(n) ? typename L::W2() : typename L::W2(get(n, a * b), a, b);
+    T* d = elsewhere.count(n) ? nullptr : get(n, a * b);
+    return d == nullptr ? typename L::W2() : typename L::W2(d, a, b);
   };
   auto v3 = [&](const std::string& n, std::int64_t a, std::int64_t b, std::int64_t c) {
-    return elsewhere.count(n) ? typename L::W3() : typename L::W3(get(n, a * b * c), a, b, c);
+    T* d = elsewhere.count(n) ? nullptr : get(n, a * b * c);
+    return d == nullptr ? typename L::W3() : typename L::W3(d, a, b, c);
   };
   // The adapters of a projection [out, in] (local extents), when it has them.
   auto lora2 = [&](const std::string& n, std::int64_t out, std::int64_t in, bool on) {

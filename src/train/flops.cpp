@@ -1,5 +1,7 @@
 #include "train/flops.hpp"
 
+#include "model/parameter_specs.hpp"
+
 namespace exa::train {
 
 FlopCount count_flops(const model::ModelConfig& c) {
@@ -15,6 +17,15 @@ FlopCount count_flops(const model::ModelConfig& c) {
       active += 3 * double(c.d_ff) * d;
     }
     attn += 6 * H * hd * T;
+  }
+  if (c.lora.enabled()) {
+    // The frozen matrices skip their weight gradients (forward and input
+    // gradient: 4 per parameter); every adapter sits on a projection each
+    // token passes through and takes all three products.
+    double adapters = 0;
+    for (const auto& s : model::parameter_specs(c))
+      if (s.trainable) adapters += double(s.numel());
+    return FlopCount{active, 4 * active + 6 * adapters + attn};
   }
   return FlopCount{active, 6 * active + attn};
 }

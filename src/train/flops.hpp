@@ -19,6 +19,8 @@ struct FlopCount {
 // experts. The embedding lookup is a gather (no FLOPs). Attention adds
 // 2 matmuls of T*hd per head per token in the forward pass, halved by the
 // causal mask: 3 * 2 * 2 * H * hd * T / 2 = 6 * H * hd * T per layer.
+// Under LoRA the frozen matrices count 4 per parameter (no weight
+// gradient) and the adapters 6 per parameter.
 FlopCount count_flops(const model::ModelConfig& cfg);
 
 }  // namespace exa::train

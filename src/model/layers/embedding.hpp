@@ -31,7 +31,10 @@ class Embedding {
 
   void forward(const Ids& tokens, const W2& table, const V2& out) const { lookup_->forward(tokens, table, out); }
   // dtable += scatter of dout by token.
-  void backward(const Ids& tokens, const V2& dout, const W2& dtable) const { lookup_->backward(tokens, dout, dtable); }
+  // A frozen table (LoRA) has no gradient: nothing to scatter.
+  void backward(const Ids& tokens, const V2& dout, const W2& dtable) const {
+    if (dtable.data() != nullptr) lookup_->backward(tokens, dout, dtable);
+  }
 
  private:
   std::int64_t vocab_begin_, vocab_end_, vocab_size_;

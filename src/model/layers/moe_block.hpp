@@ -88,6 +88,11 @@ template <class V3>
 auto mat(const V3& v, index_t i) {
   return Kokkos::subview(v, i, Kokkos::ALL, Kokkos::ALL);
 }
+// The same, or an empty matrix for an unbound (frozen) gradient.
+template <class V3>
+auto mat_or_empty(const V3& v, index_t i) {
+  return v.data() == nullptr ? decltype(mat(v, i))() : mat(v, i);
+}
 }  // namespace moe_detail
 
 struct MoeShape {
@@ -223,12 +228,12 @@ class MoeBlock {
       ScopedRegion r("backward/moe/shared", fence_);
       for (index_t e = 0; e < shape_.n_shared; ++e) {
         const double ls = lw.lora_scale;
-        row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, mat(lg.shared_w2, e), false,
+        row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, moe_detail::mat_or_empty(lg.shared_w2, e), false,
                        lora::adapter<T, D>(lw.lora_shared_w2, e, ls, &lg.lora_shared_w2));
         K::swiglu_backward(mat(c.sa, e), mat(c.sb, e), s.dsh, s.dsa, s.dsb);
-        column_->backward(c.ffn_xn, mat(lw.shared_w1, e), s.dsa, s.dxn, mat(lg.shared_w1, e), true,
+        column_->backward(c.ffn_xn, mat(lw.shared_w1, e), s.dsa, s.dxn, moe_detail::mat_or_empty(lg.shared_w1, e), true,
                           lora::adapter<T, D>(lw.lora_shared_w1, e, ls, &lg.lora_shared_w1));
-        column_->backward(c.ffn_xn, mat(lw.shared_w3, e), s.dsb, s.dxn, mat(lg.shared_w3, e), true,
+        column_->backward(c.ffn_xn, mat(lw.shared_w3, e), s.dsb, s.dxn, moe_detail::mat_or_empty(lg.shared_w3, e), true,
                           lora::adapter<T, D>(lw.lora_shared_w3, e, ls, &lg.lora_shared_w3));
       }
     }

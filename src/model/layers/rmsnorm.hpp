@@ -38,6 +38,12 @@ class RMSNorm {
   // dx (+)= d/dx given dxn; dw += d/dw (over this norm's share of the rows).
   void backward(const V2& x, const W1& w, const V1& rstd, const V2& dxn, const V2& dx, const W1& dw,
                 bool accumulate_dx) const {
+    if (dw.data() == nullptr) {
+      // A frozen gain (LoRA): its sums go to the discarded buffer.
+      if (discard_.extent(0) != w.extent(0)) discard_ = V1("exa::model::rmsnorm_discard", w.extent(0));
+      kernels::rmsnorm_backward(x, w, rstd, dxn, dx, discard_, false, accumulate_dx);
+      return;
+    }
     if (share_.parts == 1) {
       kernels::rmsnorm_backward(x, w, rstd, dxn, dx, dw, true, accumulate_dx);
       return;

@@ -40,7 +40,7 @@ class Linear {
                               const Adapter& ad = {}) const = 0;
   // dW[out,in] = dy^T x  (+ dW when accumulate; gradients accumulate over
   // micro-batches, so that is the default); the adapter's dA and dB the
-  // same way.
+  // same way. A frozen W (LoRA) has no dW (no data): its product is skipped.
   virtual void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                                const Adapter& ad = {}) const = 0;
 

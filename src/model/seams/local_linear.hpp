@@ -25,7 +25,7 @@ class LocalLinear final : public Linear<T, D> {
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {
-    kernels::gemm('T', 'N', T(1), dy, x, accumulate ? T(1) : T(0), dw);
+    if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dy, x, accumulate ? T(1) : T(0), dw);
     if (ad) lora::backward_weight(x, dy, ad, accumulate, h_, g_);
   }
 

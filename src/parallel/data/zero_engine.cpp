@@ -60,7 +60,7 @@ ZeroEngine::ZeroEngine(DataGroup group, ShardLayout layout, model::ParameterStor
     if (cfg_.tied) s[2] = alloc(name, layout_.unit(0).padded);
     return s;
   };
-  if (z >= 2) {
+  if (z >= 2 && !cfg_.frozen) {
     grad_slot_ = unit_slots("exa::dp::grad_slot");
     for (int s = 0; s < kSlots; ++s)
       if (grad_slot_[s].extent(0) > 0) recv_[s] = alloc("exa::dp::recv", layout_.max_block());
@@ -73,7 +73,7 @@ ZeroEngine::ZeroEngine(DataGroup group, ShardLayout layout, model::ParameterStor
   if (z == 1 || z == 2) work_params_ = alloc("exa::dp::params", layout_.padded_total());
   replica_req_.resize(std::size_t(layout_.size()));
   replica_next_ = replica_done_ = layout_.size();
-  if (z == 1) work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
+  if (z == 1 && !cfg_.frozen) work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
   if (z == 1 || z == 2)
     for (auto& b : bulk_block_) b = alloc("exa::dp::bulk_block", layout_.max_block());
 }
@@ -98,6 +98,7 @@ float* ZeroEngine::work_value(const std::string& name) const {
 }
 
 float* ZeroEngine::work_grad(const std::string& name) const {
+  if (cfg_.frozen) return nullptr;
   const std::size_t i = spec_of_.at(name);
   const int u = layout_.unit_of_spec(i);
   if (cfg_.zero == 1) return work_grads_.data() + layout_.unit(u).work_offset + layout_.offset_in_unit(i);
@@ -220,7 +221,7 @@ void ZeroEngine::prefetch(int unit) {
 }
 
 void ZeroEngine::prepare_grads(int unit) {
-  if (empty(unit)) return;
+  if (empty(unit) || cfg_.frozen) return;
   const int s = slot_of(unit);
   DataGroup::wait(reduce_req_[s]);  // the slot's previous unit must be reduced before it is reused
   Kokkos::deep_copy(slot_range(grad_slot_[s], unit), 0.0f);
@@ -279,7 +280,7 @@ void ZeroEngine::begin_step() {
   buckets_.clear();
   bucket_hi_ = layout_.padded_total();
   next_part_ = head();
-  Kokkos::deep_copy(own(store_.grads()), 0.0f);
+  if (!cfg_.frozen) Kokkos::deep_copy(own(store_.grads()), 0.0f);
   if (work_grads_.extent(0) > 0) Kokkos::deep_copy(work_grads_, 0.0f);
   sync_ = true;
 }

@@ -52,8 +52,8 @@ struct ZeroEngineConfig {
   bool tied = false;           // the embedding is also the head (its buffers live through the pass)
   double grad_divisor = 1.0;   // gradients are divided by it once reduced (the data-parallel size)
   // The tensors are frozen (LoRA's base model): their parameters are
-  // gathered as the stage says, their gradients are never reduced (the
-  // model still writes them into the engine's buffers, which nothing reads).
+  // gathered as the stage says; they have no gradient buffers (work_grad is
+  // null, the model skips their weight gradients) and nothing to reduce.
   bool frozen = false;
 };
 
@@ -73,7 +73,8 @@ class ZeroEngine {
   const ShardLayout& layout() const { return layout_; }
   bool holds(const std::string& name) const { return spec_of_.count(name) != 0; }
   // Where the model reads tensor `name`'s working copy / writes its gradient
-  // (zero >= 1; zero 0 binds the store itself).
+  // (zero >= 1; zero 0 binds the store itself; null for a frozen engine's
+  // gradient).
   float* work_value(const std::string& name) const;
   float* work_grad(const std::string& name) const;
 

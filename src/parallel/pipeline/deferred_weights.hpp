@@ -74,6 +74,7 @@ class DeferredLinear final : public model::Linear<float, Device> {
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {
+    if (dw.data() == nullptr && !ad) return;  // frozen, no adapter: nothing to defer
     if (queue_->deferring()) queue_->push(*inner_, x, dy, dw, accumulate, ad);
     else inner_->backward_weight(x, dy, dw, accumulate, ad);
   }

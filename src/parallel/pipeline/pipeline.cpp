@@ -194,6 +194,7 @@ double Pipeline::max(double x) const {
 void Pipeline::sum_tied_grads(const model::ParameterStore& store) const {
   if (embed_ == MPI_COMM_NULL) return;
   const std::size_t i = store.index("embed.weight");
+  if (!store.spec(i).trainable) return;  // frozen (LoRA): no gradient on either stage
   EXA_REQUIRE(store.shard(i).count == store.shard(i).box.numel(),
               "pipeline: the tied embedding's gradient must be this rank's whole part (its vocabulary rows) on the "
               "first and last stages (parallel.zero = 0)");
@@ -202,7 +203,8 @@ void Pipeline::sum_tied_grads(const model::ParameterStore& store) const {
 }
 
 Reduction Pipeline::norm_reduction(Reduction within, const model::ParameterStore& store) const {
-  const bool twice = embed_ != MPI_COMM_NULL && last();  // the tied embedding's second copy
+  // The tied embedding's second copy (none when it is frozen).
+  const bool twice = embed_ != MPI_COMM_NULL && last() && store.spec(store.index("embed.weight")).trainable;
   return [this, within = std::move(within), &store, twice](double x) {
     if (within) x = within(x);
     if (twice) {

@@ -113,13 +113,14 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {
+    if (dw.data() == nullptr && !ad) return;  // frozen, no adapter: nothing to gather for
     const Act gx = tp_detail::gathered(*tp_, x, dy.extent(0), gx_);
-    kernels::gemm('T', 'N', T(1), dy, gx, accumulate ? T(1) : T(0), dw);
+    if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dy, gx, accumulate ? T(1) : T(0), dw);
     if (ad) model::lora::backward_weight(gx, dy, ad, accumulate, h_, g_);
   }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
                 bool accumulate_dx = false, const Adapter& ad = {}) const override {
-    if (!overlap_ || dx.data() == nullptr) {
+    if (!overlap_ || dx.data() == nullptr || (dw.data() == nullptr && !ad)) {
       model::Linear<T, D>::backward(x, w, dy, dx, dw, accumulate_dx, ad);
       return;
     }
@@ -133,7 +134,7 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
     auto gather = tp_->iallgather_rows(x, gx);  // in flight during the input-gradient GEMM
     auto r = partial_input_grad(dy, w, dx, ad);
     TpComm::wait(gather);
-    kernels::gemm('T', 'N', T(1), dy, gx, T(1), dw);  // during the reduce-scatter
+    if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dy, gx, T(1), dw);  // during the reduce-scatter
     if (ad) model::lora::backward_weight(gx, dy, ad, true, h_, g_);
     r.finish(dx, accumulate_dx);
   }
@@ -196,8 +197,9 @@ class RowParallelLinear final : public model::Linear<T, D> {
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {
+    if (dw.data() == nullptr && !ad) return;  // frozen, no adapter
     const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);
-    kernels::gemm('T', 'N', T(1), gdy, x, accumulate ? T(1) : T(0), dw);
+    if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), gdy, x, accumulate ? T(1) : T(0), dw);
     if (ad) model::lora::backward_weight(x, gdy, ad, accumulate, h_, g_);
   }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
@@ -207,7 +209,7 @@ class RowParallelLinear final : public model::Linear<T, D> {
       kernels::gemm('N', 'N', T(1), gdy, w, accumulate_dx ? T(1) : T(0), dx);
       if (ad) model::lora::backward_input(gdy, ad, dx, g_);
     }
-    kernels::gemm('T', 'N', T(1), gdy, x, T(1), dw);
+    if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), gdy, x, T(1), dw);
     if (ad) model::lora::backward_weight(x, gdy, ad, true, h_, g_);
   }
 
@@ -243,6 +245,7 @@ class ReplicatedLinear final : public model::Linear<T, D> {
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& = {}) const override {
+    if (dw.data() == nullptr) return;  // frozen
     const bool split = x.extent(0) != dy.extent(0);
     const auto [r0, r1] = split ? std::pair<std::int64_t, std::int64_t>{0, std::int64_t(x.extent(0))}
                                 : share_.rows(std::int64_t(x.extent(0)));
