@@ -25,13 +25,21 @@ ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> 
     local_offsets_.push_back(total);
     total += s.count;
     if (specs_[i].trainable) {
-      EXA_REQUIRE(trainable_numel_ == local_offsets_[i], "ParameterStore: trainable tensor '{}' follows a frozen "
-                  "one; the trainable tensors must come first", specs_[i].name);
+      if (trainable_numel_ != local_offsets_[i] && trainable_first_) {
+        trainable_first_ = false;
+        out_of_order_ = specs_[i].name;
+      }
       trainable_numel_ = total;
     }
   }
+  if (!trainable_first_) trainable_numel_ = 0;
   values_ = Flat("exa::params", static_cast<std::size_t>(total));
   grads_ = Flat("exa::grads", static_cast<std::size_t>(trainable_numel_));  // a frozen tensor has none
+}
+
+void ParameterStore::require_trainable_first() const {
+  EXA_REQUIRE(trainable_first_, "ParameterStore: trainable tensor '{}' follows a frozen one; a store that trains "
+              "(gradients, optimizer) must hold the trainable tensors first", out_of_order_);
 }
 
 ParameterStore::Flat ParameterStore::trainable_values() const {
@@ -55,6 +63,7 @@ ParameterStore::Flat ParameterStore::value(std::size_t i) const {
 
 ParameterStore::Flat ParameterStore::grad(std::size_t i) const {
   if (!specs_[i].trainable) return Flat();
+  require_trainable_first();
   const auto b = static_cast<std::size_t>(local_offsets_[i]);
   return Kokkos::subview(grads_, Kokkos::make_pair(b, b + static_cast<std::size_t>(shards_[i].count)));
 }

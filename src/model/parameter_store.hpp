@@ -59,10 +59,14 @@ class ParameterStore {
   std::int64_t local_numel() const { return static_cast<std::int64_t>(values_.extent(0)); }
   // The trainable tensors' local elements, which come first (LoRA's frozen
   // model after them): what the optimizer updates and the gradient norm
-  // sums. local_numel() when nothing is frozen.
+  // sums. local_numel() when nothing is frozen. A store in another order
+  // (a model read for inference, in model order) has no gradients: 0, and
+  // grad() of a trainable tensor throws.
   std::int64_t trainable_numel() const { return trainable_numel_; }
   Flat trainable_values() const;
   Flat trainable_grads() const;
+  // exa::Error naming the tensor unless the trainable tensors come first.
+  void require_trainable_first() const;
 
   // Philox init keyed by (seed, global name) and each element's global
   // row-major index, whatever the piece: every layout builds bit-identical
@@ -77,6 +81,8 @@ class ParameterStore {
   std::vector<std::int64_t> local_offsets_;
   std::unordered_map<std::string, std::size_t> by_name_;
   std::int64_t trainable_numel_ = 0;
+  bool trainable_first_ = true;
+  std::string out_of_order_;  // the first trainable tensor after a frozen one
   Flat values_, grads_;
 };
 

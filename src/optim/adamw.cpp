@@ -25,6 +25,7 @@ AdamW::AdamW(const model::ParameterStore& store, AdamWConfig cfg) : cfg_(cfg) {
   EXA_REQUIRE(cfg.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0, got {}", cfg.weight_decay);
   // State for the trainable tensors only (the store's head); a frozen
   // tensor's is empty.
+  store.require_trainable_first();
   for (std::size_t i = 0; i < store.size(); ++i) {
     const bool trains = store.spec(i).trainable;
     const std::int64_t off = trains ? store.local_offset(i) : store.trainable_numel(),

@@ -1,5 +1,7 @@
 #include "train/checkpoint_manager.hpp"
 
+#include "train/init_from.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -26,9 +28,12 @@ CheckpointManager::CheckpointManager(const deck::Config& cfg, const comm::Proces
       local_every_(cfg.get_int("checkpoint.local_every")),
       keep_(static_cast<int>(cfg.get_int("checkpoint.keep"))),
       tiers_(checkpoint_tiers(cfg)),
-      memory_(std::make_unique<MemoryCheckpoint>(cfg, grid, world, io::checkpoint_tensors(store))) {}
+      adapters_only_(checkpoints_hold_adapters_only(cfg)),
+      memory_(std::make_unique<MemoryCheckpoint>(cfg, grid, world, saved_tensors(store, adapters_only_))) {}
 
 std::string CheckpointManager::dir() const { return deck_checkpoint_dir(cfg_); }
+
+std::vector<io::CheckpointTensor> CheckpointManager::tensors() const { return saved_tensors(*store_, adapters_only_); }
 
 void CheckpointManager::resume() {
   if (!cfg_.get_bool("checkpoint.resume")) {
@@ -61,7 +66,7 @@ void CheckpointManager::start_async_writer() {
   async_ = std::make_unique<AsyncCheckpointer>(world_, cfg_.get_string("checkpoint.async_policy") == "skip"
                                                            ? AsyncCheckpointer::Policy::skip
                                                            : AsyncCheckpointer::Policy::wait);
-  async_->prepare(io::checkpoint_tensors(*store_), source_.moments());
+  async_->prepare(tensors(), source_.moments());
 }
 
 CheckpointsDue CheckpointManager::due(std::int64_t steps_done, std::int64_t steps, bool stop) const {
@@ -82,7 +87,7 @@ void CheckpointManager::save_tier0(std::int64_t steps_done) {
   ScopedRegion region("io/checkpoint", true);
   const io::CheckpointMeta meta = source_.meta(steps_done);
   const io::OptimizerState state = source_.moments();
-  source_.in_global_order([&] { memory_->save(io::checkpoint_tensors(*store_), state, meta); });
+  source_.in_global_order([&] { memory_->save(tensors(), state, meta); });
 }
 
 void CheckpointManager::save_tier1(std::int64_t steps_done) {
@@ -93,7 +98,7 @@ void CheckpointManager::save_tier1(std::int64_t steps_done) {
   so.keep = keep_;
   source_.in_global_order([&] {
     const double t0 = wall_seconds();
-    const std::string d = io::save_checkpoint(tiers_.front().dir, *store_, &state, meta, world_, so);
+    const std::string d = io::save_checkpoint(tiers_.front().dir, tensors(), &state, meta, world_, so);
     log::info("checkpoint: wrote tier 1 {} in {:.3f} s", d, wall_seconds() - t0);
   });
 }
@@ -108,13 +113,13 @@ std::string CheckpointManager::save_tier2(std::int64_t steps_done, bool last) {
   // An async snapshot is taken inside, before the experts move back.
   source_.in_global_order([&] {
     if (async_) {
-      if (async_->start(dir(), io::checkpoint_tensors(*store_), state, meta, so, last))
+      if (async_->start(dir(), tensors(), state, meta, so, last))
         log::info("checkpoint: step {} snapshot taken, writing it in the background", steps_done);
       out = (fs::path(dir()) / io::checkpoint_dir_name(meta.step)).string();
       return;
     }
     const double t0 = wall_seconds();
-    out = io::save_checkpoint(dir(), *store_, &state, meta, world_, so);
+    out = io::save_checkpoint(dir(), tensors(), &state, meta, world_, so);
     log::info("checkpoint: wrote {} in {:.3f} s", out, wall_seconds() - t0);
   });
   return out;
@@ -125,7 +130,7 @@ void CheckpointManager::load(const std::string& path, const std::vector<std::str
   ScopedRegion region("io/checkpoint", true);
   if (source_.prepare) source_.prepare(io::inspect_checkpoint(io::resolve_checkpoint(path)).meta.step);
   const io::OptimizerState state = source_.moments();
-  source_.restore(io::load_checkpoint(path, *store_, &state, world_, {copies}));
+  source_.restore(io::load_checkpoint(path, tensors(), &state, world_, {copies}));
 }
 
 std::uint64_t CheckpointManager::rollback(std::int64_t bad_step) {
@@ -149,7 +154,7 @@ bool CheckpointManager::resume_from_memory() {
   }
   ScopedRegion region("io/checkpoint", true);
   try {
-    source_.restore(memory_->load(*c, io::checkpoint_tensors(*store_), source_.moments()));
+    source_.restore(memory_->load(*c, tensors(), source_.moments()));
   } catch (const Error& e) {
     log::warn("checkpoint: {}", e.what());
     log::info("checkpoint: tier 0 step {} does not verify; falling back to {}", c->step,
@@ -163,8 +168,8 @@ bool CheckpointManager::resume_from_memory() {
 void CheckpointManager::rebind(model::ParameterStore& store) {
   if (async_) async_->wait();
   store_ = &store;
-  memory_ = std::make_unique<MemoryCheckpoint>(cfg_, grid_, world_, io::checkpoint_tensors(store));
-  if (async_) async_->prepare(io::checkpoint_tensors(store), source_.moments());
+  memory_ = std::make_unique<MemoryCheckpoint>(cfg_, grid_, world_, saved_tensors(store, adapters_only_));
+  if (async_) async_->prepare(saved_tensors(store, adapters_only_), source_.moments());
 }
 
 void CheckpointManager::finish(bool complete) {

@@ -101,6 +101,9 @@ class CheckpointManager {
   std::int64_t every_ = 0, local_every_ = 0;
   int keep_ = 0;
   std::vector<CheckpointTier> tiers_;  // fastest first; tier 2 last
+  // LoRA from train.init_from: the checkpoints hold the adapters only.
+  bool adapters_only_ = false;
+  std::vector<io::CheckpointTensor> tensors() const;  // what a checkpoint holds of the store
   std::unique_ptr<MemoryCheckpoint> memory_;
   std::unique_ptr<AsyncCheckpointer> async_;
 };

@@ -47,6 +47,18 @@ std::uint64_t load_init_from(const std::string& path, model::ParameterStore& sto
   return info.meta.merkle_root;
 }
 
+bool checkpoints_hold_adapters_only(const deck::Config& cfg) {
+  return cfg.get_int("lora.rank") > 0 && cfg.get_string("train.init_from") != "none";
+}
+
+std::vector<io::CheckpointTensor> saved_tensors(const model::ParameterStore& store, bool adapters_only) {
+  std::vector<io::CheckpointTensor> out;
+  const auto all = io::checkpoint_tensors(store);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (!adapters_only || store.spec(i).trainable) out.push_back(all[i]);
+  return out;
+}
+
 io::StateArray root_to_state(std::uint64_t root) {
   io::StateArray a;
   a.shape = {4};

@@ -4,14 +4,18 @@
 //
 // The checkpoint may come from any layout (the reader reshards it); its
 // model must be the deck's. Under LoRA the adapters are not in it: they
-// keep their initialisation (B = 0, so step 0 is the loaded model), and
-// the checkpoint's Merkle root is recorded in the run's own checkpoints,
-// so that a resume with another train.init_from is refused.
+// keep their initialisation (B = 0, so step 0 is the loaded model). The
+// run's own checkpoints then hold the adapters only, with the model's
+// Merkle root: a resume, `examoe eval` and `examoe-generate` read the
+// frozen model from train.init_from again and refuse one with another
+// root.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
+#include "core/deck/config.hpp"
 #include "io/checkpoint/checkpoint.hpp"
 #include "model/model_config.hpp"
 #include "model/parameter_store.hpp"
@@ -28,6 +32,15 @@ inline constexpr const char* kLoraBaseState = "lora_base_root";
 // missing, damaged, of another model, or itself holds adapters.
 std::uint64_t load_init_from(const std::string& path, model::ParameterStore& store, const model::ModelConfig& mcfg,
                              MPI_Comm world);
+
+// Whether this deck's checkpoints hold the adapters only (with their
+// moments and the model's Merkle root): a LoRA run from train.init_from,
+// whose frozen model that checkpoint already holds. A LoRA run on the
+// seeded initialisation writes the whole model.
+bool checkpoints_hold_adapters_only(const deck::Config& cfg);
+// The tensors of `store` such a checkpoint holds: the trainable ones, or
+// all of them.
+std::vector<io::CheckpointTensor> saved_tensors(const model::ParameterStore& store, bool adapters_only);
 
 // A 64-bit root as a /state array (four exact 16-bit halves in floats), and
 // back.

@@ -1,5 +1,9 @@
 #include "train/preflight.hpp"
 
+#include "train/init_from.hpp"
+
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -87,8 +91,11 @@ std::string resume_line(const deck::Config& cfg, const std::string& ckpt_dir) {
   }
   const io::CheckpointInfo info = located(cfg, keys, [&] {
     io::CheckpointInfo i = io::inspect_checkpoint(ckpt_dir);
-    io::require_matching_model(i, model::parameter_specs(model::model_config_at(cfg, std::int64_t(i.meta.step))),
-                               true);
+    auto specs = model::parameter_specs(model::model_config_at(cfg, std::int64_t(i.meta.step)));
+    if (checkpoints_hold_adapters_only(cfg))  // LoRA from train.init_from: the frozen model is read from there
+      specs.erase(std::remove_if(specs.begin(), specs.end(), [](const auto& s) { return !s.trainable; }),
+                  specs.end());
+    io::require_matching_model(i, specs, true);
     return i;
   });
   const auto steps = static_cast<std::uint64_t>(cfg.get_int("train.steps"));
