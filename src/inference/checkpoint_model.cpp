@@ -57,13 +57,14 @@ std::vector<std::string> overrides_from_json(const std::string& json_text, const
 
 }  // namespace
 
-deck::Config config_from_checkpoint(const io::CheckpointMeta& meta) {
+deck::Config config_from_checkpoint(const io::CheckpointMeta& meta, const std::vector<std::string>& extra) {
   const std::string where = meta.directory.empty() ? std::string("checkpoint") : meta.directory;
   EXA_REQUIRE(!meta.deck.empty() || !meta.config_json.empty(),
               "{} stores no deck (attribute deck) and no configuration (attribute config_json), so its model "
               "cannot be rebuilt; it was not written by `examoe` training",
               where);
-  const auto overrides = overrides_from_json(meta.config_json, where);
+  auto overrides = overrides_from_json(meta.config_json, where);
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
   const int world = static_cast<int>(std::max<std::int64_t>(1, meta.layout.world_size));
   try {
     return deck::Config::from_text(meta.deck, where + "/deck", overrides, world);

@@ -30,7 +30,8 @@ namespace exa::inference {
 
 // The training configuration stored in a checkpoint (see the file comment).
 // exa::Error naming the checkpoint when it cannot be rebuilt.
-deck::Config config_from_checkpoint(const io::CheckpointMeta& meta);
+// `extra` overrides apply after the stored ones.
+deck::Config config_from_checkpoint(const io::CheckpointMeta& meta, const std::vector<std::string>& extra = {});
 
 class CheckpointModel {
  public:
