@@ -23,6 +23,7 @@
 // optim.lr with no warmup (the reference's convention): refdump appends
 // --set optim.schedule=constant and optim.warmup_steps=0 so cfg.json says so
 // too; clipping at optim.grad_clip, one micro-batch, loss scale 1.
+#include <algorithm>
 #include <hdf5.h>
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
@@ -117,6 +118,7 @@ std::vector<float> to_host(const V& v) {
 void write_tensors(H5Out& out, const std::string& group, const model::ParameterStore& store, bool grads) {
   for (std::size_t i = 0; i < store.size(); ++i) {
     const auto& s = store.spec(i);
+    if (grads && !s.trainable) continue;  // LoRA's frozen model has no gradient
     const auto h = to_host(grads ? store.grad(i) : store.value(i));
     EXA_REQUIRE(std::int64_t(h.size()) == s.numel(), "refdump: '{}' is not whole on this rank", s.name);
     out.write(group + "/" + s.name, s.shape, h.data());
@@ -171,7 +173,10 @@ int run(const Args& a) {
   fs::create_directories(a.out);
   const fs::path dir(a.out);
 
-  model::ParameterStore store(model::parameter_specs(mcfg));
+  // The trainable tensors first, as training holds them (LoRA: the adapters).
+  auto specs = model::parameter_specs(mcfg);
+  std::stable_partition(specs.begin(), specs.end(), [](const model::ParamSpec& s) { return s.trainable; });
+  model::ParameterStore store(specs);
   store.initialize(seed);
 
   // The model at init, as a checkpoint (the reference's --weights).

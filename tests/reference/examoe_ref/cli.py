@@ -8,7 +8,7 @@ import sys
 import h5py
 import torch
 
-from .config import Config
+from .config import Config, trainable
 from .io import load_batch, load_weights, save_tensors
 from .model import forward
 
@@ -42,8 +42,9 @@ def adamw(params, cfg, x, y, steps, hp):
     """`steps` AdamW steps on the same batch at a constant lr. Weight decay on
     tensors with ndim >= 2 only; optional global-norm clipping (torch's
     clip_grad_norm_). Returns the loss before each step."""
-    decay = [t for t in params.values() if t.ndim >= 2]
-    no_decay = [t for t in params.values() if t.ndim < 2]
+    train = [n for n in params if trainable(cfg, n)]  # LoRA: the adapters only
+    decay = [params[n] for n in train if params[n].ndim >= 2]
+    no_decay = [params[n] for n in train if params[n].ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
@@ -52,7 +53,7 @@ def adamw(params, cfg, x, y, steps, hp):
         out = loss_and_grads(params, cfg, x, y)
         losses.append(out["loss"].item())
         if hp["grad_clip"] > 0:
-            torch.nn.utils.clip_grad_norm_(list(params.values()), hp["grad_clip"])
+            torch.nn.utils.clip_grad_norm_([params[n] for n in train], hp["grad_clip"])
         opt.step()
     return losses
 
@@ -80,7 +81,8 @@ def main(argv=None):
     for k in ("loss", "ce", "aux", "z"):
         res[k] = out[k]
     for n, t in params.items():
-        res["grads/" + n] = t.grad
+        if trainable(cfg, n):  # a frozen tensor has no gradient in ExaMoE
+            res["grads/" + n] = t.grad
     for i, st in out["stats"].items():
         for k, v in st.items():
             res[f"stats/layers.{i}/{k}"] = v

@@ -26,6 +26,8 @@ _MODEL_DEFAULTS = dict(vocab_size=256, d_model=256, n_layers=4, n_heads=4, n_kv_
                        seq_len=256, norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=False)
 _MOE_DEFAULTS = dict(n_experts=8, top_k=2, d_expert=512, moe_every=1, n_shared_experts=0,
                      capacity_factor=0.0, norm_topk=True, aux_coef=0.01, z_coef=0.001)
+# [lora]: rank 0 = no adapters.
+_LORA_DEFAULTS = dict(rank=0, alpha=16.0, targets="attention")
 
 
 @dataclass
@@ -49,6 +51,9 @@ class Config:
     norm_topk: bool = True
     aux_coef: float = 0.01
     z_coef: float = 0.001
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: str = "attention"
 
     def __post_init__(self):
         if self.n_kv_heads == 0:
@@ -66,6 +71,13 @@ class Config:
     def head_dim(self):
         return self.d_model // self.n_heads
 
+    @property
+    def lora_scale(self):
+        return self.lora_alpha / self.lora_rank if self.lora_rank > 0 else 0.0
+
+    def lora_on(self, target):
+        return self.lora_rank > 0 and target in [t.strip() for t in self.lora_targets.split(",")]
+
     @classmethod
     def from_dict(cls, deck):
         """From the resolved deck {"model": {...}, "moe": {...}, ...}; other
@@ -76,11 +88,15 @@ class Config:
             sec = dict(defaults)
             sec.update(deck.get(section, {}))
             kw.update({k: v for k, v in sec.items() if k in names})
+        sec = dict(_LORA_DEFAULTS)
+        sec.update(deck.get("lora", {}))
+        kw.update({"lora_" + k: v for k, v in sec.items() if "lora_" + k in names})
         return cls(**kw)
 
     def to_dict(self):
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {"model": {k: d[k] for k in _MODEL_DEFAULTS}, "moe": {k: d[k] for k in _MOE_DEFAULTS}}
+        return {"model": {k: d[k] for k in _MODEL_DEFAULTS}, "moe": {k: d[k] for k in _MOE_DEFAULTS},
+                "lora": {k: d["lora_" + k] for k in _LORA_DEFAULTS}}
 
 
 def is_moe_layer(cfg, i):
@@ -95,20 +111,43 @@ def expert_capacity(cfg, n_tokens):
     return int(math.ceil(cfg.capacity_factor * n_tokens * cfg.top_k / cfg.n_experts))
 
 
+def lora_names(name):
+    """The adapters of a matrix: "<name less .weight>.lora_a" and ".lora_b"."""
+    stem = name[: -len(".weight")] if name.endswith(".weight") else name
+    return stem + ".lora_a", stem + ".lora_b"
+
+
+def trainable(cfg, name):
+    """Under LoRA only the adapters train; the model is frozen."""
+    return cfg.lora_rank == 0 or ".lora_" in name
+
+
 def param_shapes(cfg):
-    """Global name -> global shape of every parameter, in canonical order."""
+    """Global name -> global shape of every parameter, in canonical order.
+
+    With [lora], each adapted matrix W [.., out, in] is followed by its
+    adapters A [.., r, in] and B [.., out, r] (y = x W^T + (alpha/r) x A^T B^T)."""
     V, d, L = cfg.vocab_size, cfg.d_model, cfg.n_layers
     H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     E, F, S = cfg.n_experts, cfg.d_expert, cfg.n_shared_experts
+    r = cfg.lora_rank
     s = OrderedDict()
+
+    def matrix(name, shape, target=None):
+        s[name] = shape
+        if target is not None and cfg.lora_on(target):
+            a, b = lora_names(name)
+            s[a] = shape[:-2] + (r, shape[-1])
+            s[b] = shape[:-1] + (r,)
+
     s["embed.weight"] = (V, d)
     for i in range(L):
         p = f"layers.{i}."
         s[p + "attn_norm.weight"] = (d,)
-        s[p + "attn.wq.weight"] = (H * hd, d)
-        s[p + "attn.wk.weight"] = (Hkv * hd, d)
-        s[p + "attn.wv.weight"] = (Hkv * hd, d)
-        s[p + "attn.wo.weight"] = (d, H * hd)
+        matrix(p + "attn.wq.weight", (H * hd, d), "attention")
+        matrix(p + "attn.wk.weight", (Hkv * hd, d), "attention")
+        matrix(p + "attn.wv.weight", (Hkv * hd, d), "attention")
+        matrix(p + "attn.wo.weight", (d, H * hd), "attention")
         s[p + "ffn_norm.weight"] = (d,)
         if is_moe_layer(cfg, i):
             s[p + "moe.router.weight"] = (E, d)
@@ -116,13 +155,13 @@ def param_shapes(cfg):
             s[p + "moe.experts.w3"] = (E, F, d)
             s[p + "moe.experts.w2"] = (E, d, F)
             if S > 0:
-                s[p + "moe.shared.w1"] = (S, F, d)
-                s[p + "moe.shared.w3"] = (S, F, d)
-                s[p + "moe.shared.w2"] = (S, d, F)
+                matrix(p + "moe.shared.w1", (S, F, d), "shared_experts")
+                matrix(p + "moe.shared.w3", (S, F, d), "shared_experts")
+                matrix(p + "moe.shared.w2", (S, d, F), "shared_experts")
         else:
-            s[p + "mlp.w1"] = (cfg.d_ff, d)
-            s[p + "mlp.w3"] = (cfg.d_ff, d)
-            s[p + "mlp.w2"] = (d, cfg.d_ff)
+            matrix(p + "mlp.w1", (cfg.d_ff, d), "dense_ffn")
+            matrix(p + "mlp.w3", (cfg.d_ff, d), "dense_ffn")
+            matrix(p + "mlp.w2", (d, cfg.d_ff), "dense_ffn")
     s["norm.weight"] = (d,)
     if not cfg.tie_embeddings:
         s["lm_head.weight"] = (V, d)

@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn.functional as Fn
 
-from .config import expert_capacity, is_moe_layer, param_shapes
+from .config import expert_capacity, is_moe_layer, lora_names, param_shapes
 
 
 def rmsnorm(x, w, eps):
@@ -46,13 +46,26 @@ def apply_rope(x, cos, sin):
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
 
+def proj(x, p, name, cfg, e=None):
+    """x W^T for the matrix `name` (its slice e of a stacked [S, out, in]),
+    plus its LoRA adapters' (alpha/r) (x A^T) B^T when it has them."""
+    w = p[name] if e is None else p[name][e]
+    y = x @ w.t()
+    a_name, b_name = lora_names(name)
+    if a_name in p:
+        a = p[a_name] if e is None else p[a_name][e]
+        b = p[b_name] if e is None else p[b_name][e]
+        y = y + cfg.lora_scale * ((x @ a.t()) @ b.t())
+    return y
+
+
 def attention(x, p, prefix, cfg):
     """Causal GQA self-attention of x [B,T,d]."""
     B, T, _ = x.shape
     H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    q = (x @ p[prefix + "wq.weight"].t()).view(B, T, H, hd)
-    k = (x @ p[prefix + "wk.weight"].t()).view(B, T, Hkv, hd)
-    v = (x @ p[prefix + "wv.weight"].t()).view(B, T, Hkv, hd)
+    q = proj(x, p, prefix + "wq.weight", cfg).view(B, T, H, hd)
+    k = proj(x, p, prefix + "wk.weight", cfg).view(B, T, Hkv, hd)
+    v = proj(x, p, prefix + "wv.weight", cfg).view(B, T, Hkv, hd)
     cos, sin = rope_cos_sin(T, hd, cfg.rope_theta, x.dtype)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     group = H // Hkv
@@ -64,7 +77,15 @@ def attention(x, p, prefix, cfg):
     scores = scores.masked_fill(mask, float("-inf"))
     out = torch.softmax(scores, dim=-1) @ v  # [B,H,T,hd]
     out = out.transpose(1, 2).reshape(B, T, H * hd)
-    return out @ p[prefix + "wo.weight"].t()
+    return proj(out, p, prefix + "wo.weight", cfg)
+
+
+def swiglu_named(x, p, prefix, cfg, e=None):
+    """The SwiGLU of the matrices prefix + w1/w3/w2 (slice e of stacked
+    ones), adapters included."""
+    a = proj(x, p, prefix + "w1", cfg, e)
+    b = proj(x, p, prefix + "w3", cfg, e)
+    return proj(Fn.silu(a) * b, p, prefix + "w2", cfg, e)
 
 
 def swiglu(x, w1, w3, w2):
@@ -115,9 +136,8 @@ def moe(x, p, prefix, cfg):
         ye = swiglu(x[tok], w1[e], w3[e], w2[e]) * flat_g[rows, None]
         y = y.index_add(0, tok, ye)
     if prefix + "shared.w1" in p:
-        s1, s3, s2 = (p[prefix + "shared." + w] for w in ("w1", "w3", "w2"))
-        for s in range(s1.shape[0]):
-            y = y + swiglu(x, s1[s], s3[s], s2[s])
+        for s in range(p[prefix + "shared.w1"].shape[0]):
+            y = y + swiglu_named(x, p, prefix + "shared.", cfg, s)
 
     f = counts.to(rdtype) / (N * k)  # a constant: integer counts
     P = probs.mean(0)
@@ -150,7 +170,7 @@ def forward(p, cfg, inputs, targets=None):
             aux, z = aux + a, z + zz
             stats[i] = st
         else:
-            y = swiglu(x, p[pre + "mlp.w1"], p[pre + "mlp.w3"], p[pre + "mlp.w2"])
+            y = swiglu_named(x, p, pre + "mlp.", cfg)
         h = h + y
     h = rmsnorm(h, p["norm.weight"], cfg.norm_eps)
     head = p["embed.weight"] if cfg.tie_embeddings else p["lm_head.weight"]
