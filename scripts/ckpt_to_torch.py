@@ -2,6 +2,7 @@
 """ExaMoE checkpoint -> PyTorch state_dict, with h5py.
 
     scripts/ckpt_to_torch.py CHECKPOINT [-o model.pt] [--optim] [--config-out cfg.json] [--no-verify]
+    scripts/ckpt_to_torch.py CHECKPOINT --peft DIR     # a LoRA run's adapters, in Hugging Face PEFT's layout
 
 CHECKPOINT is what `examoe eval --checkpoint` takes: a run directory (holding
 ckpt/), a checkpoint directory (its `latest`, else the newest step_<N>), a
@@ -21,6 +22,16 @@ checksum, every dataset's checksum (recomputed from the data) and the Merkle
 root over them (--no-verify skips this). -o saves the state_dict with
 torch.save; --config-out writes the run's resolved configuration (JSON, as
 `examoe --check` resolves the deck).
+
+--peft DIR writes a LoRA run's adapters (docs/architecture.md, "LoRA") as
+PEFT saves them: DIR/adapter_model.bin (torch.save) with
+"base_model.model.<module>.lora_A.weight" [r, in] and ".lora_B.weight"
+[out, r], and DIR/adapter_config.json (peft_type LORA, r, lora_alpha,
+target_modules, lora_dropout 0, bias "none"). <module> is the adapted
+matrix's name less ".weight" (layers.0.attn.wq, layers.0.mlp.w1); a shared
+expert's stacked adapters become one module per expert,
+layers.1.moe.shared.<s>.w1. A module tree with those nn.Linear names (no
+bias) loads them with PEFT's set_peft_model_state_dict.
 
 As a module: load_checkpoint(path) -> (state_dict, info), where info holds
 "file", "step", "config" (dict), "deck" (text) and "layout" (dict).
@@ -249,6 +260,38 @@ def load_checkpoint(path, optim=False, check=True):
     return OrderedDict((k, torch.from_numpy(v)) for k, v in arrays.items()), info
 
 
+def peft_adapters(sd, config):
+    """(state_dict, adapter_config) in PEFT's names from an ExaMoE state_dict
+    holding "<W>.lora_a" / "<W>.lora_b" tensors."""
+    from collections import OrderedDict
+    lora = config.get("lora", {})
+    rank = int(lora.get("rank", 0))
+    if rank <= 0:
+        raise ValueError("the checkpoint's run has no adapters (lora.rank = 0)")
+    out = OrderedDict()
+    targets = set()
+    for name in sorted(sd, key=_natural):
+        if not name.endswith(".lora_a"):
+            continue
+        stem = name[: -len(".lora_a")]
+        a, b = sd[name], sd[stem + ".lora_b"]
+        if a.dim() == 2:
+            modules = [(stem, a, b)]
+        else:  # stacked shared experts [S, r, in] / [S, out, r]
+            head, _, leaf = stem.rpartition(".")
+            modules = [(f"{head}.{s}.{leaf}", a[s], b[s]) for s in range(a.shape[0])]
+        for module, am, bm in modules:
+            out[f"base_model.model.{module}.lora_A.weight"] = am.contiguous()
+            out[f"base_model.model.{module}.lora_B.weight"] = bm.contiguous()
+            targets.add(module.rpartition(".")[2])
+    if not out:
+        raise ValueError("the checkpoint holds no adapters (*.lora_a tensors)")
+    cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": float(lora.get("alpha", 16.0)),
+           "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "target_modules": sorted(targets),
+           "inference_mode": True}
+    return out, cfg
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -257,11 +300,24 @@ def main(argv=None):
     ap.add_argument("--optim", action="store_true", help="include the AdamW moments")
     ap.add_argument("--config-out", help="write the run's resolved configuration (JSON) to this file")
     ap.add_argument("--no-verify", action="store_true", help="skip the checksum and Merkle-root verification")
+    ap.add_argument("--peft", metavar="DIR", help="write the LoRA adapters as PEFT's adapter_model.bin and "
+                    "adapter_config.json into DIR")
     a = ap.parse_args(argv)
     try:
         sd, info = load_checkpoint(a.checkpoint, a.optim, not a.no_verify)
     except ValueError as e:
         raise SystemExit(f"ckpt_to_torch: {e}")
+    if a.peft:
+        import torch
+        try:
+            psd, pcfg = peft_adapters(sd, info["config"])
+        except ValueError as e:
+            raise SystemExit(f"ckpt_to_torch: {info['file']}: {e}")
+        os.makedirs(a.peft, exist_ok=True)
+        torch.save(psd, os.path.join(a.peft, "adapter_model.bin"))
+        with open(os.path.join(a.peft, "adapter_config.json"), "w") as f:
+            json.dump(pcfg, f, indent=1)
+        print(f"{info['file']}: {len(psd) // 2} LoRA modules (r {pcfg['r']}, alpha {pcfg['lora_alpha']:g}) -> {a.peft}")
     if a.out:
         import torch
         torch.save(sd, a.out)

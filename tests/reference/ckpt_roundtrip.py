@@ -9,6 +9,12 @@ reference model (examoe_ref, float64). `examoe eval` on the same tokens
 (B = 4 windows of T = 16, one forward pass) must give the same mean
 cross-entropy within --tol (1e-6 nats/token).
 
+Then LoRA: a run of rank-4 adapters on that checkpoint (train.init_from),
+whose checkpoint holds the adapters only, converted with --peft (PEFT's
+names, a shared expert's adapters one module per expert) and mapped back
+onto the base state_dict: the reference's cross-entropy on the same batch
+must equal `examoe eval`'s on the adapter checkpoint within --tol.
+
     ckpt_roundtrip.py --examoe EXE --workdir DIR [--tol 1e-6]
 
 Exit 0 pass, 1 fail, 77 when torch or h5py is missing.
@@ -90,7 +96,50 @@ def main():
     diff = abs(ce - ce_ref)
     print(f"step {ev['step']}: examoe eval {ce:.9f}, reference (float64) on the converted state_dict "
           f"{ce_ref:.9f}: |diff| = {diff:.2e} (tolerance {a.tol:g})")
-    return 0 if diff <= a.tol else 1
+    ok = diff <= a.tol
+
+    # LoRA on that model, exported in PEFT's layout.
+    loradir = os.path.join(a.workdir, "lora")
+    lora_sets = ["lora.rank=4", "lora.alpha=8.0", "lora.targets=attention,dense_ffn,shared_experts",
+                 f"train.init_from={rundir}/ckpt", f"output.run_dir={loradir}", "train.steps=3", "checkpoint.every=3"]
+    sets = [x for s in RUN_SETS + lora_sets for x in ("--set", s)]
+    run([a.examoe, os.path.join(SRC, "input", "tiny.toml")] + sets)
+    # (the log line of reading the frozen model from train.init_from comes first)
+    ev = json.loads(run([a.examoe, "eval", "--checkpoint", loradir, "--tokens", tok_file, "--batch",
+                         str(B)]).strip().splitlines()[-1])
+    peft, lcfg_json = os.path.join(a.workdir, "peft"), os.path.join(a.workdir, "lora_config.json")
+    print(run([sys.executable, os.path.join(SRC, "scripts", "ckpt_to_torch.py"), loradir, "--peft", peft,
+               "--config-out", lcfg_json]), end="")
+    with open(os.path.join(peft, "adapter_config.json")) as f:
+        pcfg = json.load(f)
+    assert pcfg["peft_type"] == "LORA" and pcfg["r"] == 4 and pcfg["lora_alpha"] == 8.0, pcfg
+    adapters = torch.load(os.path.join(peft, "adapter_model.bin"))
+    with open(lcfg_json) as f:
+        lcfg = Config.from_dict(json.load(f))
+    params = {k: v.double() for k, v in state.items()}  # the frozen model: the base run's
+    stacked = {}
+    for key, t in adapters.items():
+        assert key.startswith("base_model.model.") and key.endswith(".weight"), key
+        module, _, kind = key[len("base_model.model."):-len(".weight")].rpartition(".")
+        ours = {"lora_A": "lora_a", "lora_B": "lora_b"}[kind]
+        parts = module.split(".")
+        if "shared" in parts:  # layers.i.moe.shared.<s>.w1 -> stacked [S, ..]
+            s = int(parts[-2])
+            stacked.setdefault(".".join(parts[:-2] + parts[-1:]) + "." + ours, {})[s] = t.double()
+        else:  # ExaMoE's adapter of W is "<W less .weight>.lora_a", PEFT's module that same stem
+            params[module + "." + ours] = t.double()
+    for name, by_s in stacked.items():
+        params[name] = torch.stack([by_s[s] for s in sorted(by_s)])
+    want = param_shapes(lcfg)
+    assert set(params) == set(want), \
+        f"names differ: missing {sorted(set(want) - set(params))}, unexpected {sorted(set(params) - set(want))}"
+    with torch.no_grad():
+        ce_ref = forward(params, lcfg, x, y)["ce"].item()
+    ce = ev["ce_nats_per_token"]
+    diff = abs(ce - ce_ref)
+    print(f"LoRA step {ev['step']}: examoe eval {ce:.9f}, reference (float64) on the base + PEFT adapters "
+          f"{ce_ref:.9f}: |diff| = {diff:.2e} (tolerance {a.tol:g})")
+    return 0 if ok and diff <= a.tol else 1
 
 
 if __name__ == "__main__":
