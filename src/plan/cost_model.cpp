@@ -110,6 +110,9 @@ ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan
 
 StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluster& cl, const MemoryBytes* memory,
                  const PredictOptions& opt) {
+  EXA_REQUIRE(!cfg.lora.enabled(), "the planner does not model LoRA fine-tuning yet (lora.rank = {}): it would size gradients, optimizer "
+              "state and their traffic for every parameter. Plan with --set lora.rank=0 (an upper bound on memory) "
+              "and set that layout in the deck", cfg.lora.rank);
   const Net net{cl};
   const auto& g = c.grid;
   const int tp = g.tp, cp = g.cp, pp = g.pp, ep = g.ep, data = g.dp * g.cp;

@@ -320,6 +320,10 @@ void check_lora(const Config& c) {
            fmt::format("lora.rank = {} exceeds the smallest side ({}) of the {} matrices it adapts; a rank above "
                        "min(d_in, d_out) adds nothing: use lora.rank <= {}", r, smallest, t, smallest));
   }
+  if (c.get_bool("parallel.auto"))
+    fail(c, {"lora.rank", "parallel.auto"},
+         "parallel.auto does not plan LoRA fine-tuning yet (it would size gradients and optimizer state for every "
+         "parameter); set the layout in the deck and parallel.auto = false");
   if (c.get_int("growth.every") > 0)
     fail(c, {"growth.every", "lora.rank"},
          "expert growth (growth.every > 0) with adapters (lora.rank > 0) is not built: growth adds experts "
