@@ -28,9 +28,9 @@ PEFT saves them: DIR/adapter_model.bin (torch.save) with
 "base_model.model.<module>.lora_A.weight" [r, in] and ".lora_B.weight"
 [out, r], and DIR/adapter_config.json (peft_type LORA, r, lora_alpha,
 target_modules, lora_dropout 0, bias "none"). <module> is the adapted
-matrix's name less ".weight" (layers.0.attn.wq, layers.0.mlp.w1); a shared
-expert's stacked adapters become one module per expert,
-layers.1.moe.shared.<s>.w1. A module tree with those nn.Linear names (no
+matrix's name less ".weight" (layers.0.attn.wq, layers.0.mlp.w1); the
+stacked adapters of the shared and routed experts become one module per
+expert, layers.1.moe.shared.<s>.w1 and layers.1.moe.experts.<e>.w1. A module tree with those nn.Linear names (no
 bias) loads them with PEFT's set_peft_model_state_dict.
 
 As a module: load_checkpoint(path) -> (state_dict, info), where info holds
@@ -277,7 +277,7 @@ def peft_adapters(sd, config):
         a, b = sd[name], sd[stem + ".lora_b"]
         if a.dim() == 2:
             modules = [(stem, a, b)]
-        else:  # stacked shared experts [S, r, in] / [S, out, r]
+        else:  # stacked shared or routed experts [S, r, in] / [S, out, r]
             head, _, leaf = stem.rpartition(".")
             modules = [(f"{head}.{s}.{leaf}", a[s], b[s]) for s in range(a.shape[0])]
         for module, am, bm in modules:

@@ -15,6 +15,7 @@ struct LoraTargets {
   bool attention = false;       // wq, wk, wv, wo
   bool dense_ffn = false;       // the dense layers' mlp.w1, w3, w2
   bool shared_experts = false;  // each shared expert's w1, w3, w2
+  bool experts = false;         // each routed expert's w1, w3, w2 (its own A and B)
 };
 
 struct LoraConfig {

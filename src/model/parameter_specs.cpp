@@ -46,10 +46,11 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
     b[k - 1] = rank;
     const int out_dim = int(k) - 2, in_dim = int(k) - 1;
     const double a_std = 1.0 / std::sqrt(double(w.shape[k - 1]));
-    p.push_back(ParamSpec{lora_a_name(w.name), a, I::Normal, a_std, true, w.tp_dim == in_dim ? in_dim : -1, -1,
-                          w.reduce});
-    p.push_back(ParamSpec{lora_b_name(w.name), b, I::Zeros, 0.0, true, w.tp_dim == out_dim ? out_dim : -1, -1,
-                          w.reduce});
+    // A routed expert's adapters live with it: split over ep as its W is.
+    p.push_back(ParamSpec{lora_a_name(w.name), a, I::Normal, a_std, true, w.tp_dim == in_dim ? in_dim : -1,
+                          w.ep_dim, w.reduce});
+    p.push_back(ParamSpec{lora_b_name(w.name), b, I::Zeros, 0.0, true, w.tp_dim == out_dim ? out_dim : -1,
+                          w.ep_dim, w.reduce});
   };
   auto matrix = [&](std::string name, std::vector<std::int64_t> shape, double s, Rule r, bool adapted = false) {
     p.push_back(ParamSpec{std::move(name), std::move(shape), I::Normal, s, true, r.tp_dim, r.ep_dim, r.reduce,
@@ -65,7 +66,8 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
   for (std::int64_t i = 0; i < c.n_layers; ++i) {
     const std::string L = fmt::format("layers.{}.", i);
     gain(L + "attn_norm.weight");
-    const bool att = c.lora.targets.attention, sh = c.lora.targets.shared_experts, mlp = c.lora.targets.dense_ffn;
+    const bool att = c.lora.targets.attention, sh = c.lora.targets.shared_experts, mlp = c.lora.targets.dense_ffn,
+               ex = c.lora.targets.experts;
     matrix(L + "attn.wq.weight", {c.n_heads * hd, d}, std, column, att);
     matrix(L + "attn.wk.weight", {c.n_kv_heads * hd, d}, std, column, att);
     matrix(L + "attn.wv.weight", {c.n_kv_heads * hd, d}, std, column, att);
@@ -73,9 +75,9 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
     gain(L + "ffn_norm.weight");
     if (c.is_moe_layer(i)) {
       matrix(L + "moe.router.weight", {E, d}, std, replicated);
-      matrix(L + "moe.experts.w1", {E, F, d}, std, expert_in);
-      matrix(L + "moe.experts.w3", {E, F, d}, std, expert_in);
-      matrix(L + "moe.experts.w2", {E, d, F}, out_std, expert_out);
+      matrix(L + "moe.experts.w1", {E, F, d}, std, expert_in, ex);
+      matrix(L + "moe.experts.w3", {E, F, d}, std, expert_in, ex);
+      matrix(L + "moe.experts.w2", {E, d, F}, out_std, expert_out, ex);
       if (c.n_shared_experts > 0) {
         const std::int64_t S = c.n_shared_experts;
         matrix(L + "moe.shared.w1", {S, F, d}, std, shared_in, sh);

@@ -56,6 +56,7 @@ struct LayerWeights {
   };
   Lora2 lora_wq, lora_wk, lora_wv, lora_wo, lora_mlp_w1, lora_mlp_w3, lora_mlp_w2;
   Lora3 lora_shared_w1, lora_shared_w3, lora_shared_w2;
+  Lora3 lora_w1, lora_w3, lora_w2;  // the routed experts': [E, r, in], [E, out, r] (this rank's experts)
   double lora_scale = 0.0;
 };
 
@@ -125,11 +126,11 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
     l.b = v2(lora_b_name(n), out, r);
     return l;
   };
-  auto lora3 = [&](const std::string& n, std::int64_t out, std::int64_t in, bool on) {
+  auto lora3 = [&](const std::string& n, std::int64_t out, std::int64_t in, bool on, std::int64_t stack) {
     typename L::Lora3 l;
     if (!on || !cfg.lora.enabled()) return l;
-    l.a = v3(lora_a_name(n), S, r, in);
-    l.b = v3(lora_b_name(n), S, out, r);
+    l.a = v3(lora_a_name(n), stack, r, in);
+    l.b = v3(lora_b_name(n), stack, out, r);
     return l;
   };
   const auto& lt = cfg.lora.targets;
@@ -155,13 +156,16 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
       l.w1 = v3(pre + "moe.experts.w1", E, F, d);
       l.w3 = v3(pre + "moe.experts.w3", E, F, d);
       l.w2 = v3(pre + "moe.experts.w2", E, d, F);
+      l.lora_w1 = lora3(pre + "moe.experts.w1", F, d, lt.experts, E);
+      l.lora_w3 = lora3(pre + "moe.experts.w3", F, d, lt.experts, E);
+      l.lora_w2 = lora3(pre + "moe.experts.w2", d, F, lt.experts, E);
       if (S > 0) {
         l.shared_w1 = v3(pre + "moe.shared.w1", S, Fs, d);
         l.shared_w3 = v3(pre + "moe.shared.w3", S, Fs, d);
         l.shared_w2 = v3(pre + "moe.shared.w2", S, d, Fs);
-        l.lora_shared_w1 = lora3(pre + "moe.shared.w1", Fs, d, lt.shared_experts);
-        l.lora_shared_w3 = lora3(pre + "moe.shared.w3", Fs, d, lt.shared_experts);
-        l.lora_shared_w2 = lora3(pre + "moe.shared.w2", d, Fs, lt.shared_experts);
+        l.lora_shared_w1 = lora3(pre + "moe.shared.w1", Fs, d, lt.shared_experts, S);
+        l.lora_shared_w3 = lora3(pre + "moe.shared.w3", Fs, d, lt.shared_experts, S);
+        l.lora_shared_w2 = lora3(pre + "moe.shared.w2", d, Fs, lt.shared_experts, S);
       }
     } else {
       l.mlp_w1 = v2(pre + "mlp.w1", Fd, d);

@@ -20,11 +20,12 @@ FlopCount count_flops(const model::ModelConfig& c) {
   }
   if (c.lora.enabled()) {
     // The frozen matrices skip their weight gradients (forward and input
-    // gradient: 4 per parameter); every adapter sits on a projection each
-    // token passes through and takes all three products.
+    // gradient: 4 per parameter); the adapters take all three products.
     double adapters = 0;
     for (const auto& s : model::parameter_specs(c))
-      if (s.trainable) adapters += double(s.numel());
+      if (s.trainable)  // a routed expert's adapters: the token passes k of the E
+        adapters += double(s.numel()) *
+                    (s.reduce == model::ReduceGroup::ExpertData ? double(c.top_k) / double(c.n_experts) : 1.0);
     return FlopCount{active, 4 * active + 6 * adapters + attn};
   }
   return FlopCount{active, 6 * active + attn};

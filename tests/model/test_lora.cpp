@@ -16,7 +16,7 @@ namespace {
 ModelConfig with_lora(ModelConfig c, std::int64_t rank) {
   c.lora.rank = rank;
   c.lora.alpha = 8.0;
-  c.lora.targets = {true, true, true};
+  c.lora.targets = {true, true, true, true};
   return c;
 }
 
@@ -47,6 +47,17 @@ TEST(LoraSpecs, AdaptersFollowTheirMatrixAndTheBaseIsFrozen) {
   EXPECT_EQ(sa.shape, (std::vector<std::int64_t>{1, 4, c.d_expert}));
   EXPECT_EQ(sa.tp_dim, 2);
   EXPECT_EQ(spec(specs, "layers.1.moe.shared.w2.lora_b").tp_dim, -1);
+  // A routed expert's adapters live with it: split over ep (dim 0) like W,
+  // and over the expert-tensor-parallel F like W's F side.
+  const auto& ea = spec(specs, "layers.1.moe.experts.w1.lora_a");
+  const auto& eb = spec(specs, "layers.1.moe.experts.w1.lora_b");
+  EXPECT_EQ(ea.shape, (std::vector<std::int64_t>{c.n_experts, 4, d}));
+  EXPECT_EQ(eb.shape, (std::vector<std::int64_t>{c.n_experts, c.d_expert, 4}));
+  EXPECT_EQ(ea.ep_dim, 0);
+  EXPECT_EQ(eb.ep_dim, 0);
+  EXPECT_EQ(ea.tp_dim, -1);
+  EXPECT_EQ(eb.tp_dim, 1);
+  EXPECT_EQ(ea.reduce, ReduceGroup::ExpertData);
   EXPECT_EQ(lora_base_of("layers.0.mlp.w1.lora_b", specs), "layers.0.mlp.w1");
   EXPECT_EQ(lora_base_of("layers.0.mlp.w1", specs), "");
   // Without [lora] nothing changes: every tensor trains, no adapter.

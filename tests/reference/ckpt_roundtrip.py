@@ -11,7 +11,7 @@ cross-entropy within --tol (1e-6 nats/token).
 
 Then LoRA: a run of rank-4 adapters on that checkpoint (train.init_from),
 whose checkpoint holds the adapters only, converted with --peft (PEFT's
-names, a shared expert's adapters one module per expert) and mapped back
+names, a shared or routed expert's adapters one module per expert) and mapped back
 onto the base state_dict: the reference's cross-entropy on the same batch
 must equal `examoe eval`'s on the adapter checkpoint within --tol.
 
@@ -100,7 +100,7 @@ def main():
 
     # LoRA on that model, exported in PEFT's layout.
     loradir = os.path.join(a.workdir, "lora")
-    lora_sets = ["lora.rank=4", "lora.alpha=8.0", "lora.targets=attention,dense_ffn,shared_experts",
+    lora_sets = ["lora.rank=4", "lora.alpha=8.0", "lora.targets=attention,dense_ffn,shared_experts,experts",
                  f"train.init_from={rundir}/ckpt", f"output.run_dir={loradir}", "train.steps=3", "checkpoint.every=3"]
     sets = [x for s in RUN_SETS + lora_sets for x in ("--set", s)]
     run([a.examoe, os.path.join(SRC, "input", "tiny.toml")] + sets)
@@ -123,7 +123,7 @@ def main():
         module, _, kind = key[len("base_model.model."):-len(".weight")].rpartition(".")
         ours = {"lora_A": "lora_a", "lora_B": "lora_b"}[kind]
         parts = module.split(".")
-        if "shared" in parts:  # layers.i.moe.shared.<s>.w1 -> stacked [S, ..]
+        if parts[-2].isdigit():  # layers.i.moe.shared.<s>.w1 / experts.<e>.w1 -> stacked [S, ..] / [E, ..]
             s = int(parts[-2])
             stacked.setdefault(".".join(parts[:-2] + parts[-1:]) + "." + ours, {})[s] = t.double()
         else:  # ExaMoE's adapter of W is "<W less .weight>.lora_a", PEFT's module that same stem

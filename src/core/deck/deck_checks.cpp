@@ -287,7 +287,7 @@ void check_lora(const Config& c) {
   bool dense = false, moe = false;
   for (std::int64_t i = 0; i < L; ++i) (every > 0 && (i + 1) % every == 0 ? moe : dense) = true;
   const auto d = c.get_int("model.d_model"), h = c.get_int("model.n_heads"), kv = c.get_int("model.n_kv_heads");
-  const std::vector<std::string> known = {"attention", "dense_ffn", "shared_experts"};
+  const std::vector<std::string> known = {"attention", "dense_ffn", "shared_experts", "experts"};
   for (const auto& t : targets) {
     std::int64_t smallest = 0;
     if (t == "attention") {
@@ -304,15 +304,26 @@ void check_lora(const Config& c) {
              "lora.targets names shared_experts, but the model has none (moe.n_shared_experts = 0 or no MoE "
              "layer); drop shared_experts");
       smallest = std::min(d, c.get_int("moe.d_expert"));
-    } else if (t == "experts" || t == "router" || t == "embeddings") {
+    } else if (t == "experts") {
+      if (!moe)
+        fail(c, {"lora.targets", "moe.moe_every"},
+             "lora.targets names experts, but the model has no MoE layer; drop experts");
+      const auto tp = c.get_int("parallel.tp"), etp = c.get_int("parallel.etp");
+      if (tp > 1 && etp != 0 && etp != tp)  // 0 = tp
+        fail(c, {"lora.targets", "parallel.etp"},
+             fmt::format("adapters on the routed experts with whole experts under tensor parallelism "
+                         "(parallel.tp = {}, parallel.etp = {}) are not built yet; set parallel.etp = {} or drop "
+                         "experts from lora.targets", tp, etp, tp));
+      smallest = std::min(d, c.get_int("moe.d_expert"));
+    } else if (t == "router" || t == "embeddings") {
       fail(c, {"lora.targets"},
-           fmt::format("lora.targets: adapters on {} are not built yet; use attention, dense_ffn and "
-                       "shared_experts", t));
+           fmt::format("lora.targets: adapters on {} are not built yet; use attention, dense_ffn, "
+                       "shared_experts and experts", t));
     } else {
       const auto guess = did_you_mean(t, known);
       fail(c, {"lora.targets"},
            fmt::format("lora.targets: \"{}\" is not a projection of the model; {}", t,
-                       guess.empty() ? "use attention, dense_ffn or shared_experts"
+                       guess.empty() ? "use attention, dense_ffn, shared_experts or experts"
                                      : fmt::format("did you mean \"{}\"?", guess)));
     }
     if (r > smallest)
@@ -320,6 +331,10 @@ void check_lora(const Config& c) {
            fmt::format("lora.rank = {} exceeds the smallest side ({}) of the {} matrices it adapts; a rank above "
                        "min(d_in, d_out) adds nothing: use lora.rank <= {}", r, smallest, t, smallest));
   }
+  if (c.get_int("moe.replace_every") > 0)
+    fail(c, {"lora.rank", "moe.replace_every"},
+         "expert re-placement (moe.replace_every > 0) with adapters (lora.rank > 0) is not built yet: it moves "
+         "optimizer state the frozen experts do not have; set moe.replace_every = 0");
   if (c.get_bool("parallel.auto"))
     fail(c, {"lora.rank", "parallel.auto"},
          "parallel.auto does not plan LoRA fine-tuning yet (it would size gradients and optimizer state for every "

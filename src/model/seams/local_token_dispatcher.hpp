@@ -9,6 +9,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/permute.hpp"
 #include "kernels/swiglu.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "model/seams/token_dispatcher.hpp"
 
 namespace exa::model {
@@ -31,8 +32,13 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     K::permute_forward(xn, c.plan.token_of, k.xp);
     K::grouped_linear_forward(k.xp, w.w1, off, k.ea);
     K::grouped_linear_forward(k.xp, w.w3, off, k.eb);
+    if (w.lora_w1.a.data()) {  // each expert's adapters (LoRA)
+      lora::grouped_forward<T, D>(k.xp, w.lora_w1, w.lora_scale, off, k.ea, h_);
+      lora::grouped_forward<T, D>(k.xp, w.lora_w3, w.lora_scale, off, k.eb, h_);
+    }
     K::swiglu_forward(k.ea, k.eb, k.eh);
     K::grouped_linear_forward(k.eh, w.w2, off, k.yp);
+    if (w.lora_w2.a.data()) lora::grouped_forward<T, D>(k.eh, w.lora_w2, w.lora_scale, off, k.yp, h_);
     K::unpermute_forward(k.yp, c.gates, c.plan.row_of, y);
   }
 
@@ -49,10 +55,17 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     const auto deh = Kokkos::subview(deh_, rows, Kokkos::ALL);
     const auto off = offsets(c);
     K::unpermute_backward(dy, k.yp, c.gates, c.plan.row_of, dyp, dgates);
+    const bool ad = w.lora_w1.a.data() != nullptr;
+    const double s = w.lora_scale;
     K::grouped_linear_backward(k.eh, w.w2, dyp, off, deh, g.w2, true);
+    if (ad) lora::grouped_backward<T, D>(k.eh, w.lora_w2, g.lora_w2, s, dyp, off, deh, h_, g_);
     K::swiglu_backward(k.ea, k.eb, deh, dea, deb);
     K::grouped_linear_backward(k.xp, w.w1, dea, off, dxp, g.w1, true, false);
     K::grouped_linear_backward(k.xp, w.w3, deb, off, dxp, g.w3, true, true);
+    if (ad) {
+      lora::grouped_backward<T, D>(k.xp, w.lora_w1, g.lora_w1, s, dea, off, dxp, h_, g_);
+      lora::grouped_backward<T, D>(k.xp, w.lora_w3, g.lora_w3, s, deb, off, dxp, h_, g_);
+    }
     K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
   }
 
@@ -90,6 +103,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
 
   int n_experts_;
   V2 dyp_, dxp_, dea_, deb_, deh_;
+  typename Linear<T, D>::Act h_, g_;  // the experts' adapters' [rows, r] products
 };
 
 }  // namespace exa::model

@@ -12,6 +12,8 @@
 //
 // h = x A^T and g = dy B are recomputed in backward from x and dy rather
 // than kept: r columns each, cheap next to the base product.
+#include <vector>
+
 #include "kernels/gemm.hpp"
 #include "model/seams/linear.hpp"
 
@@ -84,6 +86,48 @@ void backward_weight(const X& x, const DY& dy, const LoraAdapter<T, D>& ad, bool
   const auto h = scratch(hbuf, x.extent(0), ad.a.extent(0));
   kernels::gemm('N', 'T', T(1), x, ad.a, T(0), h);
   kernels::gemm('T', 'N', ad.scale, dy, h, beta, ad.db);
+}
+
+// The routed experts' adapters, one A [r, in] and B [out, r] per expert,
+// on the grouped products of a dispatcher (rows off[e] .. off[e+1] of X
+// belong to expert e, kernels/gemm.hpp).
+
+// v *= s over the first `rows` rows.
+template <class V>
+void scale_rows(const V& v, std::size_t rows, typename V::non_const_value_type s) {
+  using E = typename V::execution_space;
+  const std::size_t cols = v.extent(1);
+  Kokkos::parallel_for(
+      "exa::lora::scale", Kokkos::MDRangePolicy<E, Kokkos::Rank<2>>({0, 0}, {rows, cols}),
+      KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { v(i, j) *= s; });
+}
+
+// Y[rows of e] += s (X A_e^T) B_e^T
+template <class T, class D, class X, class Y>
+void grouped_forward(const X& x, const typename LayerWeights<T, D>::Lora3& ad, double s,
+                     const std::vector<index_t>& off, const Y& y, typename Linear<T, D>::Act& hbuf) {
+  const std::size_t E = ad.a.extent(0), rows = std::size_t(off[E]);
+  const auto h = scratch(hbuf, x.extent(0), ad.a.extent(1));
+  kernels::grouped_linear_forward(x, ad.a, off, h);
+  scale_rows(h, rows, T(s));
+  kernels::grouped_linear_forward(h, ad.b, off, y, /*accumulate=*/true);
+}
+
+// dX[rows of e] += s (dY B_e) A_e, dA_e += s (dY B_e)^T X, dB_e += s dY^T (X A_e^T)
+// (the gradients skipped when `g` has none).
+template <class T, class D, class X, class DY, class DX>
+void grouped_backward(const X& x, const typename LayerWeights<T, D>::Lora3& ad,
+                      const typename LayerWeights<T, D>::Lora3& g, double s, const DY& dy,
+                      const std::vector<index_t>& off, const DX& dx, typename Linear<T, D>::Act& hbuf,
+                      typename Linear<T, D>::Act& gbuf) {
+  const std::size_t E = ad.a.extent(0), rows = std::size_t(off[E]);
+  const auto h = scratch(hbuf, x.extent(0), ad.a.extent(1));
+  kernels::grouped_linear_forward(x, ad.a, off, h);
+  scale_rows(h, rows, T(s));
+  const auto gr = scratch(gbuf, dy.extent(0), ad.b.extent(2));
+  kernels::grouped_linear_backward(h, ad.b, dy, off, gr, g.b, /*accumulate_dW=*/true);
+  scale_rows(gr, rows, T(s));
+  kernels::grouped_linear_backward(x, ad.a, gr, off, dx, g.a, /*accumulate_dW=*/true, /*accumulate_dx=*/true);
 }
 
 }  // namespace exa::model::lora

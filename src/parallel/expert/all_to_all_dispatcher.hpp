@@ -33,6 +33,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/permute.hpp"
 #include "kernels/swiglu.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "model/seams/token_dispatcher.hpp"
 #include "parallel/expert/expert_exchange.hpp"
 #include "parallel/expert/expert_placement.hpp"
@@ -112,8 +113,13 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto& off = c.exchange.expert_offsets;
     K::grouped_linear_forward(xr, w.w1, off, ea);
     K::grouped_linear_forward(xr, w.w3, off, eb);
+    if (w.lora_w1.a.data()) {  // each expert's adapters live with it (LoRA)
+      model::lora::grouped_forward<T, D>(xr, w.lora_w1, w.lora_scale, off, ea, h_);
+      model::lora::grouped_forward<T, D>(xr, w.lora_w3, w.lora_scale, off, eb, h_);
+    }
     K::swiglu_forward(ea, eb, eh);
     K::grouped_linear_forward(eh, w.w2, off, ye);
+    if (w.lora_w2.a.data()) model::lora::grouped_forward<T, D>(eh, w.lora_w2, w.lora_scale, off, ye, h_);
     K::permute_forward(ye, first(c.exchange.source_row, R), src);
     const auto yp = rows(c.yp, c.plan.rows);
     {
@@ -138,11 +144,18 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
       send(dyp, c.exchange.send_rows, src, c.exchange.recv_rows);
     }
     K::permute_forward(src, first(c.exchange.expert_row, R), dye);
+    const bool ad = w.lora_w1.a.data() != nullptr;
+    const double s = w.lora_scale;
     K::grouped_linear_backward(eh, w.w2, dye, off, deh, g.w2, true);
+    if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, h_, g_);
     K::swiglu_backward(ea, eb, deh, dea, deb);
     const auto dxe = dye;  // dye is dead once deh is computed
     K::grouped_linear_backward(xr, w.w1, dea, off, dxe, g.w1, true, false);
     K::grouped_linear_backward(xr, w.w3, deb, off, dxe, g.w3, true, true);
+    if (ad) {
+      model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, h_, g_);
+      model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, h_, g_);
+    }
     K::permute_forward(dxe, first(c.exchange.source_row, R), src);
     {
       ScopedRegion r("comm/all_to_all");
@@ -324,6 +337,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   int n_experts_ = 0, local_experts_ = 0;
   V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
+  typename model::Linear<T, D>::Act h_, g_;  // the experts' adapters' [rows, r] products
 };
 
 }  // namespace exa::parallel::expert

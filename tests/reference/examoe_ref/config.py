@@ -151,9 +151,9 @@ def param_shapes(cfg):
         s[p + "ffn_norm.weight"] = (d,)
         if is_moe_layer(cfg, i):
             s[p + "moe.router.weight"] = (E, d)
-            s[p + "moe.experts.w1"] = (E, F, d)
-            s[p + "moe.experts.w3"] = (E, F, d)
-            s[p + "moe.experts.w2"] = (E, d, F)
+            matrix(p + "moe.experts.w1", (E, F, d), "experts")
+            matrix(p + "moe.experts.w3", (E, F, d), "experts")
+            matrix(p + "moe.experts.w2", (E, d, F), "experts")
             if S > 0:
                 matrix(p + "moe.shared.w1", (S, F, d), "shared_experts")
                 matrix(p + "moe.shared.w3", (S, F, d), "shared_experts")

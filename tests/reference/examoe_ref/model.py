@@ -127,13 +127,12 @@ def moe(x, p, prefix, cfg):
 
     y = torch.zeros_like(x)
     flat_e, flat_keep, flat_g = idx.reshape(-1), keep.reshape(-1), gates.reshape(-1)
-    w1, w3, w2 = (p[prefix + "experts." + w] for w in ("w1", "w3", "w2"))
     for e in range(E):
         rows = torch.nonzero((flat_e == e) & flat_keep).squeeze(1)  # ascending (n, j)
         if rows.numel() == 0:
             continue
         tok = rows // k
-        ye = swiglu(x[tok], w1[e], w3[e], w2[e]) * flat_g[rows, None]
+        ye = swiglu_named(x[tok], p, prefix + "experts.", cfg, e) * flat_g[rows, None]
         y = y.index_add(0, tok, ye)
     if prefix + "shared.w1" in p:
         for s in range(p[prefix + "shared.w1"].shape[0]):
