@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LoRA's domain gain (docs/lora.md): the quick start's model (runs/tiny,
 # trained by input/tiny.toml first when missing) fine-tuned on data/legal.txt
-# by input/finetune.toml with rank-8 and rank-32 adapters, and with every
+# by input/finetune.toml with rank-8 adapters on the attention projections,
+# on attention and every routed expert, rank 32 on both, and with every
 # parameter training, the same steps and tokens; the validation loss every
 # 10 steps, and the base model's. Writes docs/lora_domain.{json,png}.
 #
@@ -15,6 +16,8 @@ work=${WORK:-$(mktemp -d)}
 run() { mpiexec -n "$np" "$examoe" "$@"; }
 [ -d runs/tiny/ckpt ] || run input/tiny.toml
 common=(--set train.eval_every=10 --set train.log_every=10 --set checkpoint.every=0)
+run input/finetune.toml "${common[@]}" --set lora.rank=8 --set lora.targets=attention \
+  --set output.run_dir="$work/r8att" > "$work/r8att.log"
 run input/finetune.toml "${common[@]}" --set lora.rank=8 --set output.run_dir="$work/r8" > "$work/r8.log"
 run input/finetune.toml "${common[@]}" --set lora.rank=32 --set lora.alpha=64 --set output.run_dir="$work/r32" > "$work/r32.log"
 run input/finetune.toml "${common[@]}" --set lora.rank=0 --set output.run_dir="$work/full" > "$work/full.log"
@@ -39,8 +42,8 @@ def trainable(run):
     return "every parameter"
 base = curve("base")[0][1]
 res = {"base_val_loss": base, "runs": {}}
-for run, label in (("r8", "LoRA rank 8 (attention)"), ("r32", "LoRA rank 32 (attention)"),
-                   ("full", "full fine-tuning")):
+for run, label in (("r8att", "LoRA rank 8, attention"), ("r8", "LoRA rank 8, attention + experts"),
+                   ("r32", "LoRA rank 32, attention + experts"), ("full", "full fine-tuning")):
     c = curve(run)
     res["runs"][run] = {"label": label, "trainable": trainable(run), "val_loss": c, "final": c[-1][1],
                         "gain": base - c[-1][1]}
