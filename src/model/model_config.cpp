@@ -38,6 +38,7 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
       if (t == "dense_ffn") m.lora.targets.dense_ffn = true;
       if (t == "shared_experts") m.lora.targets.shared_experts = true;
       if (t == "experts") m.lora.targets.experts = true;
+      if (t == "router") m.lora.targets.router = true;
     }
   }
   return m;

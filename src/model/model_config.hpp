@@ -16,6 +16,7 @@ struct LoraTargets {
   bool dense_ffn = false;       // the dense layers' mlp.w1, w3, w2
   bool shared_experts = false;  // each shared expert's w1, w3, w2
   bool experts = false;         // each routed expert's w1, w3, w2 (its own A and B)
+  bool router = false;          // each MoE layer's router
 };
 
 struct LoraConfig {

@@ -67,14 +67,14 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
     const std::string L = fmt::format("layers.{}.", i);
     gain(L + "attn_norm.weight");
     const bool att = c.lora.targets.attention, sh = c.lora.targets.shared_experts, mlp = c.lora.targets.dense_ffn,
-               ex = c.lora.targets.experts;
+               ex = c.lora.targets.experts, ro = c.lora.targets.router;
     matrix(L + "attn.wq.weight", {c.n_heads * hd, d}, std, column, att);
     matrix(L + "attn.wk.weight", {c.n_kv_heads * hd, d}, std, column, att);
     matrix(L + "attn.wv.weight", {c.n_kv_heads * hd, d}, std, column, att);
     matrix(L + "attn.wo.weight", {d, c.n_heads * hd}, out_std, row, att);
     gain(L + "ffn_norm.weight");
     if (c.is_moe_layer(i)) {
-      matrix(L + "moe.router.weight", {E, d}, std, replicated);
+      matrix(L + "moe.router.weight", {E, d}, std, replicated, ro);
       matrix(L + "moe.experts.w1", {E, F, d}, std, expert_in, ex);
       matrix(L + "moe.experts.w3", {E, F, d}, std, expert_in, ex);
       matrix(L + "moe.experts.w2", {E, d, F}, out_std, expert_out, ex);

@@ -54,7 +54,7 @@ struct LayerWeights {
   struct Lora3 {
     W3 a, b;
   };
-  Lora2 lora_wq, lora_wk, lora_wv, lora_wo, lora_mlp_w1, lora_mlp_w3, lora_mlp_w2;
+  Lora2 lora_wq, lora_wk, lora_wv, lora_wo, lora_mlp_w1, lora_mlp_w3, lora_mlp_w2, lora_router;
   Lora3 lora_shared_w1, lora_shared_w3, lora_shared_w2;
   Lora3 lora_w1, lora_w3, lora_w2;  // the routed experts': [E, r, in], [E, out, r] (this rank's experts)
   double lora_scale = 0.0;
@@ -153,6 +153,7 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
     l.moe = cfg.is_moe_layer(i);
     if (l.moe) {
       l.router = v2(pre + "moe.router.weight", cfg.n_experts, d);
+      l.lora_router = lora2(pre + "moe.router.weight", cfg.n_experts, d, lt.router);
       l.w1 = v3(pre + "moe.experts.w1", E, F, d);
       l.w3 = v3(pre + "moe.experts.w3", E, F, d);
       l.w2 = v3(pre + "moe.experts.w2", E, d, F);

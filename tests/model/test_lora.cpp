@@ -16,7 +16,7 @@ namespace {
 ModelConfig with_lora(ModelConfig c, std::int64_t rank) {
   c.lora.rank = rank;
   c.lora.alpha = 8.0;
-  c.lora.targets = {true, true, true, true};
+  c.lora.targets = {true, true, true, true, true};
   return c;
 }
 
@@ -58,6 +58,10 @@ TEST(LoraSpecs, AdaptersFollowTheirMatrixAndTheBaseIsFrozen) {
   EXPECT_EQ(ea.tp_dim, -1);
   EXPECT_EQ(eb.tp_dim, 1);
   EXPECT_EQ(ea.reduce, ReduceGroup::ExpertData);
+  // The router [E, d] is whole on every rank: so are its adapters.
+  EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_b").shape, (std::vector<std::int64_t>{c.n_experts, 4}));
+  EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_a").tp_dim, -1);
+  EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_b").tp_dim, -1);
   EXPECT_EQ(lora_base_of("layers.0.mlp.w1.lora_b", specs), "layers.0.mlp.w1");
   EXPECT_EQ(lora_base_of("layers.0.mlp.w1", specs), "");
   // Without [lora] nothing changes: every tensor trains, no adapter.

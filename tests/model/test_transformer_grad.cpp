@@ -239,11 +239,11 @@ TEST(TransformerGrad, LoraAdapters) {
   c.n_shared_experts = 1;
   c.lora.rank = 2;
   c.lora.alpha = 3.0;  // scale 1.5
-  c.lora.targets = {true, true, true, true};
+  c.lora.targets = {true, true, true, true, true};
   int adapters = 0;
   for (const auto& s : parameter_specs(c)) adapters += s.name.find(".lora_") != std::string::npos;
-  // wq wk wv wo per layer; dense, shared and routed experts' w1 w3 w2
-  ASSERT_EQ(adapters, 2 * (2 * 4 + 3 + 3 + 3));
+  // wq wk wv wo per layer; dense, shared and routed experts' w1 w3 w2; the router
+  ASSERT_EQ(adapters, 2 * (2 * 4 + 3 + 3 + 3 + 1));
   run_case(c, "lora");
 }
 

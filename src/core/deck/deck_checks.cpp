@@ -287,7 +287,7 @@ void check_lora(const Config& c) {
   bool dense = false, moe = false;
   for (std::int64_t i = 0; i < L; ++i) (every > 0 && (i + 1) % every == 0 ? moe : dense) = true;
   const auto d = c.get_int("model.d_model"), h = c.get_int("model.n_heads"), kv = c.get_int("model.n_kv_heads");
-  const std::vector<std::string> known = {"attention", "dense_ffn", "shared_experts", "experts"};
+  const std::vector<std::string> known = {"attention", "dense_ffn", "shared_experts", "experts", "router"};
   for (const auto& t : targets) {
     std::int64_t smallest = 0;
     if (t == "attention") {
@@ -315,15 +315,20 @@ void check_lora(const Config& c) {
                          "(parallel.tp = {}, parallel.etp = {}) are not built yet; set parallel.etp = {} or drop "
                          "experts from lora.targets", tp, etp, tp));
       smallest = std::min(d, c.get_int("moe.d_expert"));
-    } else if (t == "router" || t == "embeddings") {
+    } else if (t == "router") {
+      if (!moe)
+        fail(c, {"lora.targets", "moe.moe_every"},
+             "lora.targets names router, but the model has no MoE layer; drop router");
+      smallest = std::min(d, c.get_int("moe.n_experts"));
+    } else if (t == "embeddings") {
       fail(c, {"lora.targets"},
-           fmt::format("lora.targets: adapters on {} are not built yet; use attention, dense_ffn, "
-                       "shared_experts and experts", t));
+           "lora.targets: adapters on embeddings are not built yet; use attention, dense_ffn, shared_experts, "
+           "experts and router");
     } else {
       const auto guess = did_you_mean(t, known);
       fail(c, {"lora.targets"},
            fmt::format("lora.targets: \"{}\" is not a projection of the model; {}", t,
-                       guess.empty() ? "use attention, dense_ffn, shared_experts or experts"
+                       guess.empty() ? "use attention, dense_ffn, shared_experts, experts or router"
                                      : fmt::format("did you mean \"{}\"?", guess)));
     }
     if (r > smallest)

@@ -179,7 +179,7 @@ class MoeBlock {
     norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);
     {
       ScopedRegion r("forward/moe/router", fence_);
-      router_->forward(c.ffn_xn, lw.router, c.router_logits);
+      router_->forward(c.ffn_xn, lw.router, c.router_logits, false, lora::adapter<T, D>(lw.lora_router, lw.lora_scale));
       if (ring_.extent(0) > 0) moe_detail::clone_canon(lw.router, ring_, canon_);
       c.router_losses = K::router_forward(c.router_logits, bias_, ring_, canon_, shape_.router, c.probs,
                                           c.router_lse, c.topk, c.gates, c.counts);
@@ -242,7 +242,8 @@ class MoeBlock {
       const bool wide = scope_.spans_ranks();
       K::router_backward(s.dgates, c.probs, c.router_lse, c.topk, c.gates, wide ? c.scope_counts : c.counts,
                          shape_.router, loss_scale * (wide ? c.aux_grad_scale : 1.0), loss_scale, s.drouter);
-      router_->backward(c.ffn_xn, lw.router, s.drouter, s.dxn, lg.router, /*accumulate_dx=*/true);
+      router_->backward(c.ffn_xn, lw.router, s.drouter, s.dxn, lg.router, /*accumulate_dx=*/true,
+                        lora::adapter<T, D>(lw.lora_router, lw.lora_scale, &lg.lora_router));
     }
     norm_.backward(c.x_mid, lw.ffn_norm, c.ffn_rstd, s.dxn, s.dres, lg.ffn_norm, /*accumulate_dx=*/true);
   }

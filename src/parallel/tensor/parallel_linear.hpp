@@ -229,29 +229,34 @@ class ReplicatedLinear final : public model::Linear<T, D> {
 
   ReplicatedLinear(std::shared_ptr<const TpComm> tp, model::RowShare share) : tp_(std::move(tp)), share_(share) {}
 
-  // The router, the one replicated projection, has no adapters (the deck
-  // refuses lora.targets = router).
+  // The router's adapters (lora.targets = router) are whole on every rank
+  // like W and take the same share of the rows for their gradients, which
+  // the TP gradient reduction adds up.
   void forward(const Act& x, const Wt& w, const Act& y, bool accumulate = false,
                const Adapter& ad = {}) const override {
-    EXA_REQUIRE(!ad, "ReplicatedLinear: adapters on a replicated projection are not built");
     const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
     kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
+    if (ad) model::lora::forward(gx, ad, y, h_);
   }
   // Under sequence parallelism dx holds this rank's rows: the product of
   // dy's same rows (dy is whole and equal on every rank).
   void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
-                      const Adapter& = {}) const override {
-    kernels::gemm('N', 'N', T(1), own_rows(dy, dx.extent(0)), w, accumulate ? T(1) : T(0), dx);
+                      const Adapter& ad = {}) const override {
+    const Act dyo = own_rows(dy, dx.extent(0));
+    kernels::gemm('N', 'N', T(1), dyo, w, accumulate ? T(1) : T(0), dx);
+    if (ad) model::lora::backward_input(dyo, ad, dx, g_);
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
-                       const Adapter& = {}) const override {
-    if (dw.data() == nullptr) return;  // frozen
+                       const Adapter& ad = {}) const override {
+    if (dw.data() == nullptr && !ad) return;  // frozen, no adapter
     const bool split = x.extent(0) != dy.extent(0);
     const auto [r0, r1] = split ? std::pair<std::int64_t, std::int64_t>{0, std::int64_t(x.extent(0))}
                                 : share_.rows(std::int64_t(x.extent(0)));
     const auto r = Kokkos::make_pair(std::size_t(r0), std::size_t(r1));
-    kernels::gemm('T', 'N', T(1), Kokkos::subview(own_rows(dy, x.extent(0)), r, Kokkos::ALL),
-                  Kokkos::subview(x, r, Kokkos::ALL), accumulate ? T(1) : T(0), dw);
+    const Act dyr = Kokkos::subview(own_rows(dy, x.extent(0)), r, Kokkos::ALL);
+    const Act xr = Kokkos::subview(x, r, Kokkos::ALL);
+    if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dyr, xr, accumulate ? T(1) : T(0), dw);
+    if (ad) model::lora::backward_weight(xr, dyr, ad, accumulate, h_, g_);
   }
 
  private:
@@ -264,7 +269,7 @@ class ReplicatedLinear final : public model::Linear<T, D> {
   }
   std::shared_ptr<const TpComm> tp_;
   model::RowShare share_;
-  mutable Act gx_;
+  mutable Act gx_, h_, g_;
 };
 
 }  // namespace exa::parallel::tensor

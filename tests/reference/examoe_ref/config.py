@@ -150,7 +150,7 @@ def param_shapes(cfg):
         matrix(p + "attn.wo.weight", (d, H * hd), "attention")
         s[p + "ffn_norm.weight"] = (d,)
         if is_moe_layer(cfg, i):
-            s[p + "moe.router.weight"] = (E, d)
+            matrix(p + "moe.router.weight", (E, d), "router")
             matrix(p + "moe.experts.w1", (E, F, d), "experts")
             matrix(p + "moe.experts.w3", (E, F, d), "experts")
             matrix(p + "moe.experts.w2", (E, d, F), "experts")

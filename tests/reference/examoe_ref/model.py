@@ -120,7 +120,7 @@ def moe(x, p, prefix, cfg):
     N, d = x.shape
     E, k = cfg.n_experts, cfg.top_k
     rdtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    logits = (x @ p[prefix + "router.weight"].t()).to(rdtype)  # [N,E]
+    logits = proj(x, p, prefix + "router.weight", cfg).to(rdtype)  # [N,E]
     probs = torch.softmax(logits, dim=-1)
     idx, gates, keep, counts = route(probs, k, cfg.norm_topk, expert_capacity(cfg, N))
     gates = gates.to(x.dtype)
