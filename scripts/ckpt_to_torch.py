@@ -27,7 +27,9 @@ torch.save; --config-out writes the run's resolved configuration (JSON, as
 PEFT saves them: DIR/adapter_model.bin (torch.save) with
 "base_model.model.<module>.lora_A.weight" [r, in] and ".lora_B.weight"
 [out, r], and DIR/adapter_config.json (peft_type LORA, r, lora_alpha,
-target_modules, lora_dropout 0, bias "none"). <module> is the adapted
+target_modules, lora_dropout 0, bias "none"); the embedding's as PEFT's
+nn.Embedding adapters, "base_model.model.embed.lora_embedding_A" [r, V] and
+"lora_embedding_B" [d, r] (ExaMoE's B and A transposed). <module> is the adapted
 matrix's name less ".weight" (layers.0.attn.wq, layers.0.mlp.w1); the
 stacked adapters of the shared and routed experts become one module per
 expert, layers.1.moe.shared.<s>.w1 and layers.1.moe.experts.<e>.w1. A module tree with those nn.Linear names (no
@@ -275,6 +277,13 @@ def peft_adapters(sd, config):
             continue
         stem = name[: -len(".lora_a")]
         a, b = sd[name], sd[stem + ".lora_b"]
+        if stem == "embed":
+            # PEFT's nn.Embedding LoRA: delta W = (lora_embedding_B @ lora_embedding_A)^T * s with
+            # A [r, V], B [d, r]; ExaMoE's delta W = s B A with B [V, r], A [r, d].
+            out["base_model.model.embed.lora_embedding_A"] = b.t().contiguous()
+            out["base_model.model.embed.lora_embedding_B"] = a.t().contiguous()
+            targets.add("embed")
+            continue
         if a.dim() == 2:
             modules = [(stem, a, b)]
         else:  # stacked shared or routed experts [S, r, in] / [S, out, r]

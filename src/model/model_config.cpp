@@ -39,6 +39,7 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
       if (t == "shared_experts") m.lora.targets.shared_experts = true;
       if (t == "experts") m.lora.targets.experts = true;
       if (t == "router") m.lora.targets.router = true;
+      if (t == "embeddings") m.lora.targets.embeddings = true;
     }
   }
   return m;

@@ -17,6 +17,7 @@ struct LoraTargets {
   bool shared_experts = false;  // each shared expert's w1, w3, w2
   bool experts = false;         // each routed expert's w1, w3, w2 (its own A and B)
   bool router = false;          // each MoE layer's router
+  bool embeddings = false;      // the token embedding (and through it a tied LM head)
 };
 
 struct LoraConfig {

@@ -62,7 +62,7 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
     p.push_back(ParamSpec{std::move(name), {d}, I::Ones, 0.0, false, r.tp_dim, r.ep_dim, r.reduce, !lora});
   };
 
-  matrix("embed.weight", {c.vocab_size, d}, std, vocab);
+  matrix("embed.weight", {c.vocab_size, d}, std, vocab, c.lora.targets.embeddings);
   for (std::int64_t i = 0; i < c.n_layers; ++i) {
     const std::string L = fmt::format("layers.{}.", i);
     gain(L + "attn_norm.weight");

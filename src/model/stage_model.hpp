@@ -52,6 +52,7 @@
 #include "model/layers/scratch.hpp"
 #include "model/layers/transformer_layer.hpp"
 #include "model/model_config.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "model/seams/seams.hpp"
 #include "model/stage_plan.hpp"
 #include "model/unit_hooks.hpp"
@@ -194,6 +195,11 @@ class StageModel {
   kernels::RouterLosses run_layers(Context& c, const W& w, const Input& in, std::vector<LayerRouting>* routing);
   void load_targets(Context& c, const Tokens& targets) const;
   void check_weights(const W& w, const char* what) const;
+  // The LM head's adapter: a tied head reads the embedding's (LoRA).
+  LoraAdapter<T, D> head_adapter(const W& w, const W* g = nullptr) const {
+    if (!cfg_.tie_embeddings) return {};
+    return lora::adapter<T, D>(w.lora_embed, w.lora_scale, g ? &g->lora_embed : nullptr);
+  }
   int head_unit() const { return static_cast<int>(cfg_.n_layers) + 1; }
 
   ModelConfig cfg_;

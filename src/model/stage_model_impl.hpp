@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/profiling.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "model/stage_model.hpp"
 
 namespace exa::model {
@@ -336,7 +337,8 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
     Kokkos::deep_copy(c.tokens, flat(in.tokens, "inputs"));
     const index_t bad = stage_detail::count_out_of_range(c.tokens, 0, cfg_.vocab_size);
     EXA_REQUIRE(bad == 0, "StageModel: {} input tokens lie outside the vocabulary [0, {})", bad, cfg_.vocab_size);
-    embedding_->forward(c.tokens, w.embed, c.layers.empty() ? c.out : c.layers[0].x);
+    embedding_->forward(c.tokens, w.embed, c.layers.empty() ? c.out : c.layers[0].x,
+                        lora::adapter<T, D>(w.lora_embed, w.lora_scale));
   } else {
     // The residual stream's rows: this rank's 1/tp under sequence parallelism.
     const std::int64_t Ns = plan_.stream_rows(N);
@@ -387,7 +389,7 @@ typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const 
     load_targets(c, in.targets);
     hooks_.before_forward(head_unit());
     final_norm_->forward(c.out, w.norm, c.hf, c.rstd_f);
-    const auto ce = seams_.loss_head->forward(c, w.lm_head);
+    const auto ce = seams_.loss_head->forward(c, w.lm_head, head_adapter(w));
     c.n_valid = ce.n_valid;
     c.result.n_valid = ce.n_valid;
     c.result.loss.ce = ce.mean();
@@ -415,7 +417,7 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
     hooks_.before_backward(head_unit());
     {
       ScopedRegion region("backward/head", opt_.fence_phases);
-      seams_.loss_head->backward(c, w.lm_head, loss_scale, s.dxn, g.lm_head);
+      seams_.loss_head->backward(c, w.lm_head, loss_scale, s.dxn, g.lm_head, head_adapter(w, &g));
       final_norm_->backward(c.out, w.norm, c.rstd_f, s.dxn, s.dres, g.norm, /*accumulate_dx=*/false);
     }
     hooks_.after_backward(head_unit());
@@ -456,7 +458,7 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
     hooks_.before_backward(0);
     {
       ScopedRegion region("backward/embed", opt_.fence_phases);
-      embedding_->backward(c.tokens, s.dres, g.embed);
+      embedding_->backward(c.tokens, s.dres, g.embed, lora::adapter<T, D>(w.lora_embed, w.lora_scale, &g.lora_embed));
     }
     hooks_.after_backward(0);
   } else {
@@ -503,7 +505,7 @@ kernels::CrossEntropySum StageModel<T, D>::eval(const W& w, const Input& in, con
   load_targets(c, targets);
   hooks_.before_forward(head_unit());
   final_norm_->forward(c.out, w.norm, c.hf, c.rstd_f);
-  seams_.loss_head->eval(c, w.lm_head, ce);
+  seams_.loss_head->eval(c, w.lm_head, ce, head_adapter(w));
   kernels::CrossEntropySum s;
   s.loss_sum = stage_detail::sum_of(ce);
   s.n_valid = shape.N() - stage_detail::count_out_of_range(c.targets, 0, cfg_.vocab_size);  // targets < 0 ignored
@@ -545,7 +547,7 @@ void StageModel<T, D>::next_logits(const W& w, const Input& in, const V2& out, s
   stage_detail::gather_position(c.out, Tn, pos, h);
   hooks_.before_forward(head_unit());
   final_norm_->forward(h, w.norm, hn, rstd);
-  seams_.loss_head->logits(hn, w.lm_head, out);
+  seams_.loss_head->logits(hn, w.lm_head, out, head_adapter(w));
 }
 
 template <class T, class D>

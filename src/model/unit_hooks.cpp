@@ -12,7 +12,7 @@ UnitHooks& no_unit_hooks() {
 }
 
 int unit_of(const std::string& name, std::int64_t n_layers) {
-  if (name == "embed.weight") return 0;
+  if (name == "embed.weight" || name.rfind("embed.lora_", 0) == 0) return 0;  // the table and its adapters
   if (name == "norm.weight" || name == "lm_head.weight") return static_cast<int>(n_layers) + 1;
   const std::string pre = "layers.";
   if (name.compare(0, pre.size(), pre) == 0) {

@@ -65,6 +65,10 @@ struct Weights {
   using W1 = typename LayerWeights<T, D>::W1;
   using W2 = typename LayerWeights<T, D>::W2;
   W2 embed;                              // [V,d]
+  // LoRA on the embedding (lora.targets = embeddings): A [r,d], B [V,r];
+  // with tie_embeddings the LM head reads them too.
+  typename LayerWeights<T, D>::Lora2 lora_embed;
+  double lora_scale = 0.0;
   std::vector<LayerWeights<T, D>> layers;
   W1 norm;                               // [d]
   W2 lm_head;                            // [V,d]; aliases embed when tie_embeddings
@@ -136,6 +140,8 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
   const auto& lt = cfg.lora.targets;
   Weights<T, D> w;
   w.embed = v2("embed.weight", V, d);
+  w.lora_embed = lora2("embed.weight", V, d, lt.embeddings);
+  w.lora_scale = cfg.lora.scale();
   for (std::int64_t i = 0; i < cfg.n_layers; ++i) {
     const std::string pre = "layers." + std::to_string(i) + ".";
     L l;

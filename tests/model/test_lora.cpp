@@ -16,7 +16,7 @@ namespace {
 ModelConfig with_lora(ModelConfig c, std::int64_t rank) {
   c.lora.rank = rank;
   c.lora.alpha = 8.0;
-  c.lora.targets = {true, true, true, true, true};
+  c.lora.targets = {true, true, true, true, true, true};
   return c;
 }
 
@@ -58,6 +58,9 @@ TEST(LoraSpecs, AdaptersFollowTheirMatrixAndTheBaseIsFrozen) {
   EXPECT_EQ(ea.tp_dim, -1);
   EXPECT_EQ(eb.tp_dim, 1);
   EXPECT_EQ(ea.reduce, ReduceGroup::ExpertData);
+  // The embedding [V, d] is split by vocabulary: so is its B [V, r].
+  EXPECT_EQ(spec(specs, "embed.lora_b").tp_dim, 0);
+  EXPECT_EQ(spec(specs, "embed.lora_a").shape, (std::vector<std::int64_t>{4, d}));
   // The router [E, d] is whole on every rank: so are its adapters.
   EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_b").shape, (std::vector<std::int64_t>{c.n_experts, 4}));
   EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_a").tp_dim, -1);

@@ -239,12 +239,23 @@ TEST(TransformerGrad, LoraAdapters) {
   c.n_shared_experts = 1;
   c.lora.rank = 2;
   c.lora.alpha = 3.0;  // scale 1.5
-  c.lora.targets = {true, true, true, true, true};
+  c.lora.targets = {true, true, true, true, true, true};
   int adapters = 0;
   for (const auto& s : parameter_specs(c)) adapters += s.name.find(".lora_") != std::string::npos;
-  // wq wk wv wo per layer; dense, shared and routed experts' w1 w3 w2; the router
-  ASSERT_EQ(adapters, 2 * (2 * 4 + 3 + 3 + 3 + 1));
+  // wq wk wv wo per layer; dense, shared and routed experts' w1 w3 w2; the router; the embedding
+  ASSERT_EQ(adapters, 2 * (2 * 4 + 3 + 3 + 3 + 1 + 1));
   run_case(c, "lora");
+}
+
+// The same with a tied embedding: its adapters act in the LM head too.
+TEST(TransformerGrad, LoraTiedEmbedding) {
+  auto c = tiny();
+  c.tie_embeddings = true;
+  c.lora.rank = 2;
+  c.lora.alpha = 3.0;
+  c.lora.targets.attention = true;
+  c.lora.targets.embeddings = true;
+  run_case(c, "lora_tied", /*ignore_one=*/true);
 }
 
 TEST(TransformerGrad, NoTopkRenormalisation) {

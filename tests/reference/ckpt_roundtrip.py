@@ -100,7 +100,8 @@ def main():
 
     # LoRA on that model, exported in PEFT's layout.
     loradir = os.path.join(a.workdir, "lora")
-    lora_sets = ["lora.rank=4", "lora.alpha=8.0", "lora.targets=attention,dense_ffn,shared_experts,experts",
+    lora_sets = ["lora.rank=4", "lora.alpha=8.0",
+                 "lora.targets=attention,dense_ffn,shared_experts,experts,router,embeddings",
                  f"train.init_from={rundir}/ckpt", f"output.run_dir={loradir}", "train.steps=3", "checkpoint.every=3"]
     sets = [x for s in RUN_SETS + lora_sets for x in ("--set", s)]
     run([a.examoe, os.path.join(SRC, "input", "tiny.toml")] + sets)
@@ -119,6 +120,9 @@ def main():
     params = {k: v.double() for k, v in state.items()}  # the frozen model: the base run's
     stacked = {}
     for key, t in adapters.items():
+        if key.startswith("base_model.model.embed.lora_embedding_"):  # PEFT's embedding: A = B^T, B = A^T
+            params["embed.lora_b" if key.endswith("_A") else "embed.lora_a"] = t.t().double()
+            continue
         assert key.startswith("base_model.model.") and key.endswith(".weight"), key
         module, _, kind = key[len("base_model.model."):-len(".weight")].rpartition(".")
         ours = {"lora_A": "lora_a", "lora_B": "lora_b"}[kind]

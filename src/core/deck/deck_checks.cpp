@@ -287,7 +287,8 @@ void check_lora(const Config& c) {
   bool dense = false, moe = false;
   for (std::int64_t i = 0; i < L; ++i) (every > 0 && (i + 1) % every == 0 ? moe : dense) = true;
   const auto d = c.get_int("model.d_model"), h = c.get_int("model.n_heads"), kv = c.get_int("model.n_kv_heads");
-  const std::vector<std::string> known = {"attention", "dense_ffn", "shared_experts", "experts", "router"};
+  const std::vector<std::string> known = {"attention", "dense_ffn", "shared_experts", "experts", "router",
+                                          "embeddings"};
   for (const auto& t : targets) {
     std::int64_t smallest = 0;
     if (t == "attention") {
@@ -321,14 +322,16 @@ void check_lora(const Config& c) {
              "lora.targets names router, but the model has no MoE layer; drop router");
       smallest = std::min(d, c.get_int("moe.n_experts"));
     } else if (t == "embeddings") {
-      fail(c, {"lora.targets"},
-           "lora.targets: adapters on embeddings are not built yet; use attention, dense_ffn, shared_experts, "
-           "experts and router");
+      if (c.get_bool("model.tie_embeddings") && c.get_int("parallel.pp") > 1)
+        fail(c, {"lora.targets", "parallel.pp"},
+             "adapters on a tied embedding across pipeline stages (model.tie_embeddings with parallel.pp > 1) are "
+             "not built yet; drop embeddings from lora.targets, or use pp = 1");
+      smallest = std::min(d, c.get_int("model.vocab_size"));
     } else {
       const auto guess = did_you_mean(t, known);
       fail(c, {"lora.targets"},
            fmt::format("lora.targets: \"{}\" is not a projection of the model; {}", t,
-                       guess.empty() ? "use attention, dense_ffn, shared_experts, experts or router"
+                       guess.empty() ? "use attention, dense_ffn, shared_experts, experts, router or embeddings"
                                      : fmt::format("did you mean \"{}\"?", guess)));
     }
     if (r > smallest)

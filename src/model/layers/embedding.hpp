@@ -29,11 +29,15 @@ class Embedding {
   static const char* param_name() { return "embed.weight"; }
   std::int64_t vocab_size() const { return vocab_size_; }
 
-  void forward(const Ids& tokens, const W2& table, const V2& out) const { lookup_->forward(tokens, table, out); }
-  // dtable += scatter of dout by token.
-  // A frozen table (LoRA) has no gradient: nothing to scatter.
-  void backward(const Ids& tokens, const V2& dout, const W2& dtable) const {
-    if (dtable.data() != nullptr) lookup_->backward(tokens, dout, dtable);
+  using Adapter = typename EmbeddingLookup<T, D>::Adapter;
+
+  void forward(const Ids& tokens, const W2& table, const V2& out, const Adapter& ad = {}) const {
+    lookup_->forward(tokens, table, out, ad);
+  }
+  // dtable += scatter of dout by token. A frozen table (LoRA) has no
+  // gradient: nothing to scatter unless it has an adapter.
+  void backward(const Ids& tokens, const V2& dout, const W2& dtable, const Adapter& ad = {}) const {
+    if (dtable.data() != nullptr || ad) lookup_->backward(tokens, dout, dtable, ad);
   }
 
  private:

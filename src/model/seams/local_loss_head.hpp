@@ -16,23 +16,26 @@ class LocalLossHead final : public LossHead<T, D> {
   using typename LossHead<T, D>::V1;
   using typename LossHead<T, D>::V2;
   using typename LossHead<T, D>::W2;
+  using typename LossHead<T, D>::Adapter;
 
   explicit LocalLossHead(std::shared_ptr<const Linear<T, D>> proj) : proj_(std::move(proj)) {}
 
-  kernels::CrossEntropySum forward(StageContext<T, D>& c, const W2& w) const override {
-    proj_->forward(c.hf, w, c.logits);
+  kernels::CrossEntropySum forward(StageContext<T, D>& c, const W2& w, const Adapter& ad = {}) const override {
+    proj_->forward(c.hf, w, c.logits, false, ad);
     return kernels::cross_entropy_forward_sum(c.logits, c.targets, c.ce_lse);
   }
-  void backward(StageContext<T, D>& c, const W2& w, double loss_scale, const V2& dhf,
-                const W2& dw) const override {
+  void backward(StageContext<T, D>& c, const W2& w, double loss_scale, const V2& dhf, const W2& dw,
+                const Adapter& ad = {}) const override {
     kernels::cross_entropy_backward(c.logits, c.targets, c.ce_lse, loss_scale, c.n_valid, c.logits);
-    proj_->backward(c.hf, w, c.logits, dhf, dw);
+    proj_->backward(c.hf, w, c.logits, dhf, dw, false, ad);
   }
-  void eval(StageContext<T, D>& c, const W2& w, const V1& ce) const override {
-    proj_->forward(c.hf, w, c.logits);
+  void eval(StageContext<T, D>& c, const W2& w, const V1& ce, const Adapter& ad = {}) const override {
+    proj_->forward(c.hf, w, c.logits, false, ad);
     kernels::cross_entropy_rows(c.logits, c.targets, c.ce_lse, ce);
   }
-  void logits(const V2& h, const W2& w, const V2& out) const override { proj_->forward(h, w, out); }
+  void logits(const V2& h, const W2& w, const V2& out, const Adapter& ad = {}) const override {
+    proj_->forward(h, w, out, false, ad);
+  }
 
  private:
   std::shared_ptr<const Linear<T, D>> proj_;

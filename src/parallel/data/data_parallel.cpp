@@ -105,11 +105,12 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   for (const auto& s : split_.specs) model_numel_ += s.numel();
   for (auto& e : split_.engines) {
     // The tied embedding (the head reads it too) lives in the Data-group
-    // engine that holds it: the trainable one, or the frozen one under LoRA.
+    // engine that holds it: the trainable one, or under LoRA the frozen one
+    // and, with adapters on it, the trainable one too.
     bool embed = false;
-    for (const auto& s : e.layout.specs()) embed = embed || s.name == "embed.weight";
+    for (const auto& s : e.layout.specs()) embed = embed || model::unit_of(s.name, mcfg.n_layers) == 0;
     ZeroEngineConfig zc{opt_.zero, opt_.overlap, opt_.bucket_bytes, embed && mcfg.tie_embeddings,
-                        double(data_size_), e.frozen};
+                        double(data_size_), e.frozen, embed && !e.frozen && mcfg.lora.targets.embeddings};
     engines_.push_back(std::make_unique<ZeroEngine>(std::move(e.group), std::move(e.layout), store_, e.base, zc));
     if (!e.frozen && !e.experts) data_engine_ = engines_.back().get();
     if (!e.frozen && e.experts) {

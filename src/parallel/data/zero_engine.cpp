@@ -304,10 +304,11 @@ void ZeroEngine::before_backward(int unit) {
   if (cfg_.zero == 3) {
     // The embedding's backward reads no weights: untied, unit 0 is gathered
     // in backward only as a prefetch for the next micro-batch's forward.
-    if (unit > 0 || cfg_.tied) ensure_params(unit);
+    const bool reads0 = cfg_.tied || cfg_.embedding_backward_reads;
+    if (unit > 0 || reads0) ensure_params(unit);
     if (cfg_.tied && unit == head()) ensure_params(0);
     const int prev = prev_unit(unit);
-    if (prev > 0 || cfg_.tied || !sync_) prefetch(prev);
+    if (prev > 0 || reads0 || !sync_) prefetch(prev);
   }
   // A unit's gradient buffer is cleared by the first backward that writes
   // it: the head's backward writes the tied embedding's too.

@@ -55,6 +55,9 @@ struct ZeroEngineConfig {
   // gathered as the stage says; they have no gradient buffers (work_grad is
   // null, the model skips their weight gradients) and nothing to reduce.
   bool frozen = false;
+  // Unit 0's backward reads its parameters (LoRA's embedding adapters);
+  // the untied table's own backward reads none.
+  bool embedding_backward_reads = false;
 };
 
 class ZeroEngine {

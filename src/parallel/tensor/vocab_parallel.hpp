@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "model/seams/embedding_lookup.hpp"
 #include "model/seams/linear.hpp"
+#include "model/seams/lora_ops.hpp"
 #include "model/seams/loss_head.hpp"
 #include "parallel/tensor/tp_comm.hpp"
 #include "parallel/tensor/vocab_kernels.hpp"
@@ -31,33 +32,43 @@ class VocabParallelEmbedding final : public model::EmbeddingLookup<T, D> {
   using typename model::EmbeddingLookup<T, D>::V2;
   using typename model::EmbeddingLookup<T, D>::Ids;
   using typename model::EmbeddingLookup<T, D>::W2;
+  using typename model::EmbeddingLookup<T, D>::Adapter;
 
   VocabParallelEmbedding(std::shared_ptr<const TpComm> tp, std::int64_t vocab_begin)
       : tp_(std::move(tp)), v0_(vocab_begin) {}
 
   // Under sequence parallelism out holds this rank's rows of the sequence:
-  // the pieces are reduce-scattered instead of allreduced.
-  void forward(const Ids& tokens, const W2& table, const V2& out) const override {
+  // the pieces are reduce-scattered instead of allreduced. An adapter's B
+  // is split by vocabulary like the table: its rows of this rank's tokens
+  // times A join the piece before the reduction.
+  void forward(const Ids& tokens, const W2& table, const V2& out, const Adapter& ad = {}) const override {
     const std::size_t n = tokens.extent(0);
+    const V2 piece = out.extent(0) == n ? out : rows(n, out.extent(1));
+    vocab::lookup(table, tokens, v0_, piece);
+    if (ad) kernels::gemm('N', 'N', ad.scale, rows_of_b(tokens, ad), ad.a, T(1), piece);
     if (out.extent(0) == n) {
-      vocab::lookup(table, tokens, v0_, out);
       tp_->allreduce(out);
       return;
     }
-    const V2 full = rows(n, out.extent(1));
-    vocab::lookup(table, tokens, v0_, full);
-    auto r = tp_->ireduce_scatter_rows(full, out);
+    auto r = tp_->ireduce_scatter_rows(piece, out);
     TpComm::wait(r);
   }
-  void backward(const Ids& tokens, const V2& dout, const W2& dtable) const override {
+  // The adapter's dA from this rank's tokens only (B's rows of the others
+  // are zero here): a partial sum the TP gradient reduction adds up.
+  void backward(const Ids& tokens, const V2& dout, const W2& dtable, const Adapter& ad = {}) const override {
     const std::size_t n = tokens.extent(0);
-    if (dout.extent(0) == n) {
-      vocab::scatter_add(tokens, dout, v0_, dtable);
-      return;
+    if (dtable.data() == nullptr && !ad) return;  // frozen, no adapter
+    V2 full = dout;
+    if (dout.extent(0) != n) {
+      full = rows(n, dout.extent(1));
+      tp_->allgather_rows(dout, full);
     }
-    const V2 full = rows(n, dout.extent(1));
-    tp_->allgather_rows(dout, full);
-    vocab::scatter_add(tokens, full, v0_, dtable);
+    if (dtable.data() != nullptr) vocab::scatter_add(tokens, full, v0_, dtable);
+    if (!ad) return;
+    kernels::gemm('T', 'N', ad.scale, rows_of_b(tokens, ad), full, T(1), ad.da);
+    const auto g = model::lora::scratch(g_, n, ad.b.extent(1));
+    kernels::gemm('N', 'T', ad.scale, full, ad.a, T(0), g);
+    vocab::scatter_add(tokens, g, v0_, ad.db);
   }
 
  private:
@@ -65,9 +76,16 @@ class VocabParallelEmbedding final : public model::EmbeddingLookup<T, D> {
     if (full_.extent(0) != n || full_.extent(1) != d) full_ = V2("exa::tp::embedding_rows", n, d);
     return full_;
   }
+  // B's rows of this rank's tokens, zero for the others [N, r].
+  typename model::Linear<T, D>::Act rows_of_b(const Ids& tokens, const Adapter& ad) const {
+    const auto hb = model::lora::scratch(h_, tokens.extent(0), ad.b.extent(1));
+    vocab::lookup(ad.b, tokens, v0_, hb);
+    return hb;
+  }
   std::shared_ptr<const TpComm> tp_;
   std::int64_t v0_;
   mutable V2 full_;
+  mutable typename model::Linear<T, D>::Act h_, g_;
 };
 
 template <class T, class D = Device>
@@ -76,6 +94,7 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
   using typename model::LossHead<T, D>::V1;
   using typename model::LossHead<T, D>::V2;
   using typename model::LossHead<T, D>::W2;
+  using typename model::LossHead<T, D>::Adapter;
   using Context = model::StageContext<T, D>;
 
   // `column`: the column-parallel Linear of the same TP group.
@@ -83,28 +102,29 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
                         std::int64_t vocab_begin)
       : tp_(std::move(tp)), proj_(std::move(column)), v0_(vocab_begin) {}
 
-  kernels::CrossEntropySum forward(Context& c, const W2& w) const override {
-    proj_->forward(c.hf, w, c.logits);
+  kernels::CrossEntropySum forward(Context& c, const W2& w, const Adapter& ad = {}) const override {
+    proj_->forward(c.hf, w, c.logits, false, ad);
     kernels::CrossEntropySum s;
     s.loss_sum = reduce_ce(c, V1());
     s.n_valid = valid(c);
     return s;
   }
-  void backward(Context& c, const W2& w, double loss_scale, const V2& dhf, const W2& dw) const override {
+  void backward(Context& c, const W2& w, double loss_scale, const V2& dhf, const W2& dw,
+                const Adapter& ad = {}) const override {
     vocab::grad(c.logits, c.targets, c.ce_lse, v0_, loss_scale, c.n_valid);
-    proj_->backward(c.hf, w, c.logits, dhf, dw);
+    proj_->backward(c.hf, w, c.logits, dhf, dw, false, ad);
   }
-  void eval(Context& c, const W2& w, const V1& ce) const override {
-    proj_->forward(c.hf, w, c.logits);
+  void eval(Context& c, const W2& w, const V1& ce, const Adapter& ad = {}) const override {
+    proj_->forward(c.hf, w, c.logits, false, ad);
     reduce_ce(c, ce);
   }
-  void logits(const V2& h, const W2& w, const V2& out) const override {
+  void logits(const V2& h, const W2& w, const V2& out, const Adapter& ad = {}) const override {
     const std::int64_t b = h.extent(0), vl = w.extent(0), p = tp_->size();
     EXA_REQUIRE(std::int64_t(out.extent(0)) == b && std::int64_t(out.extent(1)) == vl * p,
                 "VocabParallelLossHead::logits: out is {}x{}, expected {}x{}", out.extent(0), out.extent(1), b,
                 vl * p);
     V2 mine("exa::tp::logits_piece", b, vl);
-    proj_->forward(h, w, mine);
+    proj_->forward(h, w, mine, false, ad);
     Kokkos::View<T*, Layout, D> all("exa::tp::logits_all", std::size_t(b * vl * p));
     Kokkos::fence();
     {

@@ -140,7 +140,7 @@ def param_shapes(cfg):
             s[a] = shape[:-2] + (r, shape[-1])
             s[b] = shape[:-1] + (r,)
 
-    s["embed.weight"] = (V, d)
+    matrix("embed.weight", (V, d), "embeddings")
     for i in range(L):
         p = f"layers.{i}."
         s[p + "attn_norm.weight"] = (d,)

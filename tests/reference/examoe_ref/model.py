@@ -156,6 +156,8 @@ def forward(p, cfg, inputs, targets=None):
     B, T = inputs.shape
     dtype = p["embed.weight"].dtype
     h = Fn.embedding(inputs, p["embed.weight"])
+    if "embed.lora_b" in p:  # LoRA on the table W [V,d]: W + s B A, so row t gains s B[t] A
+        h = h + cfg.lora_scale * (Fn.embedding(inputs, p["embed.lora_b"]) @ p["embed.lora_a"])
     aux = torch.zeros((), dtype=dtype)
     z = torch.zeros((), dtype=dtype)
     stats = {}
@@ -172,8 +174,7 @@ def forward(p, cfg, inputs, targets=None):
             y = swiglu_named(x, p, pre + "mlp.", cfg)
         h = h + y
     h = rmsnorm(h, p["norm.weight"], cfg.norm_eps)
-    head = p["embed.weight"] if cfg.tie_embeddings else p["lm_head.weight"]
-    logits = h @ head.t()
+    logits = proj(h, p, "embed.weight" if cfg.tie_embeddings else "lm_head.weight", cfg)
     out = {"logits": logits, "stats": stats}
     if targets is not None:
         ce = Fn.cross_entropy(logits.reshape(B * T, -1), targets.long().reshape(-1))
