@@ -107,10 +107,12 @@ std::string stem(const std::string& base) {
 std::string lora_a_name(const std::string& base) { return stem(base) + ".lora_a"; }
 std::string lora_b_name(const std::string& base) { return stem(base) + ".lora_b"; }
 
-std::string lora_base_of(const std::string& adapter, const std::vector<ParamSpec>& specs) {
-  for (const auto& s : specs)
-    if (lora_a_name(s.name) == adapter || lora_b_name(s.name) == adapter) return s.name;
-  return {};
+bool is_lora_adapter(const std::string& name) {
+  const auto ends = [&](const char* t) {
+    const std::string tail(t);
+    return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends(".lora_a") || ends(".lora_b");
 }
 
 }  // namespace exa::model

@@ -52,9 +52,9 @@ struct ParamSpec {
 std::vector<ParamSpec> parameter_specs(const ModelConfig& cfg);
 
 // "<W>.lora_a" / "<W>.lora_b" of base tensor name W (a trailing ".weight"
-// dropped), and the base tensor of an adapter name ("" when not one).
+// dropped), and whether a name is one of them.
 std::string lora_a_name(const std::string& base);
 std::string lora_b_name(const std::string& base);
-std::string lora_base_of(const std::string& adapter, const std::vector<ParamSpec>& specs);
+bool is_lora_adapter(const std::string& name);
 
 }  // namespace exa::model

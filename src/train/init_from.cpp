@@ -28,7 +28,7 @@ std::uint64_t load_init_from(const std::string& path, model::ParameterStore& sto
   // The model the deck builds, less its adapters, must be the checkpoint's.
   std::vector<model::ParamSpec> base;
   for (const auto& s : model::parameter_specs(mcfg))
-    if (model::lora_base_of(s.name, model::parameter_specs(mcfg)).empty()) base.push_back(s);
+    if (!model::is_lora_adapter(s.name)) base.push_back(s);
   try {
     io::require_matching_model(info, base, false);
   } catch (const Error& e) {
@@ -36,7 +36,7 @@ std::uint64_t load_init_from(const std::string& path, model::ParameterStore& sto
   }
   std::vector<io::CheckpointTensor> tensors;
   for (const auto& t : io::checkpoint_tensors(store))
-    if (model::lora_base_of(t.name, store.specs()).empty()) tensors.push_back(t);
+    if (!model::is_lora_adapter(t.name)) tensors.push_back(t);
   try {
     io::load_checkpoint(step_dir, tensors, nullptr, world);
   } catch (const Error& e) {

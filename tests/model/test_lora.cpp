@@ -65,8 +65,10 @@ TEST(LoraSpecs, AdaptersFollowTheirMatrixAndTheBaseIsFrozen) {
   EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_b").shape, (std::vector<std::int64_t>{c.n_experts, 4}));
   EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_a").tp_dim, -1);
   EXPECT_EQ(spec(specs, "layers.1.moe.router.lora_b").tp_dim, -1);
-  EXPECT_EQ(lora_base_of("layers.0.mlp.w1.lora_b", specs), "layers.0.mlp.w1");
-  EXPECT_EQ(lora_base_of("layers.0.mlp.w1", specs), "");
+  EXPECT_EQ(lora_b_name("layers.0.mlp.w1"), "layers.0.mlp.w1.lora_b");
+  EXPECT_EQ(lora_a_name("layers.0.attn.wq.weight"), "layers.0.attn.wq.lora_a");
+  EXPECT_TRUE(is_lora_adapter("embed.lora_b"));
+  EXPECT_FALSE(is_lora_adapter("layers.0.mlp.w1"));
   // Without [lora] nothing changes: every tensor trains, no adapter.
   for (const auto& s : parameter_specs(exa::test::small())) EXPECT_TRUE(s.trainable) << s.name;
 }
