@@ -59,6 +59,10 @@ struct LayerContext {
   using I1 = Kokkos::View<int*, Layout, D>;
   using I2 = Kokkos::View<int**, Layout, D>;
 
+  // LoRA's dropout key of this layer in this micro-batch (0: none). Set
+  // before each forward and backward from the stage context's, so a
+  // recomputed forward and the backward draw the forward's masks.
+  std::uint64_t lora_key = 0;
   // Attention sub-block (local heads).
   V2 x;          // block input (residual stream) [N,d]
   V1 attn_rstd;  // [N]
@@ -122,6 +126,7 @@ struct StageContext {
   using Ids = Kokkos::View<std::int32_t*, Layout, D>;
 
   MicroBatchShape shape;
+  std::uint64_t lora_key = 0;  // LoRA's dropout key of this micro-batch (0: evaluation, or no dropout)
   int chunk = 0;                           // the model chunk it ran (interleaved pipeline; else 0)
   std::vector<LayerContext<T, D>> layers;  // the chunk's layers, in order
   V2 out;                                  // the last layer's output [N,d] (the final norm's input on the last stage)

@@ -32,6 +32,7 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
   m.lora.rank = c.get_int("lora.rank");
   if (m.lora.enabled()) {
     m.lora.alpha = c.get_float("lora.alpha");
+    m.lora.dropout = c.get_float("lora.dropout");
     for (const auto& t : deck::name_list(c.get_string("lora.targets"))) {
       // deck_checks.cpp refused every other name.
       if (t == "attention") m.lora.targets.attention = true;

@@ -23,6 +23,7 @@ struct LoraTargets {
 struct LoraConfig {
   std::int64_t rank = 0;
   double alpha = 16.0;
+  double dropout = 0.0;  // on the adapters' input, in training
   LoraTargets targets;
   bool enabled() const { return rank > 0; }
   // alpha / rank: the adapter's output is scaled by it (PEFT's convention).

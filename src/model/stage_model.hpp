@@ -131,6 +131,15 @@ class StageModel {
   // `ring`); empty to remove them.
   void set_clone_ring(std::int64_t layer, const std::vector<int>& ring);
 
+  // LoRA's dropout (lora.dropout): the masks of the forwards from now on
+  // are keyed by `key` and the forward's number since this call. The
+  // trainer sets one key per step and data-parallel rank, so a resumed run
+  // draws the masks of the uninterrupted one.
+  void set_dropout_key(std::uint64_t key) {
+    dropout_key_ = key;
+    forwards_ = 0;
+  }
+
   // Attaches hooks (not owned) after those already attached.
   void add_hooks(UnitHooks* hooks) { hooks_.add(hooks); }
   void clear_hooks() { hooks_.clear(); }
@@ -220,6 +229,7 @@ class StageModel {
   LayerContext<T, D> work_moe_, work_dense_;
   V2 recompute_out_;
   std::vector<V2> segment_x_;  // [N-1] inputs of a segment's later layers
+  std::uint64_t dropout_key_ = 1, forwards_ = 0;  // set_dropout_key
 };
 
 extern template class StageModel<float, Device>;

@@ -221,9 +221,14 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
 
 template <class T, class D>
 LayerContext<T, D>& StageModel<T, D>::layer_context(Context& c, std::size_t i, const TransformerLayer<T, D>& layer) {
-  if (opt_.recompute == Recompute::none) return c.layers[i];
+  const std::uint64_t key = lora::key(c.lora_key, std::uint64_t(layer.index()));
+  if (opt_.recompute == Recompute::none) {
+    c.layers[i].lora_key = key;
+    return c.layers[i];
+  }
   LayerContext<T, D>& w = layer.is_moe() ? work_moe_ : work_dense_;
   w.x = layer_input(c, i);
+  w.lora_key = key;
   return w;
 }
 
@@ -380,6 +385,8 @@ typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const 
                 "StageModel::forward: inputs [{}, {}] and targets [{}, {}] differ in shape", shape.B, shape.T,
                 in.targets.extent(0), in.targets.extent(1));
   Context& c = acquire(shape, in.chunk);
+  // A training forward: LoRA's dropout draws this micro-batch's masks.
+  c.lora_key = cfg_.lora.dropout > 0 ? lora::key(dropout_key_, ++forwards_) : 0;
   ensure_scratch(shape);
   c.result = ForwardResult{};
   c.result.n_tokens = shape.N();
@@ -497,6 +504,7 @@ kernels::CrossEntropySum StageModel<T, D>::eval(const W& w, const Input& in, con
               targets.extent(0), targets.extent(1));
   check_weights(w, "eval");
   Context& c = acquire(shape);
+  c.lora_key = 0;  // evaluation: no dropout
   ensure_scratch(shape);
   EXA_REQUIRE(std::int64_t(ce.extent(0)) == shape.N(), "StageModel::eval: ce has {} entries, the batch {} tokens",
               ce.extent(0), shape.N());
@@ -539,6 +547,7 @@ void StageModel<T, D>::next_logits(const W& w, const Input& in, const V2& out, s
               "StageModel::next_logits: out is {}x{}, expected {}x{}", out.extent(0), out.extent(1), B,
               cfg_.vocab_size);
   Context& c = acquire(shape);
+  c.lora_key = 0;  // evaluation: no dropout
   ensure_scratch(shape);
   run_layers(c, w, in, nullptr);
   ScopedRegion region("forward/head", opt_.fence_phases);

@@ -58,6 +58,7 @@ struct LayerWeights {
   Lora3 lora_shared_w1, lora_shared_w3, lora_shared_w2;
   Lora3 lora_w1, lora_w3, lora_w2;  // the routed experts': [E, r, in], [E, out, r] (this rank's experts)
   double lora_scale = 0.0;
+  double lora_dropout = 0.0;  // on the adapters' input, in training (the context's lora_key)
 };
 
 template <class T, class D = Device>
@@ -155,6 +156,7 @@ Weights<T, D> bind_weights(const ModelConfig& cfg, const StagePlan& plan, PtrOf&
     l.lora_wv = lora2(pre + "attn.wv.weight", Hkv * hd, d, lt.attention);
     l.lora_wo = lora2(pre + "attn.wo.weight", d, H * hd, lt.attention);
     l.lora_scale = cfg.lora.scale();
+    l.lora_dropout = cfg.lora.dropout;
     l.ffn_norm = v1(pre + "ffn_norm.weight", d);
     l.moe = cfg.is_moe_layer(i);
     if (l.moe) {

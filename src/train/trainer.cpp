@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include "train/init_from.hpp"
+#include "model/seams/lora_ops.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -154,6 +155,10 @@ StepResult Trainer::train_step(std::int64_t step) {
   const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
   parallel::StepWork work{[&](int j) { return batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_))); },
                           acc.backward_seed()};
+  if (mcfg_.lora.dropout > 0)  // LoRA's dropout masks: a function of (seed, step, data rank)
+    model_->set_dropout_key(model::lora::key(model::lora::key(std::uint64_t(cfg_.get_int("train.seed")) + 1,
+                                                              std::uint64_t(step)),
+                                             std::uint64_t(grid_.coords().dp)));
   const auto t = exec_->run(work, int(grad_accum_));
   r.imbalance = t.imbalance;
   exec_->finalize_grads();

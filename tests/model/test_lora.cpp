@@ -109,6 +109,28 @@ TEST(LoraZeroB, StepZeroIsTheFrozenModelExactly) {
   EXPECT_EQ(l.base, l.adapted);  // bitwise: the adapter adds exact zeros
 }
 
+// lora.dropout: a training forward's masks are a function of the key and
+// the forward's number since set_dropout_key, so the same key repeats the
+// loss and another changes it; without dropout the key does nothing.
+TEST(LoraDropout, MasksFollowTheKey) {
+  auto cfg = with_lora(exa::test::small(), 4);
+  cfg.lora.dropout = 0.5;
+  const auto flat = exa::test::random_flat<float>(cfg, 11);  // B random: the adapters act
+  const auto in = exa::test::tokens(2, cfg.seq_len, cfg.vocab_size, 3);
+  const auto tg = exa::test::shifted(in, cfg.vocab_size, 3);
+  auto loss = [&](const ModelConfig& c, std::uint64_t key) {
+    Transformer<float> m(c);
+    m.set_dropout_key(key);
+    return m.forward(bind_flat(c, flat), in, tg).loss.loss;
+  };
+  EXPECT_EQ(loss(cfg, 5), loss(cfg, 5));
+  EXPECT_NE(loss(cfg, 5), loss(cfg, 6));
+  auto none = cfg;
+  none.lora.dropout = 0.0;
+  EXPECT_EQ(loss(none, 5), loss(none, 6));
+  EXPECT_NE(loss(none, 5), loss(cfg, 5));
+}
+
 TEST(LoraZeroB, ANonZeroBChangesTheLoss) {
   const auto l = losses(false);
   EXPECT_GT(std::abs(l.base - l.adapted), 1e-4) << "the adapters are not in the forward";

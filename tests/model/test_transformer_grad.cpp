@@ -89,7 +89,12 @@ struct DoubleModel {
     Kokkos::deep_copy(targets, ht);
   }
 
-  ForwardResult forward() { return model.forward(w, inputs, targets); }
+  // Every forward of a check draws LoRA's dropout masks from the same key,
+  // so the loss is a function of the weights alone.
+  ForwardResult forward() {
+    model.set_dropout_key(7);
+    return model.forward(w, inputs, targets);
+  }
   double loss() { return forward().loss.loss; }
 
   // Smallest gap between the k-th and (k+1)-th router probability over every
@@ -245,6 +250,19 @@ TEST(TransformerGrad, LoraAdapters) {
   // wq wk wv wo per layer; dense, shared and routed experts' w1 w3 w2; the router; the embedding
   ASSERT_EQ(adapters, 2 * (2 * 4 + 3 + 3 + 3 + 1 + 1));
   run_case(c, "lora");
+}
+
+// With dropout on the adapters' input: the masks are fixed by the key, and
+// backward must draw the forward's (a wrong mask in dx, dA or dB shows here).
+TEST(TransformerGrad, LoraDropout) {
+  auto c = tiny();
+  c.moe_every = 2;
+  c.n_shared_experts = 1;
+  c.lora.rank = 2;
+  c.lora.alpha = 3.0;
+  c.lora.dropout = 0.3;
+  c.lora.targets = {true, true, true, true, true, false};
+  run_case(c, "lora_dropout");
 }
 
 // The same with a tied embedding: its adapters act in the LM head too.

@@ -70,7 +70,7 @@ std::vector<KeySpec> build() {
 
       I("lora", "rank", 0, 0, kDim, "rank r of the low-rank adapters W + (alpha/r) B A that fine-tune a frozen model; 0 = no adapters (every parameter trains)"),
       F("lora", "alpha", 16.0, 0, 1e6, O::lo, "the adapters' output is scaled by alpha/rank"),
-      Reserved(F("lora", "dropout", 0.0, 0, 1, O::hi, "dropout on the adapters' input")),
+      F("lora", "dropout", 0.0, 0, 1, O::hi, "dropout on the adapters' input in training (PEFT's lora_dropout): each element kept with probability 1 - dropout and scaled by 1/(1 - dropout); the embedding's adapters take none"),
       S("lora", "targets", "attention", {}, "comma-separated projections that get adapters: attention (wq, wk, wv, wo), dense_ffn (the dense layers' w1, w3, w2), shared_experts (each shared expert's w1, w3, w2)"),
       NotBuilt(S("lora", "init", "zero_b", {"zero_b", "pissa"}, "zero_b: B = 0, A random, so step 0 is the frozen model; pissa: from W's principal singular vectors"), {"pissa"}),
 

@@ -49,10 +49,9 @@ class AttentionBlock {
   void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, MicroBatchShape mb, const Rope& rope) const {
     ScopedRegion region("forward/attn", fence_);
     norm_.forward(c.x, lw.attn_norm, c.attn_xn, c.attn_rstd);
-    const double ls = lw.lora_scale;
-    column_->forward(c.attn_xn, lw.wq, c.q, false, lora::adapter<T, D>(lw.lora_wq, ls));
-    column_->forward(c.attn_xn, lw.wk, c.k, false, lora::adapter<T, D>(lw.lora_wk, ls));
-    column_->forward(c.attn_xn, lw.wv, c.v, false, lora::adapter<T, D>(lw.lora_wv, ls));
+    column_->forward(c.attn_xn, lw.wq, c.q, false, lora::in(c, lw, lw.lora_wq, 1));
+    column_->forward(c.attn_xn, lw.wk, c.k, false, lora::in(c, lw, lw.lora_wk, 2));
+    column_->forward(c.attn_xn, lw.wv, c.v, false, lora::in(c, lw, lw.lora_wv, 3));
     const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
     const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
     const auto chunks = core_->token_chunks(mb.T);
@@ -60,15 +59,14 @@ class AttentionBlock {
     for_chunks(chunks, k4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos); });
     core_->forward(q4, k4, v4, o4, c.attn_lse, positions(chunks));
     Kokkos::deep_copy(c.x_mid, c.x);
-    row_->forward(c.attn_o, lw.wo, c.x_mid, /*accumulate=*/true, lora::adapter<T, D>(lw.lora_wo, ls));
+    row_->forward(c.attn_o, lw.wo, c.x_mid, /*accumulate=*/true, lora::in(c, lw, lw.lora_wo, 4));
   }
 
   // s.dres holds d(loss)/d(x_mid) on entry and d(loss)/d(x) on return.
   void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const LayerWeights<T, D>& lg,
                 MicroBatchShape mb, const Rope& rope, LayerScratch<T, D>& s) const {
     ScopedRegion region("backward/attn", fence_);
-    const double ls = lw.lora_scale;
-    row_->backward(c.attn_o, lw.wo, s.dres, s.dout, lg.wo, false, lora::adapter<T, D>(lw.lora_wo, ls, &lg.lora_wo));
+    row_->backward(c.attn_o, lw.wo, s.dres, s.dout, lg.wo, false, lora::in(c, lw, lw.lora_wo, 4, &lg.lora_wo));
     const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
     const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
     const auto do4 = heads(s.dout, mb, shape_.heads), dq4 = heads(s.dq, mb, shape_.heads);
@@ -78,9 +76,9 @@ class AttentionBlock {
     for_chunks(chunks, dq4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
     for_chunks(chunks, dk4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
     column_->backward(c.attn_xn, lw.wq, s.dq, s.dxn, lg.wq, /*accumulate_dx=*/false,
-                      lora::adapter<T, D>(lw.lora_wq, ls, &lg.lora_wq));
-    column_->backward(c.attn_xn, lw.wk, s.dk, s.dxn, lg.wk, true, lora::adapter<T, D>(lw.lora_wk, ls, &lg.lora_wk));
-    column_->backward(c.attn_xn, lw.wv, s.dv, s.dxn, lg.wv, true, lora::adapter<T, D>(lw.lora_wv, ls, &lg.lora_wv));
+                      lora::in(c, lw, lw.lora_wq, 1, &lg.lora_wq));
+    column_->backward(c.attn_xn, lw.wk, s.dk, s.dxn, lg.wk, true, lora::in(c, lw, lw.lora_wk, 2, &lg.lora_wk));
+    column_->backward(c.attn_xn, lw.wv, s.dv, s.dxn, lg.wv, true, lora::in(c, lw, lw.lora_wv, 3, &lg.lora_wv));
     norm_.backward(c.x, lw.attn_norm, c.attn_rstd, s.dxn, s.dres, lg.attn_norm, /*accumulate_dx=*/true);
   }
 

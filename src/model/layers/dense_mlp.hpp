@@ -39,26 +39,24 @@ class DenseMlp {
   void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const V2& out) const {
     ScopedRegion region("forward/ffn", fence_);
     norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);
-    const double ls = lw.lora_scale;
-    column_->forward(c.ffn_xn, lw.mlp_w1, c.a, false, lora::adapter<T, D>(lw.lora_mlp_w1, ls));
-    column_->forward(c.ffn_xn, lw.mlp_w3, c.b, false, lora::adapter<T, D>(lw.lora_mlp_w3, ls));
+    column_->forward(c.ffn_xn, lw.mlp_w1, c.a, false, lora::in(c, lw, lw.lora_mlp_w1, 5));
+    column_->forward(c.ffn_xn, lw.mlp_w3, c.b, false, lora::in(c, lw, lw.lora_mlp_w3, 6));
     kernels::swiglu_forward(c.a, c.b, c.h);
     Kokkos::deep_copy(out, c.x_mid);
-    row_->forward(c.h, lw.mlp_w2, out, /*accumulate=*/true, lora::adapter<T, D>(lw.lora_mlp_w2, ls));
+    row_->forward(c.h, lw.mlp_w2, out, /*accumulate=*/true, lora::in(c, lw, lw.lora_mlp_w2, 7));
   }
 
   // s.dres: d(loss)/d(out) on entry, d(loss)/d(x_mid) on return.
   void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const LayerWeights<T, D>& lg,
                 LayerScratch<T, D>& s) const {
     ScopedRegion region("backward/ffn", fence_);
-    const double ls = lw.lora_scale;
     row_->backward(c.h, lw.mlp_w2, s.dres, s.ddh, lg.mlp_w2, false,
-                   lora::adapter<T, D>(lw.lora_mlp_w2, ls, &lg.lora_mlp_w2));
+                   lora::in(c, lw, lw.lora_mlp_w2, 7, &lg.lora_mlp_w2));
     kernels::swiglu_backward(c.a, c.b, s.ddh, s.dda, s.ddb);
     column_->backward(c.ffn_xn, lw.mlp_w1, s.dda, s.dxn, lg.mlp_w1, /*accumulate_dx=*/false,
-                      lora::adapter<T, D>(lw.lora_mlp_w1, ls, &lg.lora_mlp_w1));
+                      lora::in(c, lw, lw.lora_mlp_w1, 5, &lg.lora_mlp_w1));
     column_->backward(c.ffn_xn, lw.mlp_w3, s.ddb, s.dxn, lg.mlp_w3, true,
-                      lora::adapter<T, D>(lw.lora_mlp_w3, ls, &lg.lora_mlp_w3));
+                      lora::in(c, lw, lw.lora_mlp_w3, 6, &lg.lora_mlp_w3));
     norm_.backward(c.x_mid, lw.ffn_norm, c.ffn_rstd, s.dxn, s.dres, lg.ffn_norm, /*accumulate_dx=*/true);
   }
 

@@ -179,7 +179,7 @@ class MoeBlock {
     norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);
     {
       ScopedRegion r("forward/moe/router", fence_);
-      router_->forward(c.ffn_xn, lw.router, c.router_logits, false, lora::adapter<T, D>(lw.lora_router, lw.lora_scale));
+      router_->forward(c.ffn_xn, lw.router, c.router_logits, false, lora::in(c, lw, lw.lora_router, 8));
       if (ring_.extent(0) > 0) moe_detail::clone_canon(lw.router, ring_, canon_);
       c.router_losses = K::router_forward(c.router_logits, bias_, ring_, canon_, shape_.router, c.probs,
                                           c.router_lse, c.topk, c.gates, c.counts);
@@ -203,12 +203,11 @@ class MoeBlock {
       using moe_detail::mat;
       for (index_t s = 0; s < shape_.n_shared; ++s) {
         const auto sa = mat(c.sa, s), sb = mat(c.sb, s), sh = mat(c.sh, s);
-        const double ls = lw.lora_scale;
-        column_->forward(c.ffn_xn, mat(lw.shared_w1, s), sa, false, lora::adapter<T, D>(lw.lora_shared_w1, s, ls));
-        column_->forward(c.ffn_xn, mat(lw.shared_w3, s), sb, false, lora::adapter<T, D>(lw.lora_shared_w3, s, ls));
+        column_->forward(c.ffn_xn, mat(lw.shared_w1, s), sa, false, lora::in(c, lw, lw.lora_shared_w1, s, 1001));
+        column_->forward(c.ffn_xn, mat(lw.shared_w3, s), sb, false, lora::in(c, lw, lw.lora_shared_w3, s, 1003));
         K::swiglu_forward(sa, sb, sh);
         row_->forward(sh, mat(lw.shared_w2, s), out, /*accumulate=*/true,
-                      lora::adapter<T, D>(lw.lora_shared_w2, s, ls));
+                      lora::in(c, lw, lw.lora_shared_w2, s, 1002));
       }
     }
     if (routing) routing->push_back(statistics(c, N));
@@ -227,14 +226,13 @@ class MoeBlock {
     if (shape_.n_shared > 0) {
       ScopedRegion r("backward/moe/shared", fence_);
       for (index_t e = 0; e < shape_.n_shared; ++e) {
-        const double ls = lw.lora_scale;
         row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, moe_detail::mat_or_empty(lg.shared_w2, e), false,
-                       lora::adapter<T, D>(lw.lora_shared_w2, e, ls, &lg.lora_shared_w2));
+                       lora::in(c, lw, lw.lora_shared_w2, e, 1002, &lg.lora_shared_w2));
         K::swiglu_backward(mat(c.sa, e), mat(c.sb, e), s.dsh, s.dsa, s.dsb);
         column_->backward(c.ffn_xn, mat(lw.shared_w1, e), s.dsa, s.dxn, moe_detail::mat_or_empty(lg.shared_w1, e), true,
-                          lora::adapter<T, D>(lw.lora_shared_w1, e, ls, &lg.lora_shared_w1));
+                          lora::in(c, lw, lw.lora_shared_w1, e, 1001, &lg.lora_shared_w1));
         column_->backward(c.ffn_xn, mat(lw.shared_w3, e), s.dsb, s.dxn, moe_detail::mat_or_empty(lg.shared_w3, e), true,
-                          lora::adapter<T, D>(lw.lora_shared_w3, e, ls, &lg.lora_shared_w3));
+                          lora::in(c, lw, lw.lora_shared_w3, e, 1003, &lg.lora_shared_w3));
       }
     }
     {
@@ -243,7 +241,7 @@ class MoeBlock {
       K::router_backward(s.dgates, c.probs, c.router_lse, c.topk, c.gates, wide ? c.scope_counts : c.counts,
                          shape_.router, loss_scale * (wide ? c.aux_grad_scale : 1.0), loss_scale, s.drouter);
       router_->backward(c.ffn_xn, lw.router, s.drouter, s.dxn, lg.router, /*accumulate_dx=*/true,
-                        lora::adapter<T, D>(lw.lora_router, lw.lora_scale, &lg.lora_router));
+                        lora::in(c, lw, lw.lora_router, 8, &lg.lora_router));
     }
     norm_.backward(c.x_mid, lw.ffn_norm, c.ffn_rstd, s.dxn, s.dres, lg.ffn_norm, /*accumulate_dx=*/true);
   }

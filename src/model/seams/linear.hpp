@@ -20,7 +20,12 @@ struct LoraAdapter {
   using W2 = typename LayerWeights<T, D>::W2;
   W2 a, b, da, db;
   T scale = T(0);
+  // Dropout on the adapter's input: probability and the micro-batch's key
+  // for this projection (0: none, e.g. evaluation).
+  T dropout = T(0);
+  std::uint64_t key = 0;
   explicit operator bool() const { return a.data() != nullptr; }
+  bool drops() const { return dropout > T(0) && key != 0; }
 };
 
 template <class T, class D = Device>

@@ -32,13 +32,17 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     K::permute_forward(xn, c.plan.token_of, k.xp);
     K::grouped_linear_forward(k.xp, w.w1, off, k.ea);
     K::grouped_linear_forward(k.xp, w.w3, off, k.eb);
-    if (w.lora_w1.a.data()) {  // each expert's adapters (LoRA)
-      lora::grouped_forward<T, D>(k.xp, w.lora_w1, w.lora_scale, off, k.ea, h_);
-      lora::grouped_forward<T, D>(k.xp, w.lora_w3, w.lora_scale, off, k.eb, h_);
+    // Each expert's adapters (LoRA), their input dropout keyed per projection.
+    const double p = w.lora_dropout;
+    const auto key = [&](std::uint64_t proj) { return lora::key(c.lora_key, proj); };
+    if (w.lora_w1.a.data()) {
+      lora::grouped_forward<T, D>(k.xp, w.lora_w1, w.lora_scale, off, k.ea, lora_, p, key(101));
+      lora::grouped_forward<T, D>(k.xp, w.lora_w3, w.lora_scale, off, k.eb, lora_, p, key(103));
     }
     K::swiglu_forward(k.ea, k.eb, k.eh);
     K::grouped_linear_forward(k.eh, w.w2, off, k.yp);
-    if (w.lora_w2.a.data()) lora::grouped_forward<T, D>(k.eh, w.lora_w2, w.lora_scale, off, k.yp, h_);
+    if (w.lora_w2.a.data())
+      lora::grouped_forward<T, D>(k.eh, w.lora_w2, w.lora_scale, off, k.yp, lora_, p, key(102));
     K::unpermute_forward(k.yp, c.gates, c.plan.row_of, y);
   }
 
@@ -56,15 +60,16 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     const auto off = offsets(c);
     K::unpermute_backward(dy, k.yp, c.gates, c.plan.row_of, dyp, dgates);
     const bool ad = w.lora_w1.a.data() != nullptr;
-    const double s = w.lora_scale;
+    const double s = w.lora_scale, p = w.lora_dropout;
+    const auto key = [&](std::uint64_t proj) { return lora::key(c.lora_key, proj); };
     K::grouped_linear_backward(k.eh, w.w2, dyp, off, deh, g.w2, true);
-    if (ad) lora::grouped_backward<T, D>(k.eh, w.lora_w2, g.lora_w2, s, dyp, off, deh, h_, g_);
+    if (ad) lora::grouped_backward<T, D>(k.eh, w.lora_w2, g.lora_w2, s, dyp, off, deh, lora_, p, key(102));
     K::swiglu_backward(k.ea, k.eb, deh, dea, deb);
     K::grouped_linear_backward(k.xp, w.w1, dea, off, dxp, g.w1, true, false);
     K::grouped_linear_backward(k.xp, w.w3, deb, off, dxp, g.w3, true, true);
     if (ad) {
-      lora::grouped_backward<T, D>(k.xp, w.lora_w1, g.lora_w1, s, dea, off, dxp, h_, g_);
-      lora::grouped_backward<T, D>(k.xp, w.lora_w3, g.lora_w3, s, deb, off, dxp, h_, g_);
+      lora::grouped_backward<T, D>(k.xp, w.lora_w1, g.lora_w1, s, dea, off, dxp, lora_, p, key(101));
+      lora::grouped_backward<T, D>(k.xp, w.lora_w3, g.lora_w3, s, deb, off, dxp, lora_, p, key(103));
     }
     K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
   }
@@ -103,7 +108,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
 
   int n_experts_;
   V2 dyp_, dxp_, dea_, deb_, deh_;
-  typename Linear<T, D>::Act h_, g_;  // the experts' adapters' [rows, r] products
+  lora::Scratch<T, D> lora_;  // the experts' adapters' products
 };
 
 }  // namespace exa::model

@@ -14,7 +14,9 @@
 // than kept: r columns each, cheap next to the base product.
 #include <vector>
 
+#include "core/philox.hpp"
 #include "kernels/gemm.hpp"
+#include "model/activation_context.hpp"
 #include "model/seams/linear.hpp"
 
 namespace exa::model::lora {
@@ -25,11 +27,30 @@ Act scratch(Act& buf, std::size_t rows, std::size_t cols) {
   return Act(buf.data(), rows, cols);
 }
 
+// A seam's buffers for its adapters: h = x A^T and g = dy B [N, r], and the
+// dropped input or input gradient [N, in].
+template <class T, class D>
+struct Scratch {
+  typename Linear<T, D>::Act h, g, x;
+};
+
+// dst += src (same shape).
+template <class DST, class SRC>
+void add(const DST& dst, const SRC& src) {
+  using E = typename DST::execution_space;
+  Kokkos::parallel_for(
+      "exa::lora::add", Kokkos::MDRangePolicy<E, Kokkos::Rank<2>>({0, 0}, {dst.extent(0), dst.extent(1)}),
+      KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { dst(i, j) += src(i, j); });
+}
+
 // The adapter of a projection from the layer's values (and, for backward,
 // gradients); empty when the projection has none.
+// `dropout` and `key`: lora.dropout and this projection's key in this
+// micro-batch (0: none, e.g. evaluation).
 template <class T, class D>
 LoraAdapter<T, D> adapter(const typename LayerWeights<T, D>::Lora2& v, double scale,
-                          const typename LayerWeights<T, D>::Lora2* g = nullptr) {
+                          const typename LayerWeights<T, D>::Lora2* g = nullptr, double dropout = 0.0,
+                          std::uint64_t key = 0) {
   LoraAdapter<T, D> ad;
   if (v.a.data() == nullptr) return ad;
   ad.a = v.a;
@@ -39,13 +60,27 @@ LoraAdapter<T, D> adapter(const typename LayerWeights<T, D>::Lora2& v, double sc
     ad.db = g->b;
   }
   ad.scale = T(scale);
+  ad.dropout = T(dropout);
+  ad.key = key;
   return ad;
+}
+
+// A distinct key for each adapted projection of a layer context's key
+// (0 stays 0: no dropout).
+inline std::uint64_t key(std::uint64_t context_key, std::uint64_t projection) {
+  if (context_key == 0) return 0;
+  std::uint64_t z = context_key + 0x9E3779B97F4A7C15ull * (projection + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z == 0 ? 1 : z;
 }
 
 // The same for shared expert e's slice of a [S, .., ..] adapter.
 template <class T, class D>
 LoraAdapter<T, D> adapter(const typename LayerWeights<T, D>::Lora3& v, std::int64_t e, double scale,
-                          const typename LayerWeights<T, D>::Lora3* g = nullptr) {
+                          const typename LayerWeights<T, D>::Lora3* g = nullptr, double dropout = 0.0,
+                          std::uint64_t key = 0) {
   LoraAdapter<T, D> ad;
   if (v.a.data() == nullptr) return ad;
   const auto slice = [e](const auto& w) { return Kokkos::subview(w, e, Kokkos::ALL, Kokkos::ALL); };
@@ -56,35 +91,92 @@ LoraAdapter<T, D> adapter(const typename LayerWeights<T, D>::Lora3& v, std::int6
     ad.db = slice(g->b);
   }
   ad.scale = T(scale);
+  ad.dropout = T(dropout);
+  ad.key = key;
   return ad;
 }
 
-// y += s (x A^T) B^T
+// Dropout on the adapter's input (lora.dropout, training only): element
+// (row0 + i, j) of x is kept with probability 1 - p and scaled by 1/(1 - p),
+// by a Philox draw of (key, row, column). The same mask is drawn again in
+// backward (and under recomputation) from the same key, so nothing is kept.
+template <class X, class O>
+void dropout(const X& x, const O& out, double p, std::uint64_t key, std::size_t row0 = 0) {
+  using E = typename O::execution_space;
+  using T = typename O::non_const_value_type;
+  const T inv = T(1.0 / (1.0 - p));
+  const PhiloxKey k{std::uint32_t(key), std::uint32_t(key >> 32)};
+  Kokkos::parallel_for(
+      "exa::lora::dropout", Kokkos::MDRangePolicy<E, Kokkos::Rank<2>>({0, 0}, {x.extent(0), x.extent(1)}),
+      KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) {
+        const PhiloxCounter c{std::uint32_t(row0 + i), std::uint32_t((row0 + i) >> 32), std::uint32_t(j),
+                              0x44726f70u /* "Drop" */};
+        const PhiloxCounter r = philox4x32(c, k);
+        out(i, j) = uniform_open0(r.c0, r.c1) > p ? x(i, j) * inv : T(0);
+      });
+}
+
+// The adapter's input: x, or its dropped copy in the scratch.
+template <class T, class D, class X>
+typename Linear<T, D>::Act input(const X& x, const LoraAdapter<T, D>& ad, Scratch<T, D>& s, std::size_t row0 = 0) {
+  if (!ad.drops()) return typename Linear<T, D>::Act(x.data(), x.extent(0), x.extent(1));
+  const auto xd = scratch(s.x, x.extent(0), x.extent(1));
+  dropout(x, xd, double(ad.dropout), ad.key, row0);
+  return xd;
+}
+
+// A layer's projection's adapter in layer context c: its dropout keyed by
+// the context's key and `proj`, a number distinct per projection of a layer.
+template <class T, class D>
+LoraAdapter<T, D> in(const LayerContext<T, D>& c, const LayerWeights<T, D>& lw,
+                     const typename LayerWeights<T, D>::Lora2& v, std::uint64_t proj,
+                     const typename LayerWeights<T, D>::Lora2* g = nullptr) {
+  return adapter<T, D>(v, lw.lora_scale, g, lw.lora_dropout, key(c.lora_key, proj));
+}
+// The same for stacked expert e's slice.
+template <class T, class D>
+LoraAdapter<T, D> in(const LayerContext<T, D>& c, const LayerWeights<T, D>& lw,
+                     const typename LayerWeights<T, D>::Lora3& v, std::int64_t e, std::uint64_t proj,
+                     const typename LayerWeights<T, D>::Lora3* g = nullptr) {
+  return adapter<T, D>(v, e, lw.lora_scale, g, lw.lora_dropout, key(c.lora_key, proj + 16 * std::uint64_t(e)));
+}
+
+// y += s (drop(x) A^T) B^T; x's rows are rows row0.. of the seam's input.
 template <class T, class D, class X, class Y>
-void forward(const X& x, const LoraAdapter<T, D>& ad, const Y& y, typename Linear<T, D>::Act& hbuf) {
-  const auto h = scratch(hbuf, x.extent(0), ad.a.extent(0));
-  kernels::gemm('N', 'T', T(1), x, ad.a, T(0), h);
+void forward(const X& x, const LoraAdapter<T, D>& ad, const Y& y, Scratch<T, D>& s, std::size_t row0 = 0) {
+  const auto xin = input(x, ad, s, row0);
+  const auto h = scratch(s.h, x.extent(0), ad.a.extent(0));
+  kernels::gemm('N', 'T', T(1), xin, ad.a, T(0), h);
   kernels::gemm('N', 'T', ad.scale, h, ad.b, T(1), y);
 }
 
-// dx += s (dy B) A
+// dx += drop'(s (dy B) A), dx's rows being rows row0.. of the input
 template <class T, class D, class DY, class DX>
-void backward_input(const DY& dy, const LoraAdapter<T, D>& ad, const DX& dx, typename Linear<T, D>::Act& gbuf) {
-  const auto g = scratch(gbuf, dy.extent(0), ad.b.extent(1));
+void backward_input(const DY& dy, const LoraAdapter<T, D>& ad, const DX& dx, Scratch<T, D>& s,
+                    std::size_t row0 = 0) {
+  const auto g = scratch(s.g, dy.extent(0), ad.b.extent(1));
   kernels::gemm('N', 'N', T(1), dy, ad.b, T(0), g);
-  kernels::gemm('N', 'N', ad.scale, g, ad.a, T(1), dx);
+  if (!ad.drops()) {
+    kernels::gemm('N', 'N', ad.scale, g, ad.a, T(1), dx);
+    return;
+  }
+  const auto t = scratch(s.x, dx.extent(0), dx.extent(1));
+  kernels::gemm('N', 'N', ad.scale, g, ad.a, T(0), t);
+  dropout(t, t, double(ad.dropout), ad.key, row0);
+  add(dx, t);
 }
 
-// dA (+)= s (dy B)^T x,  dB (+)= s dy^T (x A^T)
+// dA (+)= s (dy B)^T drop(x),  dB (+)= s dy^T (drop(x) A^T)
 template <class T, class D, class X, class DY>
-void backward_weight(const X& x, const DY& dy, const LoraAdapter<T, D>& ad, bool accumulate,
-                     typename Linear<T, D>::Act& hbuf, typename Linear<T, D>::Act& gbuf) {
+void backward_weight(const X& x, const DY& dy, const LoraAdapter<T, D>& ad, bool accumulate, Scratch<T, D>& s,
+                     std::size_t row0 = 0) {
   const T beta = accumulate ? T(1) : T(0);
-  const auto g = scratch(gbuf, dy.extent(0), ad.b.extent(1));
+  const auto xin = input(x, ad, s, row0);
+  const auto g = scratch(s.g, dy.extent(0), ad.b.extent(1));
   kernels::gemm('N', 'N', T(1), dy, ad.b, T(0), g);
-  kernels::gemm('T', 'N', ad.scale, g, x, beta, ad.da);
-  const auto h = scratch(hbuf, x.extent(0), ad.a.extent(0));
-  kernels::gemm('N', 'T', T(1), x, ad.a, T(0), h);
+  kernels::gemm('T', 'N', ad.scale, g, xin, beta, ad.da);
+  const auto h = scratch(s.h, x.extent(0), ad.a.extent(0));
+  kernels::gemm('N', 'T', T(1), xin, ad.a, T(0), h);
   kernels::gemm('T', 'N', ad.scale, dy, h, beta, ad.db);
 }
 
@@ -102,32 +194,58 @@ void scale_rows(const V& v, std::size_t rows, typename V::non_const_value_type s
       KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { v(i, j) *= s; });
 }
 
-// Y[rows of e] += s (X A_e^T) B_e^T
+// The rows of x, dropped (p > 0 and a key) into the scratch, or x itself.
+template <class T, class D, class X>
+typename Linear<T, D>::Act grouped_input(const X& x, double p, std::uint64_t key, Scratch<T, D>& sc) {
+  if (p <= 0 || key == 0) return typename Linear<T, D>::Act(x.data(), x.extent(0), x.extent(1));
+  const auto xd = scratch(sc.x, x.extent(0), x.extent(1));
+  dropout(x, xd, p, key);
+  return xd;
+}
+
+// Y[rows of e] += s (drop(X) A_e^T) B_e^T
 template <class T, class D, class X, class Y>
 void grouped_forward(const X& x, const typename LayerWeights<T, D>::Lora3& ad, double s,
-                     const std::vector<index_t>& off, const Y& y, typename Linear<T, D>::Act& hbuf) {
+                     const std::vector<index_t>& off, const Y& y, Scratch<T, D>& sc, double p = 0.0,
+                     std::uint64_t key = 0) {
   const std::size_t E = ad.a.extent(0), rows = std::size_t(off[E]);
-  const auto h = scratch(hbuf, x.extent(0), ad.a.extent(1));
-  kernels::grouped_linear_forward(x, ad.a, off, h);
+  const auto xin = grouped_input(x, p, key, sc);
+  const auto h = scratch(sc.h, x.extent(0), ad.a.extent(1));
+  kernels::grouped_linear_forward(xin, ad.a, off, h);
   scale_rows(h, rows, T(s));
   kernels::grouped_linear_forward(h, ad.b, off, y, /*accumulate=*/true);
 }
 
-// dX[rows of e] += s (dY B_e) A_e, dA_e += s (dY B_e)^T X, dB_e += s dY^T (X A_e^T)
-// (the gradients skipped when `g` has none).
+// dX[rows of e] += drop'(s (dY B_e) A_e), dA_e += s (dY B_e)^T drop(X),
+// dB_e += s dY^T (drop(X) A_e^T) (the gradients skipped when `g` has none).
 template <class T, class D, class X, class DY, class DX>
 void grouped_backward(const X& x, const typename LayerWeights<T, D>::Lora3& ad,
                       const typename LayerWeights<T, D>::Lora3& g, double s, const DY& dy,
-                      const std::vector<index_t>& off, const DX& dx, typename Linear<T, D>::Act& hbuf,
-                      typename Linear<T, D>::Act& gbuf) {
+                      const std::vector<index_t>& off, const DX& dx, Scratch<T, D>& sc, double p = 0.0,
+                      std::uint64_t key = 0) {
   const std::size_t E = ad.a.extent(0), rows = std::size_t(off[E]);
-  const auto h = scratch(hbuf, x.extent(0), ad.a.extent(1));
-  kernels::grouped_linear_forward(x, ad.a, off, h);
+  const auto xin = grouped_input(x, p, key, sc);
+  const auto h = scratch(sc.h, x.extent(0), ad.a.extent(1));
+  kernels::grouped_linear_forward(xin, ad.a, off, h);
   scale_rows(h, rows, T(s));
-  const auto gr = scratch(gbuf, dy.extent(0), ad.b.extent(2));
+  const auto gr = scratch(sc.g, dy.extent(0), ad.b.extent(2));
   kernels::grouped_linear_backward(h, ad.b, dy, off, gr, g.b, /*accumulate_dW=*/true);
   scale_rows(gr, rows, T(s));
-  kernels::grouped_linear_backward(x, ad.a, gr, off, dx, g.a, /*accumulate_dW=*/true, /*accumulate_dx=*/true);
+  if (p <= 0 || key == 0) {
+    kernels::grouped_linear_backward(x, ad.a, gr, off, dx, g.a, /*accumulate_dW=*/true, /*accumulate_dx=*/true);
+    return;
+  }
+  // dA from the dropped rows; dX through the mask: gr A_e per group (a
+  // backward without dW) into the scratch, dropped, then added.
+  using Act = typename Linear<T, D>::Act;
+  using W3 = typename LayerWeights<T, D>::W3;
+  kernels::grouped_linear_backward(xin, ad.a, gr, off, Act(), g.a, /*accumulate_dW=*/true);
+  const auto t = scratch(sc.x, x.extent(0), x.extent(1));
+  kernels::grouped_linear_backward(xin, ad.a, gr, off, t, W3(), false, /*accumulate_dx=*/false);
+  const auto r = Kokkos::make_pair(std::size_t(0), rows);
+  const auto tr = Kokkos::subview(t, r, Kokkos::ALL);
+  dropout(tr, tr, p, key);
+  add(Kokkos::subview(dx, r, Kokkos::ALL), tr);
 }
 
 }  // namespace exa::model::lora

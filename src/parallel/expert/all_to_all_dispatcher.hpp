@@ -113,13 +113,18 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto& off = c.exchange.expert_offsets;
     K::grouped_linear_forward(xr, w.w1, off, ea);
     K::grouped_linear_forward(xr, w.w3, off, eb);
-    if (w.lora_w1.a.data()) {  // each expert's adapters live with it (LoRA)
-      model::lora::grouped_forward<T, D>(xr, w.lora_w1, w.lora_scale, off, ea, h_);
-      model::lora::grouped_forward<T, D>(xr, w.lora_w3, w.lora_scale, off, eb, h_);
+    // Each expert's adapters live with it (LoRA), their input dropout keyed
+    // per projection.
+    const double p = w.lora_dropout;
+    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
+    if (w.lora_w1.a.data()) {
+      model::lora::grouped_forward<T, D>(xr, w.lora_w1, w.lora_scale, off, ea, lora_, p, key(101));
+      model::lora::grouped_forward<T, D>(xr, w.lora_w3, w.lora_scale, off, eb, lora_, p, key(103));
     }
     K::swiglu_forward(ea, eb, eh);
     K::grouped_linear_forward(eh, w.w2, off, ye);
-    if (w.lora_w2.a.data()) model::lora::grouped_forward<T, D>(eh, w.lora_w2, w.lora_scale, off, ye, h_);
+    if (w.lora_w2.a.data())
+      model::lora::grouped_forward<T, D>(eh, w.lora_w2, w.lora_scale, off, ye, lora_, p, key(102));
     K::permute_forward(ye, first(c.exchange.source_row, R), src);
     const auto yp = rows(c.yp, c.plan.rows);
     {
@@ -145,16 +150,17 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     }
     K::permute_forward(src, first(c.exchange.expert_row, R), dye);
     const bool ad = w.lora_w1.a.data() != nullptr;
-    const double s = w.lora_scale;
+    const double s = w.lora_scale, p = w.lora_dropout;
+    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
     K::grouped_linear_backward(eh, w.w2, dye, off, deh, g.w2, true);
-    if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, h_, g_);
+    if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, lora_, p, key(102));
     K::swiglu_backward(ea, eb, deh, dea, deb);
     const auto dxe = dye;  // dye is dead once deh is computed
     K::grouped_linear_backward(xr, w.w1, dea, off, dxe, g.w1, true, false);
     K::grouped_linear_backward(xr, w.w3, deb, off, dxe, g.w3, true, true);
     if (ad) {
-      model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, h_, g_);
-      model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, h_, g_);
+      model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, lora_, p, key(101));
+      model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, lora_, p, key(103));
     }
     K::permute_forward(dxe, first(c.exchange.source_row, R), src);
     {
@@ -337,7 +343,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   int n_experts_ = 0, local_experts_ = 0;
   V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
-  typename model::Linear<T, D>::Act h_, g_;  // the experts' adapters' [rows, r] products
+  model::lora::Scratch<T, D> lora_;  // the experts' adapters' products
 };
 
 }  // namespace exa::parallel::expert

@@ -104,7 +104,7 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
     }
     const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
     kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
-    if (ad) model::lora::forward(gx, ad, y, h_);
+    if (ad) model::lora::forward(gx, ad, y, lora_);
   }
   void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
                       const Adapter& ad = {}) const override {
@@ -116,7 +116,7 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
     if (dw.data() == nullptr && !ad) return;  // frozen, no adapter: nothing to gather for
     const Act gx = tp_detail::gathered(*tp_, x, dy.extent(0), gx_);
     if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dy, gx, accumulate ? T(1) : T(0), dw);
-    if (ad) model::lora::backward_weight(gx, dy, ad, accumulate, h_, g_);
+    if (ad) model::lora::backward_weight(gx, dy, ad, accumulate, lora_);
   }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
                 bool accumulate_dx = false, const Adapter& ad = {}) const override {
@@ -135,7 +135,7 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
     auto r = partial_input_grad(dy, w, dx, ad);
     TpComm::wait(gather);
     if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dy, gx, T(1), dw);  // during the reduce-scatter
-    if (ad) model::lora::backward_weight(gx, dy, ad, true, h_, g_);
+    if (ad) model::lora::backward_weight(gx, dy, ad, true, lora_);
     r.finish(dx, accumulate_dx);
   }
 
@@ -150,7 +150,7 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
     const auto block = [&](const auto& xs, std::size_t s) {
       const auto ys = Kokkos::subview(y, rows(s), Kokkos::ALL);
       kernels::gemm('N', 'T', T(1), xs, w, beta, ys);
-      if (ad) model::lora::forward(xs, ad, ys, h_);
+      if (ad) model::lora::forward(xs, ad, ys, lora_, s * n);  // block s: rows s n.. of the input
     };
     block(x, me);
     for (std::size_t k = 1; k < p; ++k) {
@@ -164,12 +164,13 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
   tp_detail::Reduced<Act> partial_input_grad(const Act& dy, const Wt& w, const Act& dx, const Adapter& ad) const {
     const auto t = tp_detail::scratch(buf_, dy.extent(0), dx.extent(1));
     kernels::gemm('N', 'N', T(1), dy, w, T(0), t);
-    if (ad) model::lora::backward_input(dy, ad, t, g_);  // partial over the output columns, reduced with W's
+    if (ad) model::lora::backward_input(dy, ad, t, lora_);  // partial over the output columns, reduced with W's
     return tp_detail::start_reduce(*tp_, t, dx, block_);
   }
   std::shared_ptr<const TpComm> tp_;
   bool overlap_;
-  mutable Act buf_, block_, gx_, h_, g_;
+  mutable Act buf_, block_, gx_;
+  mutable model::lora::Scratch<T, D> lora_;  // the adapters' products
 };
 
 template <class T, class D = Device>
@@ -185,7 +186,7 @@ class RowParallelLinear final : public model::Linear<T, D> {
                const Adapter& ad = {}) const override {
     const auto t = tp_detail::scratch(buf_, x.extent(0), y.extent(1));
     kernels::gemm('N', 'T', T(1), x, w, T(0), t);
-    if (ad) model::lora::forward(x, ad, t, h_);  // a partial sum over the input columns, reduced with W's
+    if (ad) model::lora::forward(x, ad, t, lora_);  // a partial sum over the input columns, reduced with W's
     auto r = tp_detail::start_reduce(*tp_, t, y, block_);
     r.finish(y, accumulate);
   }
@@ -193,29 +194,30 @@ class RowParallelLinear final : public model::Linear<T, D> {
                       const Adapter& ad = {}) const override {
     const Act gdy = tp_detail::gathered(*tp_, dy, dx.extent(0), gdy_);
     kernels::gemm('N', 'N', T(1), gdy, w, accumulate ? T(1) : T(0), dx);
-    if (ad) model::lora::backward_input(gdy, ad, dx, g_);
+    if (ad) model::lora::backward_input(gdy, ad, dx, lora_);
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {
     if (dw.data() == nullptr && !ad) return;  // frozen, no adapter
     const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);
     if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), gdy, x, accumulate ? T(1) : T(0), dw);
-    if (ad) model::lora::backward_weight(x, gdy, ad, accumulate, h_, g_);
+    if (ad) model::lora::backward_weight(x, gdy, ad, accumulate, lora_);
   }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
                 bool accumulate_dx = false, const Adapter& ad = {}) const override {
     const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);  // once for both products
     if (dx.data() != nullptr) {
       kernels::gemm('N', 'N', T(1), gdy, w, accumulate_dx ? T(1) : T(0), dx);
-      if (ad) model::lora::backward_input(gdy, ad, dx, g_);
+      if (ad) model::lora::backward_input(gdy, ad, dx, lora_);
     }
     if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), gdy, x, T(1), dw);
-    if (ad) model::lora::backward_weight(x, gdy, ad, true, h_, g_);
+    if (ad) model::lora::backward_weight(x, gdy, ad, true, lora_);
   }
 
  private:
   std::shared_ptr<const TpComm> tp_;
-  mutable Act buf_, block_, gdy_, h_, g_;
+  mutable Act buf_, block_, gdy_;
+  mutable model::lora::Scratch<T, D> lora_;  // the adapters' products
 };
 
 template <class T, class D = Device>
@@ -236,7 +238,7 @@ class ReplicatedLinear final : public model::Linear<T, D> {
                const Adapter& ad = {}) const override {
     const Act gx = tp_detail::gathered(*tp_, x, y.extent(0), gx_);
     kernels::gemm('N', 'T', T(1), gx, w, accumulate ? T(1) : T(0), y);
-    if (ad) model::lora::forward(gx, ad, y, h_);
+    if (ad) model::lora::forward(gx, ad, y, lora_);
   }
   // Under sequence parallelism dx holds this rank's rows: the product of
   // dy's same rows (dy is whole and equal on every rank).
@@ -244,7 +246,7 @@ class ReplicatedLinear final : public model::Linear<T, D> {
                       const Adapter& ad = {}) const override {
     const Act dyo = own_rows(dy, dx.extent(0));
     kernels::gemm('N', 'N', T(1), dyo, w, accumulate ? T(1) : T(0), dx);
-    if (ad) model::lora::backward_input(dyo, ad, dx, g_);
+    if (ad) model::lora::backward_input(dyo, ad, dx, lora_, own_row0(dy, dx.extent(0)));
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {
@@ -256,10 +258,14 @@ class ReplicatedLinear final : public model::Linear<T, D> {
     const Act dyr = Kokkos::subview(own_rows(dy, x.extent(0)), r, Kokkos::ALL);
     const Act xr = Kokkos::subview(x, r, Kokkos::ALL);
     if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dyr, xr, accumulate ? T(1) : T(0), dw);
-    if (ad) model::lora::backward_weight(xr, dyr, ad, accumulate, h_, g_);
+    // xr's rows of the whole sequence: this rank's block's, or its share's.
+    if (ad) model::lora::backward_weight(xr, dyr, ad, accumulate, lora_, split ? own_row0(dy, x.extent(0)) : std::size_t(r0));
   }
 
  private:
+  std::size_t own_row0(const Act& dy, std::size_t n) const {
+    return n == dy.extent(0) ? 0 : n * std::size_t(tp_->rank());
+  }
   // The rows of a whole-sequence dy that belong to a local operand of `n`
   // rows (all of dy when n covers it).
   Act own_rows(const Act& dy, std::size_t n) const {
@@ -269,7 +275,8 @@ class ReplicatedLinear final : public model::Linear<T, D> {
   }
   std::shared_ptr<const TpComm> tp_;
   model::RowShare share_;
-  mutable Act gx_, h_, g_;
+  mutable Act gx_;
+  mutable model::lora::Scratch<T, D> lora_;  // the adapters' products
 };
 
 }  // namespace exa::parallel::tensor
