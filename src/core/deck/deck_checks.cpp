@@ -309,12 +309,6 @@ void check_lora(const Config& c) {
       if (!moe)
         fail(c, {"lora.targets", "moe.moe_every"},
              "lora.targets names experts, but the model has no MoE layer; drop experts");
-      const auto tp = c.get_int("parallel.tp"), etp = c.get_int("parallel.etp");
-      if (tp > 1 && etp != 0 && etp != tp)  // 0 = tp
-        fail(c, {"lora.targets", "parallel.etp"},
-             fmt::format("adapters on the routed experts with whole experts under tensor parallelism "
-                         "(parallel.tp = {}, parallel.etp = {}) are not built yet; set parallel.etp = {} or drop "
-                         "experts from lora.targets", tp, etp, tp));
       smallest = std::min(d, c.get_int("moe.d_expert"));
     } else if (t == "router") {
       if (!moe)
@@ -322,10 +316,6 @@ void check_lora(const Config& c) {
              "lora.targets names router, but the model has no MoE layer; drop router");
       smallest = std::min(d, c.get_int("moe.n_experts"));
     } else if (t == "embeddings") {
-      if (c.get_bool("model.tie_embeddings") && c.get_int("parallel.pp") > 1)
-        fail(c, {"lora.targets", "parallel.pp"},
-             "adapters on a tied embedding across pipeline stages (model.tie_embeddings with parallel.pp > 1) are "
-             "not built yet; drop embeddings from lora.targets, or use pp = 1");
       smallest = std::min(d, c.get_int("model.vocab_size"));
     } else {
       const auto guess = did_you_mean(t, known);

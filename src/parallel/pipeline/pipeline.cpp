@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "comm/traffic_ledger.hpp"
 #include "core/error.hpp"
@@ -191,27 +192,39 @@ double Pipeline::max(double x) const {
   return x;
 }
 
+namespace {
+// The tied embedding's trainable tensors, which the first and last stages
+// both hold: the table, or under LoRA its adapters (none when frozen).
+std::vector<std::size_t> tied_trainable(const model::ParameterStore& store) {
+  std::vector<std::size_t> out;
+  for (const char* n : {"embed.weight", "embed.lora_a", "embed.lora_b"})
+    if (store.contains(n) && store.spec(store.index(n)).trainable) out.push_back(store.index(n));
+  return out;
+}
+}  // namespace
+
 void Pipeline::sum_tied_grads(const model::ParameterStore& store) const {
   if (embed_ == MPI_COMM_NULL) return;
-  const std::size_t i = store.index("embed.weight");
-  if (!store.spec(i).trainable) return;  // frozen (LoRA): no gradient on either stage
-  EXA_REQUIRE(store.shard(i).count == store.shard(i).box.numel(),
-              "pipeline: the tied embedding's gradient must be this rank's whole part (its vocabulary rows) on the "
-              "first and last stages (parallel.zero = 0)");
   auto comm = comm::make_mpi_communicator(embed_);
-  comm->iallreduce(store.grad(i)).wait();
+  for (const std::size_t i : tied_trainable(store)) {
+    EXA_REQUIRE(store.shard(i).count == store.shard(i).box.numel(),
+                "pipeline: the tied embedding's gradient ({}) must be this rank's whole part on the first and last "
+                "stages (parallel.zero = 0)", store.spec(i).name);
+    comm->iallreduce(store.grad(i)).wait();
+  }
 }
 
 Reduction Pipeline::norm_reduction(Reduction within, const model::ParameterStore& store) const {
-  // The tied embedding's second copy (none when it is frozen).
-  const bool twice = embed_ != MPI_COMM_NULL && last() && store.spec(store.index("embed.weight")).trainable;
-  return [this, within = std::move(within), &store, twice](double x) {
+  // The tied embedding's second copies, on the last stage.
+  const auto tied = embed_ != MPI_COMM_NULL && last() ? tied_trainable(store) : std::vector<std::size_t>{};
+  return [this, within = std::move(within), &store, tied](double x) {
     if (within) x = within(x);
-    if (twice) {
+    for (const std::size_t i : tied) {
       // `within` summed the vocabulary-parallel parts over the Tp group, so
-      // the copy to take out is the sum of theirs too.
-      double copy = kernels::global_sq_norm(store.grad("embed.weight"));
-      MPI_Allreduce(MPI_IN_PLACE, &copy, 1, MPI_DOUBLE, MPI_SUM, tp_);
+      // a split tensor's copy to take out is the sum of theirs too; a whole
+      // one (an adapter's A) it counted once.
+      double copy = kernels::global_sq_norm(store.grad(i));
+      if (store.spec(i).tp_dim >= 0) MPI_Allreduce(MPI_IN_PLACE, &copy, 1, MPI_DOUBLE, MPI_SUM, tp_);
       x -= copy;
     }
     sum(&x, 1);

@@ -28,14 +28,21 @@ ReplicatedGradients::ReplicatedGradients(std::shared_ptr<comm::Communicator> tp,
   if (skip_norms_)
     log::warn("EXAMOE_DEBUG_TP_SKIP_NORM_REDUCTION=1: the norms' gradients are NOT reduced over tensor "
               "parallelism; the losses will drift from the single-rank run (a debug switch for the tests)");
+  // Whole routed experts (etp = 1): every TP rank runs them on the same
+  // tokens, so their adapters' whole factors (tp_dim < 0) are whole sums
+  // already, like the experts' own gradients.
+  bool experts_whole = false;
   for (std::size_t i = 0; i < store.size(); ++i) {
     const auto& s = store.spec(i);
+    if (s.reduce == model::ReduceGroup::ExpertData && s.tp_dim >= 0)
+      experts_whole = model::local_box(s, plan).extent[std::size_t(s.tp_dim)] == s.shape[std::size_t(s.tp_dim)];
     const std::int64_t n = store.shard(i).count;
     if (n == 0 || !s.trainable) continue;  // a frozen tensor's gradient is never reduced
     const auto d = std::size_t(s.tp_dim);
     const bool whole = s.tp_dim < 0 || model::local_box(s, plan).extent[d] == s.shape[d];
     if (whole) all_.emplace_back(store.local_offset(i), n);
     if (s.tp_dim >= 0) continue;
+    if (s.reduce == model::ReduceGroup::ExpertData && experts_whole) continue;
     if (skip_norms_ && ends_with(s.name, "norm.weight")) continue;
     ranges_.emplace_back(store.local_offset(i), n);
     total_ += n;
