@@ -122,23 +122,11 @@ CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dr
     store_ = std::make_unique<model::ParameterStore>(std::move(specs), std::move(shards));
   }
   const std::string dir = meta_.directory;
-  if (train::checkpoints_hold_adapters_only(*config_)) {
-    // A LoRA run from train.init_from saved its adapters only: the frozen
-    // model comes from that checkpoint, which must be the one it adapted.
-    const std::string base = config_->get_string("train.init_from");
-    const std::uint64_t root = train::load_init_from(base, *store_, mcfg_, comm);
-    meta_ = io::load_checkpoint(dir, train::saved_tensors(*store_, true), nullptr, comm);
-    const auto it = meta_.state.find(train::kLoraBaseState);
-    EXA_REQUIRE(it != meta_.state.end(), "checkpoint {} holds adapters but not the Merkle root of the model they "
-                "adapt (/state/{}); it was not written by an ExaMoE LoRA run", dir, train::kLoraBaseState);
-    EXA_REQUIRE(train::root_from_state(it->second) == root,
-                "checkpoint {} adapts the model with Merkle root {:016x}, but its train.init_from = \"{}\" now "
-                "holds root {:016x}: the frozen model changed since. Restore it, or fold the adapters into the "
-                "model it was trained on (examoe-ckpt merge-lora)", dir, train::root_from_state(it->second), base,
-                root);
-  } else {
-    meta_ = io::load_checkpoint(dir, *store_, nullptr, comm);
-  }
+  // A LoRA run from train.init_from saved its adapters only: the frozen
+  // model comes from that checkpoint.
+  meta_ = train::checkpoints_hold_adapters_only(*config_)
+              ? train::load_adapted_model(dir, config_->get_string("train.init_from"), *store_, mcfg_, comm)
+              : io::load_checkpoint(dir, *store_, nullptr, comm);
   model_ = stages == 1 ? std::make_unique<model::Transformer<float>>(mcfg_)
                        : std::make_unique<model::Transformer<float>>(mcfg_, plan_);
   w_ = model::bind_values(mcfg_, plan_, *store_);

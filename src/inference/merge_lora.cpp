@@ -52,21 +52,12 @@ std::string merge_lora(const std::string& base, const std::string& adapters, con
   EXA_REQUIRE(mcfg.lora.enabled(), "merge-lora: {} holds no adapters (its deck has lora.rank = 0); it already is "
               "an ordinary checkpoint", info.meta.directory);
   // The adapted model in model order, whole: the frozen tensors from
-  // `base`, the adapters from `adapters`.
+  // `base` and the adapters from `adapters`, or everything from `adapters`
+  // when it holds the whole model (a LoRA run on the seeded model).
   model::ParameterStore store(model::parameter_specs(mcfg));
-  const std::uint64_t root = train::load_init_from(base, store, mcfg, comm);
-  const bool adapters_only = train::checkpoints_hold_adapters_only(cfg);
-  std::vector<io::CheckpointTensor> tensors;
-  for (const auto& t : io::checkpoint_tensors(store))
-    if (!adapters_only || store.spec(store.index(t.name)).trainable) tensors.push_back(t);
   io::CheckpointMeta meta;
-  if (adapters_only) {
-    meta = io::load_checkpoint(info.meta.directory, tensors, nullptr, comm);
-    const auto it = meta.state.find(train::kLoraBaseState);
-    EXA_REQUIRE(it != meta.state.end() && train::root_from_state(it->second) == root,
-                "merge-lora: {} adapts the model with Merkle root {:016x}, not {} (root {:016x}); give the "
-                "checkpoint its train.init_from named", info.meta.directory,
-                it == meta.state.end() ? 0 : train::root_from_state(it->second), base, root);
+  if (train::checkpoints_hold_adapters_only(cfg)) {
+    meta = train::load_adapted_model(info.meta.directory, base, store, mcfg, comm);
   } else {
     // The whole model is in the LoRA checkpoint: its frozen tensors must
     // be the base's, dataset checksum for dataset checksum.
@@ -74,13 +65,13 @@ std::string merge_lora(const std::string& base, const std::string& adapters, con
     std::map<std::string, std::uint64_t> sums;
     for (const auto& d : b.datasets) sums[d.path] = d.checksum;
     for (const auto& d : info.datasets) {
-      if (d.path.rfind("/model/", 0) != 0 || d.path.find(".lora_") != std::string::npos) continue;
+      if (d.path.rfind("/model/", 0) != 0 || model::is_lora_adapter(d.path)) continue;
       const auto it = sums.find(d.path);
       EXA_REQUIRE(it != sums.end() && it->second == d.checksum,
                   "merge-lora: {} of {} differs from {}'s: the adapters were not trained on that model",
                   d.path, info.meta.directory, base);
     }
-    meta = io::load_checkpoint(info.meta.directory, tensors, nullptr, comm);
+    meta = io::load_checkpoint(info.meta.directory, store, nullptr, comm);
   }
   // The merged model: the deck without [lora] and without a starting point.
   const deck::Config merged_cfg = config_from_checkpoint(info.meta, {"lora.rank=0", "train.init_from=none"});

@@ -42,10 +42,6 @@ void ParameterStore::require_trainable_first() const {
               "(gradients, optimizer) must hold the trainable tensors first", out_of_order_);
 }
 
-ParameterStore::Flat ParameterStore::trainable_values() const {
-  return Kokkos::subview(values_, Kokkos::make_pair(std::size_t(0), std::size_t(trainable_numel_)));
-}
-
 ParameterStore::Flat ParameterStore::trainable_grads() const {
   return Kokkos::subview(grads_, Kokkos::make_pair(std::size_t(0), std::size_t(trainable_numel_)));
 }

@@ -63,7 +63,6 @@ class ParameterStore {
   // (a model read for inference, in model order) has no gradients: 0, and
   // grad() of a trainable tensor throws.
   std::int64_t trainable_numel() const { return trainable_numel_; }
-  Flat trainable_values() const;
   Flat trainable_grads() const;
   // exa::Error naming the tensor unless the trainable tensors come first.
   void require_trainable_first() const;

@@ -22,7 +22,7 @@ std::uint64_t load_init_from(const std::string& path, model::ParameterStore& sto
     throw Error(fmt::format("train.init_from = \"{}\": {}", path, e.what()));
   }
   for (const auto& d : info.datasets)
-    if (d.path.find(".lora_") != std::string::npos)
+    if (model::is_lora_adapter(d.path))
       throw Error(fmt::format("train.init_from = \"{}\" holds adapters ({}): fold them into the model first "
                               "(examoe-ckpt merge-lora {} OUT) and start from OUT", path, d.path, step_dir));
   // The model the deck builds, less its adapters, must be the checkpoint's.
@@ -45,6 +45,20 @@ std::uint64_t load_init_from(const std::string& path, model::ParameterStore& sto
   log::info("init_from: the model of {} (step {}, Merkle root {:016x}){}", step_dir, info.meta.step,
             info.meta.merkle_root, mcfg.lora.enabled() ? ", frozen under the adapters" : "");
   return info.meta.merkle_root;
+}
+
+io::CheckpointMeta load_adapted_model(const std::string& dir, const std::string& base, model::ParameterStore& store,
+                                      const model::ModelConfig& mcfg, MPI_Comm comm) {
+  const std::uint64_t root = load_init_from(base, store, mcfg, comm);
+  io::CheckpointMeta meta = io::load_checkpoint(dir, saved_tensors(store, true), nullptr, comm);
+  const auto it = meta.state.find(kLoraBaseState);
+  EXA_REQUIRE(it != meta.state.end(), "checkpoint {} holds adapters but not the Merkle root of the model they "
+              "adapt (/state/{}); it was not written by an ExaMoE LoRA run", dir, kLoraBaseState);
+  EXA_REQUIRE(root_from_state(it->second) == root,
+              "checkpoint {} adapts the model with Merkle root {:016x}, but {} holds root {:016x}: not the model "
+              "the adapters were trained on. Give the checkpoint its train.init_from (as it was when it trained)",
+              dir, root_from_state(it->second), base, root);
+  return meta;
 }
 
 bool checkpoints_hold_adapters_only(const deck::Config& cfg) {

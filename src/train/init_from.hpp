@@ -33,6 +33,13 @@ inline constexpr const char* kLoraBaseState = "lora_base_root";
 std::uint64_t load_init_from(const std::string& path, model::ParameterStore& store, const model::ModelConfig& mcfg,
                              MPI_Comm world);
 
+// Loads a checkpoint that holds adapters only (below) into `store`: the
+// frozen model from `base`, the run's train.init_from, then the adapters
+// from `dir`, refused unless they were trained on `base` (the Merkle root
+// they record). Returns the adapter checkpoint's metadata. Collective.
+io::CheckpointMeta load_adapted_model(const std::string& dir, const std::string& base, model::ParameterStore& store,
+                                      const model::ModelConfig& mcfg, MPI_Comm comm);
+
 // Whether this deck's checkpoints hold the adapters only (with their
 // moments and the model's Merkle root): a LoRA run from train.init_from,
 // whose frozen model that checkpoint already holds. A LoRA run on the

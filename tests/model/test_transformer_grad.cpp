@@ -235,16 +235,26 @@ TEST(TransformerGrad, DenseLayerMoeEvery2) {
   run_case(c, "moe_every2");
 }
 
-// LoRA adapters on every projection they can target (B filled at random
-// here, so that A's gradient is not zero): A and B against finite
-// differences, and the frozen model's gradients too (computed, never used).
-TEST(TransformerGrad, LoraAdapters) {
+namespace {
+// tiny() with a dense and an MoE layer (with a shared expert) and rank-2
+// adapters, scale 1.5, on `targets`.
+ModelConfig lora_tiny(LoraTargets targets, double dropout = 0.0) {
   auto c = tiny();
   c.moe_every = 2;
   c.n_shared_experts = 1;
   c.lora.rank = 2;
-  c.lora.alpha = 3.0;  // scale 1.5
-  c.lora.targets = {true, true, true, true, true, true};
+  c.lora.alpha = 3.0;
+  c.lora.dropout = dropout;
+  c.lora.targets = targets;
+  return c;
+}
+}  // namespace
+
+// LoRA adapters on every projection they can target (B filled at random
+// here, so that A's gradient is not zero): A and B against finite
+// differences, and the frozen model's gradients too (computed, never used).
+TEST(TransformerGrad, LoraAdapters) {
+  const auto c = lora_tiny({true, true, true, true, true, true});
   int adapters = 0;
   for (const auto& s : parameter_specs(c)) adapters += s.name.find(".lora_") != std::string::npos;
   // wq wk wv wo per layer; dense, shared and routed experts' w1 w3 w2; the router; the embedding
@@ -255,14 +265,7 @@ TEST(TransformerGrad, LoraAdapters) {
 // With dropout on the adapters' input: the masks are fixed by the key, and
 // backward must draw the forward's (a wrong mask in dx, dA or dB shows here).
 TEST(TransformerGrad, LoraDropout) {
-  auto c = tiny();
-  c.moe_every = 2;
-  c.n_shared_experts = 1;
-  c.lora.rank = 2;
-  c.lora.alpha = 3.0;
-  c.lora.dropout = 0.3;
-  c.lora.targets = {true, true, true, true, true, false};
-  run_case(c, "lora_dropout");
+  run_case(lora_tiny({true, true, true, true, true, false}, 0.3), "lora_dropout");
 }
 
 // The same with a tied embedding: its adapters act in the LM head too.

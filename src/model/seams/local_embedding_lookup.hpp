@@ -3,7 +3,6 @@
 // deterministic scatter-add of kernels/embedding.hpp.
 #include "core/error.hpp"
 #include "kernels/embedding.hpp"
-#include "kernels/gemm.hpp"
 #include "model/seams/embedding_lookup.hpp"
 #include "model/seams/lora_ops.hpp"
 
@@ -23,9 +22,7 @@ class LocalEmbeddingLookup final : public EmbeddingLookup<T, D> {
   void forward(const Ids& tokens, const W2& table, const V2& out, const Adapter& ad = {}) const override {
     check(table);
     kernels::embedding_forward(table, tokens, out);
-    if (!ad) return;
-    const auto hb = rows_of_b(tokens, ad);
-    kernels::gemm('N', 'N', ad.scale, hb, ad.a, T(1), out);
+    if (ad) lora::table_forward(rows_of_b(tokens, ad), ad, out);
   }
   void backward(const Ids& tokens, const V2& dout, const W2& dtable, const Adapter& ad = {}) const override {
     if (dtable.data() != nullptr) {
@@ -33,10 +30,7 @@ class LocalEmbeddingLookup final : public EmbeddingLookup<T, D> {
       kernels::embedding_backward(tokens, dout, dtable, /*accumulate=*/true);
     }
     if (!ad) return;
-    const auto hb = rows_of_b(tokens, ad);
-    kernels::gemm('T', 'N', ad.scale, hb, dout, T(1), ad.da);
-    const auto g = lora::scratch(g_, dout.extent(0), ad.b.extent(1));
-    kernels::gemm('N', 'T', ad.scale, dout, ad.a, T(0), g);
+    const auto g = lora::table_backward(rows_of_b(tokens, ad), dout, ad, lora_);
     kernels::embedding_backward(tokens, g, ad.db, /*accumulate=*/true);
   }
 
@@ -49,12 +43,12 @@ class LocalEmbeddingLookup final : public EmbeddingLookup<T, D> {
   }
   // B's rows of the tokens [N, r].
   typename Linear<T, D>::Act rows_of_b(const Ids& tokens, const Adapter& ad) const {
-    const auto hb = lora::scratch(h_, tokens.extent(0), ad.b.extent(1));
+    const auto hb = lora::scratch(lora_.h, tokens.extent(0), ad.b.extent(1));
     kernels::embedding_forward(ad.b, tokens, hb);
     return hb;
   }
   std::int64_t vocab_;
-  mutable typename Linear<T, D>::Act h_, g_;
+  mutable lora::Scratch<T, D> lora_;  // the adapter's products
 };
 
 }  // namespace exa::model

@@ -12,9 +12,11 @@
 //
 // h = x A^T and g = dy B are recomputed in backward from x and dy rather
 // than kept: r columns each, cheap next to the base product.
+#include <utility>
 #include <vector>
 
 #include "core/philox.hpp"
+#include "kernels/checksum.hpp"
 #include "kernels/gemm.hpp"
 #include "model/activation_context.hpp"
 #include "model/seams/linear.hpp"
@@ -43,6 +45,14 @@ void add(const DST& dst, const SRC& src) {
       KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { dst(i, j) += src(i, j); });
 }
 
+// A distinct key for each adapted projection of a layer context's key
+// (0 stays 0: no dropout).
+inline std::uint64_t key(std::uint64_t context_key, std::uint64_t projection) {
+  if (context_key == 0) return 0;
+  const std::uint64_t z = kernels::checksum_fmix64(context_key + 0x9E3779B97F4A7C15ull * (projection + 1));
+  return z == 0 ? 1 : z;
+}
+
 // The adapter of a projection from the layer's values (and, for backward,
 // gradients); empty when the projection has none.
 // `dropout` and `key`: lora.dropout and this projection's key in this
@@ -65,35 +75,18 @@ LoraAdapter<T, D> adapter(const typename LayerWeights<T, D>::Lora2& v, double sc
   return ad;
 }
 
-// A distinct key for each adapted projection of a layer context's key
-// (0 stays 0: no dropout).
-inline std::uint64_t key(std::uint64_t context_key, std::uint64_t projection) {
-  if (context_key == 0) return 0;
-  std::uint64_t z = context_key + 0x9E3779B97F4A7C15ull * (projection + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return z == 0 ? 1 : z;
-}
-
-// The same for shared expert e's slice of a [S, .., ..] adapter.
+// The same for expert e's slice of a stacked [S, .., ..] adapter.
 template <class T, class D>
 LoraAdapter<T, D> adapter(const typename LayerWeights<T, D>::Lora3& v, std::int64_t e, double scale,
                           const typename LayerWeights<T, D>::Lora3* g = nullptr, double dropout = 0.0,
                           std::uint64_t key = 0) {
-  LoraAdapter<T, D> ad;
-  if (v.a.data() == nullptr) return ad;
+  using L2 = typename LayerWeights<T, D>::Lora2;
+  if (v.a.data() == nullptr) return {};
   const auto slice = [e](const auto& w) { return Kokkos::subview(w, e, Kokkos::ALL, Kokkos::ALL); };
-  ad.a = slice(v.a);
-  ad.b = slice(v.b);
-  if (g) {
-    ad.da = slice(g->a);
-    ad.db = slice(g->b);
-  }
-  ad.scale = T(scale);
-  ad.dropout = T(dropout);
-  ad.key = key;
-  return ad;
+  const L2 vs{slice(v.a), slice(v.b)};
+  L2 gs;
+  if (g) gs = L2{slice(g->a), slice(g->b)};
+  return adapter<T, D>(vs, scale, g ? &gs : nullptr, dropout, key);
 }
 
 // Dropout on the adapter's input (lora.dropout, training only): element
@@ -116,13 +109,19 @@ void dropout(const X& x, const O& out, double p, std::uint64_t key, std::size_t 
       });
 }
 
-// The adapter's input: x, or its dropped copy in the scratch.
+// An adapter's input: x itself, or with dropout (p > 0 and a key) its
+// dropped copy in the scratch.
+template <class T, class D, class X>
+typename Linear<T, D>::Act dropped(const X& x, double p, std::uint64_t key, Scratch<T, D>& s,
+                                   std::size_t row0 = 0) {
+  if (p <= 0 || key == 0) return typename Linear<T, D>::Act(x.data(), x.extent(0), x.extent(1));
+  const auto xd = scratch(s.x, x.extent(0), x.extent(1));
+  dropout(x, xd, p, key, row0);
+  return xd;
+}
 template <class T, class D, class X>
 typename Linear<T, D>::Act input(const X& x, const LoraAdapter<T, D>& ad, Scratch<T, D>& s, std::size_t row0 = 0) {
-  if (!ad.drops()) return typename Linear<T, D>::Act(x.data(), x.extent(0), x.extent(1));
-  const auto xd = scratch(s.x, x.extent(0), x.extent(1));
-  dropout(x, xd, double(ad.dropout), ad.key, row0);
-  return xd;
+  return dropped(x, double(ad.dropout), ad.key, s, row0);
 }
 
 // A layer's projection's adapter in layer context c: its dropout keyed by
@@ -180,6 +179,26 @@ void backward_weight(const X& x, const DY& dy, const LoraAdapter<T, D>& ad, bool
   kernels::gemm('T', 'N', ad.scale, dy, h, beta, ad.db);
 }
 
+// The embedding's adapter, W [V, d] + s B A: the lookup seams gather hb =
+// B's rows of the tokens (this rank's vocabulary's, zero elsewhere) and
+// scatter the returned gradient of those rows into dB themselves.
+
+// out += s hb A
+template <class T, class D, class HB, class OUT>
+void table_forward(const HB& hb, const LoraAdapter<T, D>& ad, const OUT& out) {
+  kernels::gemm('N', 'N', ad.scale, hb, ad.a, T(1), out);
+}
+
+// dA += s hb^T dout; returns s dout A^T, the gradient of hb to scatter into dB.
+template <class T, class D, class HB, class DOUT>
+typename Linear<T, D>::Act table_backward(const HB& hb, const DOUT& dout, const LoraAdapter<T, D>& ad,
+                                          Scratch<T, D>& s) {
+  kernels::gemm('T', 'N', ad.scale, hb, dout, T(1), ad.da);
+  const auto g = scratch(s.g, dout.extent(0), ad.b.extent(1));
+  kernels::gemm('N', 'T', ad.scale, dout, ad.a, T(0), g);
+  return g;
+}
+
 // The routed experts' adapters, one A [r, in] and B [out, r] per expert,
 // on the grouped products of a dispatcher (rows off[e] .. off[e+1] of X
 // belong to expert e, kernels/gemm.hpp).
@@ -194,13 +213,16 @@ void scale_rows(const V& v, std::size_t rows, typename V::non_const_value_type s
       KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { v(i, j) *= s; });
 }
 
-// The rows of x, dropped (p > 0 and a key) into the scratch, or x itself.
+// {drop(X), h = s drop(X) A_e^T per group}, both in the scratch.
 template <class T, class D, class X>
-typename Linear<T, D>::Act grouped_input(const X& x, double p, std::uint64_t key, Scratch<T, D>& sc) {
-  if (p <= 0 || key == 0) return typename Linear<T, D>::Act(x.data(), x.extent(0), x.extent(1));
-  const auto xd = scratch(sc.x, x.extent(0), x.extent(1));
-  dropout(x, xd, p, key);
-  return xd;
+std::pair<typename Linear<T, D>::Act, typename Linear<T, D>::Act> grouped_h(
+    const X& x, const typename LayerWeights<T, D>::Lora3& ad, double s, const std::vector<index_t>& off,
+    Scratch<T, D>& sc, double p, std::uint64_t key) {
+  const auto xin = dropped(x, p, key, sc);
+  const auto h = scratch(sc.h, x.extent(0), ad.a.extent(1));
+  kernels::grouped_linear_forward(xin, ad.a, off, h);
+  scale_rows(h, std::size_t(off[ad.a.extent(0)]), T(s));
+  return {xin, h};
 }
 
 // Y[rows of e] += s (drop(X) A_e^T) B_e^T
@@ -208,11 +230,7 @@ template <class T, class D, class X, class Y>
 void grouped_forward(const X& x, const typename LayerWeights<T, D>::Lora3& ad, double s,
                      const std::vector<index_t>& off, const Y& y, Scratch<T, D>& sc, double p = 0.0,
                      std::uint64_t key = 0) {
-  const std::size_t E = ad.a.extent(0), rows = std::size_t(off[E]);
-  const auto xin = grouped_input(x, p, key, sc);
-  const auto h = scratch(sc.h, x.extent(0), ad.a.extent(1));
-  kernels::grouped_linear_forward(xin, ad.a, off, h);
-  scale_rows(h, rows, T(s));
+  const auto h = grouped_h(x, ad, s, off, sc, p, key).second;
   kernels::grouped_linear_forward(h, ad.b, off, y, /*accumulate=*/true);
 }
 
@@ -223,11 +241,8 @@ void grouped_backward(const X& x, const typename LayerWeights<T, D>::Lora3& ad,
                       const typename LayerWeights<T, D>::Lora3& g, double s, const DY& dy,
                       const std::vector<index_t>& off, const DX& dx, Scratch<T, D>& sc, double p = 0.0,
                       std::uint64_t key = 0) {
-  const std::size_t E = ad.a.extent(0), rows = std::size_t(off[E]);
-  const auto xin = grouped_input(x, p, key, sc);
-  const auto h = scratch(sc.h, x.extent(0), ad.a.extent(1));
-  kernels::grouped_linear_forward(xin, ad.a, off, h);
-  scale_rows(h, rows, T(s));
+  const std::size_t rows = std::size_t(off[ad.a.extent(0)]);
+  const auto [xin, h] = grouped_h(x, ad, s, off, sc, p, key);
   const auto gr = scratch(sc.g, dy.extent(0), ad.b.extent(2));
   kernels::grouped_linear_backward(h, ad.b, dy, off, gr, g.b, /*accumulate_dW=*/true);
   scale_rows(gr, rows, T(s));

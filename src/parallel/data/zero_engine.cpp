@@ -342,8 +342,8 @@ void ZeroEngine::after_backward(int unit) {
 void ZeroEngine::finish_gradients() {
   // The mean over the data-parallel ranks, whatever group reduced these
   // tensors: an expert's gradient already sums the tokens of its EP group.
-  const float inv = float(1.0 / cfg_.grad_divisor);
   if (cfg_.frozen) return;
+  const float inv = float(1.0 / cfg_.grad_divisor);
   if (cfg_.zero >= 2) {
     for (auto& r : reduce_req_) DataGroup::wait(r);
     if (cfg_.grad_divisor != 1.0) scale(own(store_.grads()), inv);

@@ -45,7 +45,7 @@ class VocabParallelEmbedding final : public model::EmbeddingLookup<T, D> {
     const std::size_t n = tokens.extent(0);
     const V2 piece = out.extent(0) == n ? out : rows(n, out.extent(1));
     vocab::lookup(table, tokens, v0_, piece);
-    if (ad) kernels::gemm('N', 'N', ad.scale, rows_of_b(tokens, ad), ad.a, T(1), piece);
+    if (ad) model::lora::table_forward(rows_of_b(tokens, ad), ad, piece);
     if (out.extent(0) == n) {
       tp_->allreduce(out);
       return;
@@ -65,9 +65,7 @@ class VocabParallelEmbedding final : public model::EmbeddingLookup<T, D> {
     }
     if (dtable.data() != nullptr) vocab::scatter_add(tokens, full, v0_, dtable);
     if (!ad) return;
-    kernels::gemm('T', 'N', ad.scale, rows_of_b(tokens, ad), full, T(1), ad.da);
-    const auto g = model::lora::scratch(g_, n, ad.b.extent(1));
-    kernels::gemm('N', 'T', ad.scale, full, ad.a, T(0), g);
+    const auto g = model::lora::table_backward(rows_of_b(tokens, ad), full, ad, lora_);
     vocab::scatter_add(tokens, g, v0_, ad.db);
   }
 
@@ -78,14 +76,14 @@ class VocabParallelEmbedding final : public model::EmbeddingLookup<T, D> {
   }
   // B's rows of this rank's tokens, zero for the others [N, r].
   typename model::Linear<T, D>::Act rows_of_b(const Ids& tokens, const Adapter& ad) const {
-    const auto hb = model::lora::scratch(h_, tokens.extent(0), ad.b.extent(1));
+    const auto hb = model::lora::scratch(lora_.h, tokens.extent(0), ad.b.extent(1));
     vocab::lookup(ad.b, tokens, v0_, hb);
     return hb;
   }
   std::shared_ptr<const TpComm> tp_;
   std::int64_t v0_;
   mutable V2 full_;
-  mutable typename model::Linear<T, D>::Act h_, g_;
+  mutable model::lora::Scratch<T, D> lora_;  // the adapter's products
 };
 
 template <class T, class D = Device>
