@@ -1,6 +1,7 @@
 #include "inference/checkpoint_model.hpp"
 
 #include "train/init_from.hpp"
+#include "train/saved_routing.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -13,7 +14,6 @@
 #include "model/growth_schedule.hpp"
 #include "model/parameter_specs.hpp"
 #include "model/precision.hpp"
-#include "model/router_bias.hpp"
 #include "model/weights.hpp"
 #include "parallel/pipeline/stage_split.hpp"
 
@@ -130,27 +130,8 @@ CheckpointModel::CheckpointModel(const std::string& path, MPI_Comm comm, bool dr
   model_ = stages == 1 ? std::make_unique<model::Transformer<float>>(mcfg_)
                        : std::make_unique<model::Transformer<float>>(mcfg_, plan_);
   w_ = model::bind_values(mcfg_, plan_, *store_);
-  // Trained with aux-loss-free balancing: route with its biases, as training did.
-  if (const auto it = meta_.state.find(model::kRouterBiasState); it != meta_.state.end()) {
-    model::RouterBias bias(mcfg_);
-    bias.set_values(it->second.values);
-    bias.apply(*model_);
-  }
-  // Grown by expert growth: route with the clone families, as training did.
-  if (const auto it = meta_.state.find(model::kGrowthFamilyState); it != meta_.state.end()) {
-    const auto& f = it->second;
-    EXA_REQUIRE(f.shape.size() == 2 && f.shape[1] == mcfg_.n_experts,
-                "checkpoint {}: /state/{} is not [MoE layers, {}]", meta_.directory, model::kGrowthFamilyState,
-                mcfg_.n_experts);
-    std::size_t row = 0;
-    for (std::int64_t l = 0; l < mcfg_.n_layers; ++l) {
-      if (!mcfg_.is_moe_layer(l)) continue;
-      std::vector<std::int64_t> fam(std::size_t(f.shape[1]));
-      for (std::size_t e = 0; e < fam.size(); ++e) fam[e] = std::int64_t(f.values[row * fam.size() + e]);
-      ++row;
-      if (l >= plan_.layer_begin && l < plan_.layer_end) model_->set_clone_ring(l, model::clone_ring(fam));
-    }
-  }
+  // Trained with aux-loss-free balancing or grown: route as training did.
+  train::route_as_saved(meta_, *model_);
 }
 
 }  // namespace exa::inference

@@ -138,6 +138,16 @@ struct StageContext {
   V2 hf, logits;  // final RMSNorm output [N,d], logits [N,V local]
   V1 rstd_f, ce_lse;
   std::int64_t n_valid = 0;
+  // Distillation (the student's head; docs/architecture.md
+  // "Distillation"): the teacher's softmax(logits / tau) over this rank's
+  // vocabulary columns, the student's tempered log-sum-exp per row, and the
+  // term's weight; `probs` empty: none.
+  struct Distill {
+    V2 probs;
+    V1 lse;
+    double tau = 1, coef = 0;
+    bool on() const { return probs.data() != nullptr; }
+  } distill;
   ForwardResult result;  // what the forward reported (loss on the last stage, routing of its MoE layers)
   bool live = false;  // filled by a forward and not yet consumed by a backward
 

@@ -7,10 +7,11 @@
 namespace exa::model {
 
 struct LossParts {
-  double loss = 0;  // ce + aux + z
+  double loss = 0;  // ce + aux + z + distill
   double ce = 0;    // mean cross-entropy over the valid targets
   double aux = 0;   // load-balancing loss, aux_coef included, summed over MoE layers
   double z = 0;     // router z-loss, z_coef included, summed over MoE layers
+  double distill = 0;  // coef * tau^2 * mean KL from a teacher (expert growth's distillation), else 0
 };
 
 // Routing statistics of one MoE layer on one micro-batch.

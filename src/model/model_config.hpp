@@ -43,6 +43,9 @@ struct ModelConfig {
   // [lora]: low-rank adapters on the frozen model (docs/architecture.md,
   // "LoRA"). rank 0 = none.
   LoraConfig lora;
+  // Every tensor frozen: a model that only runs forward (expert growth's
+  // distillation teacher), with no gradients and no optimizer state.
+  bool frozen = false;
 
   static ModelConfig from_deck(const deck::Config& cfg);
 

@@ -34,6 +34,7 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
   const Rule shared_out{2, -1, R::Data};       // shared w2 [S,d,F]
   std::vector<ParamSpec> p;
   const bool lora = c.lora.enabled();
+  const bool base_trains = !lora && !c.frozen;
   const std::int64_t rank = c.lora.rank;
   // The adapters of the matrix just pushed: A [.., r, in] starts random
   // (std 1/sqrt(in)), B [.., out, r] at zero, so the adapted model starts
@@ -54,12 +55,12 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c) {
   };
   auto matrix = [&](std::string name, std::vector<std::int64_t> shape, double s, Rule r, bool adapted = false) {
     p.push_back(ParamSpec{std::move(name), std::move(shape), I::Normal, s, true, r.tp_dim, r.ep_dim, r.reduce,
-                          !lora});
+                          base_trains});
     if (lora && adapted) adapters();
   };
   auto gain = [&](std::string name) {
     const Rule r = replicated;
-    p.push_back(ParamSpec{std::move(name), {d}, I::Ones, 0.0, false, r.tp_dim, r.ep_dim, r.reduce, !lora});
+    p.push_back(ParamSpec{std::move(name), {d}, I::Ones, 0.0, false, r.tp_dim, r.ep_dim, r.reduce, base_trains});
   };
 
   matrix("embed.weight", {c.vocab_size, d}, std, vocab, c.lora.targets.embeddings);

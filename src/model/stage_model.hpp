@@ -107,6 +107,15 @@ class StageModel {
     // belongs to chunk 0 of the first stage, the head to the last chunk of
     // the last stage). A plan without chunks has only chunk 0.
     int chunk = 0;
+    // Distillation, read by the stage that holds the head
+    // (docs/architecture.md "Distillation"). A teacher's forward or eval
+    // writes softmax(logits / temperature) into *soft_out (resized to
+    // [N, V local]); a student's forward adds distill_coef * temperature^2
+    // * KL(soft_in || softmax(logits / temperature)), a mean over the valid
+    // targets like the cross-entropy's, to its loss and its backward.
+    V2* soft_out = nullptr;
+    V2 soft_in;
+    double temperature = 1, distill_coef = 0;
   };
 
   // The single-rank model: the whole stage with the local seams.
@@ -203,6 +212,10 @@ class StageModel {
   // Embedding (or the incoming hidden state) and the layers into c.out.
   kernels::RouterLosses run_layers(Context& c, const W& w, const Input& in, std::vector<LayerRouting>* routing);
   void load_targets(Context& c, const Tokens& targets) const;
+  // The head's distillation parts of `in` (see Input): the teacher's soft
+  // targets out, or the student's term into c.result.
+  void write_soft_targets(const Context& c, const Input& in) const;
+  void add_distillation(Context& c, const Input& in) const;
   void check_weights(const W& w, const char* what) const;
   // The LM head's adapter: a tied head reads the embedding's (LoRA).
   LoraAdapter<T, D> head_adapter(const W& w, const W* g = nullptr) const {

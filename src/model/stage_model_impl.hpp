@@ -376,6 +376,29 @@ void StageModel<T, D>::load_targets(Context& c, const Tokens& targets) const {
 }
 
 template <class T, class D>
+void StageModel<T, D>::write_soft_targets(const Context& c, const Input& in) const {
+  if (in.soft_out == nullptr) return;
+  V2& p = *in.soft_out;
+  if (p.extent(0) != c.logits.extent(0) || p.extent(1) != c.logits.extent(1))
+    p = V2("exa::model::teacher_probs", c.logits.extent(0), c.logits.extent(1));
+  seams_.loss_head->soft_targets(c, in.temperature, p);
+}
+
+template <class T, class D>
+void StageModel<T, D>::add_distillation(Context& c, const Input& in) const {
+  c.distill.probs = {};
+  if (in.soft_in.data() == nullptr) return;
+  EXA_REQUIRE(in.temperature > 0, "StageModel: distillation needs a temperature > 0, got {}", in.temperature);
+  c.distill.probs = in.soft_in;
+  c.distill.tau = in.temperature;
+  c.distill.coef = in.distill_coef;
+  if (c.distill.lse.extent(0) != c.logits.extent(0)) c.distill.lse = V1("exa::model::distill_lse", c.logits.extent(0));
+  const double kl = seams_.loss_head->distill(c);
+  c.result.loss.distill =
+      c.n_valid > 0 ? in.distill_coef * in.temperature * in.temperature * kl / double(c.n_valid) : 0.0;
+}
+
+template <class T, class D>
 typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const Input& in) {
   check_weights(w, "forward");
   MicroBatchShape shape = in.shape;
@@ -400,10 +423,14 @@ typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const 
     c.n_valid = ce.n_valid;
     c.result.n_valid = ce.n_valid;
     c.result.loss.ce = ce.mean();
+    write_soft_targets(c, in);
+    add_distillation(c, in);
+  } else {
+    c.distill.probs = {};
   }
   c.result.loss.aux = rl.aux;
   c.result.loss.z = rl.z;
-  c.result.loss.loss = c.result.loss.ce + c.result.loss.aux + c.result.loss.z;
+  c.result.loss.loss = c.result.loss.ce + c.result.loss.aux + c.result.loss.z + c.result.loss.distill;
   c.live = true;
   return c;
 }
@@ -514,6 +541,7 @@ kernels::CrossEntropySum StageModel<T, D>::eval(const W& w, const Input& in, con
   hooks_.before_forward(head_unit());
   final_norm_->forward(c.out, w.norm, c.hf, c.rstd_f);
   seams_.loss_head->eval(c, w.lm_head, ce, head_adapter(w));
+  write_soft_targets(c, in);
   kernels::CrossEntropySum s;
   s.loss_sum = stage_detail::sum_of(ce);
   s.n_valid = shape.N() - stage_detail::count_out_of_range(c.targets, 0, cfg_.vocab_size);  // targets < 0 ignored

@@ -47,6 +47,13 @@ class Transformer : public StageModel<T, D> {
     return current_->result;
   }
 
+  // The same with the whole Input (distillation's soft targets).
+  ForwardResult forward(const W& w, const typename Base::Input& in) {
+    drop();
+    current_ = &Base::forward(w, in);
+    return current_->result;
+  }
+
   // grads += loss_scale * d(loss of the last forward)/d(weights).
   void backward(const W& w, const W& grads, double loss_scale = 1.0) {
     EXA_REQUIRE(current_ != nullptr, "Transformer::backward needs the activations of a preceding forward() "

@@ -39,7 +39,7 @@ EvalTotals LocalExecutor::forward_only(const StepWork& w, int n_micro) {
   for (int j = 0; j < n_micro; ++j) {
     const auto in = w.input(j);
     if (ce_.extent(0) != in.tokens.span()) ce_ = decltype(ce_)("exa::eval_ce", in.tokens.span());
-    const auto s = t_.model.eval(t_.weights, in.tokens, in.targets, ce_);
+    const auto s = t_.model.eval(t_.weights, in, in.targets, ce_);  // `in` may ask for soft targets
     e.ce_sum += s.loss_sum;
     e.n_valid += s.n_valid;
   }

@@ -70,7 +70,7 @@ struct StepWork {
 // (each stage adds the losses of its layers: ce on the last, aux and z where
 // the MoE layers are).
 struct StepTotals {
-  double loss = 0, ce = 0, aux = 0, z = 0;
+  double loss = 0, ce = 0, aux = 0, z = 0, distill = 0;
   double imbalance = 1;  // worst MoE layer, max over the micro-batches and stages
   // Every MoE layer's expert loads, summed over the micro-batches and the
   // data-parallel group: the same on every rank.
@@ -82,6 +82,7 @@ struct StepTotals {
     ce += r.loss.ce;
     aux += r.loss.aux;
     z += r.loss.z;
+    distill += r.loss.distill;
     imbalance = std::max(imbalance, r.max_imbalance());
   }
 };

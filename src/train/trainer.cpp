@@ -159,6 +159,22 @@ StepResult Trainer::train_step(std::int64_t step) {
     model_->set_dropout_key(model::lora::key(model::lora::key(std::uint64_t(cfg_.get_int("train.seed")) + 1,
                                                               std::uint64_t(step)),
                                              std::uint64_t(grid_.coords().dp)));
+  if (teacher_ && !teacher_->covers(step)) {
+    log::info("distillation: the window of the growth after step {} has ended; teacher dropped",
+              teacher_->event_step());
+    teacher_.reset();
+  }
+  if (teacher_) {
+    // The teacher first, on the same micro-batches; the student's head
+    // then reads its soft targets.
+    teacher_->run(work.input, int(grad_accum_));
+    r.teacher_s = teacher_->last_seconds();
+    work.input = [this, base = work.input](int j) {
+      auto in = base(j);
+      teacher_->attach(in, j);
+      return in;
+    };
+  }
   const auto t = exec_->run(work, int(grad_accum_));
   r.imbalance = t.imbalance;
   exec_->finalize_grads();
@@ -167,6 +183,7 @@ StepResult Trainer::train_step(std::int64_t step) {
   r.ce = dp_->sum(t.ce) / n;
   r.aux = dp_->sum(t.aux) / n;
   r.z = dp_->sum(t.z) / n;
+  r.distill = teacher_ ? dp_->sum(t.distill) / n : 0.0;
   r.moe = t.moe;
   if (std::isfinite(r.loss) || !nan_.enabled()) {
     ScopedRegion region("compute/optimizer", true);
@@ -302,6 +319,7 @@ void Trainer::restore(const io::CheckpointMeta& meta) {
   tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);
   const auto it = meta.lr_schedule.find("adamw_step_count");
   opt_->adamw().set_step_count(it != meta.lr_schedule.end() ? static_cast<std::int64_t>(it->second) : step_);
+  restore_teacher();
   log::info("checkpoint: resumed from {} at step {}", meta.directory, step_);
 }
 
@@ -319,6 +337,9 @@ void LogInterval::add(const StepResult& r) {
   sum.ce += r.ce;
   sum.aux += r.aux;
   sum.z += r.z;
+  sum.distill += r.distill;
+  sum.teacher_s += r.teacher_s;
+  if (r.teacher_s > 0) ++distill_steps;
   sum.imbalance = std::max(sum.imbalance, r.imbalance);
   sum.report = r.report;
   sum.moe = r.moe;  // the logged step's loads
@@ -404,6 +425,14 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
     record["comm"][comm::TrafficLedger::name(comm::Traffic(t))] = {{"logical_bytes", logical}, {"wire_bytes", wire}};
     if (wire < logical)
       line += fmt::format(" | {} wire {:.1f}%", comm::TrafficLedger::name(comm::Traffic(t)), 100.0 * wire / logical);
+  }
+  if (iv.distill_steps > 0) {
+    // The interval's distillation steps: the term's mean and the teacher's
+    // forward per step (inside the step time above).
+    const double ks = 1.0 / double(iv.distill_steps);
+    record["distill"] = {{"steps", iv.distill_steps}, {"loss", iv.sum.distill * ks},
+                         {"teacher_s", iv.sum.teacher_s * ks}, {"teacher_bytes", teacher_ ? teacher_->bytes() : 0.0}};
+    line += fmt::format(" | distill {:.4f} teacher {:.1f} ms", iv.sum.distill * ks, 1e3 * iv.sum.teacher_s * ks);
   }
   if (const auto st = exec_->stats(); !st.key.empty()) {
     record[st.key] = st.record;

@@ -33,6 +33,7 @@
 #include "parallel/step_executor.hpp"
 #include "train/aux_free.hpp"
 #include "train/checkpoint_manager.hpp"
+#include "train/distillation.hpp"
 #include "train/device_batch.hpp"
 #include "train/energy.hpp"
 #include "train/expert_growth.hpp"
@@ -47,7 +48,8 @@
 namespace exa::train {
 
 struct StepResult {
-  double loss = 0, ce = 0, aux = 0, z = 0;  // means over the step's micro-batches and ranks
+  double loss = 0, ce = 0, aux = 0, z = 0, distill = 0;  // means over the step's micro-batches and ranks
+  double teacher_s = 0;  // the distillation teacher's forward (growth.distill_steps), this rank
   double imbalance = 1;                     // worst MoE layer, max over micro-batches
   parallel::expert::MoeLoad moe;            // expert loads, summed over the micro-batches and ranks
   optim::StepReport report;
@@ -63,6 +65,7 @@ struct LogInterval {
   StepResult sum;  // losses summed, the worst imbalance, the last step's report and loads
   std::optional<double> val;
   std::int64_t steps = 0;
+  std::int64_t distill_steps = 0;  // steps that ran a distillation teacher
   double t0 = 0;
   std::map<std::string, double> phases0;  // phase_timers() at the start
   double eval_comm0 = 0;                  // Trainer's eval communication at the start
@@ -123,6 +126,15 @@ class Trainer {
   // "Expert growth").
   void grow(std::int64_t steps_done);
   void apply_clone_rings();  // growth_'s clone families to the model's routers
+  // Distillation after a growth event (growth.distill_steps): the teacher
+  // made from the model before the event at `steps_done` (experts in
+  // `slot` order under re-placement), written beside the checkpoints.
+  void make_teacher(const parallel::ParallelLayout& old_layout, const model::ModelConfig& old_cfg,
+                    const model::ParameterStore& old_store, const parallel::expert::ExpertPlacement* old_placement,
+                    const io::CheckpointMeta& before, std::int64_t steps_done);
+  // After a load: the teacher of the window the resumed step is in, from
+  // its snapshot; none outside a window.
+  void restore_teacher();
   // resilience.nan_policy = "rollback": reload the newest checkpoint before
   // the bad step `bad_step` (1-based).
   void rollback(std::int64_t bad_step);
@@ -142,6 +154,8 @@ class Trainer {
   comm::WatchdogScope watchdog_;
   model::ModelConfig mcfg_;  // moe.n_experts: the current count (expert growth)
   ExpertGrowth growth_;      // [growth]
+  DistillOptions distill_ = DistillOptions::from_deck(cfg_);  // growth.distill_*
+  std::unique_ptr<Teacher> teacher_;  // the model before the last growth event, inside its window
   AuxFreeBalancing balance_{cfg_, mcfg_};  // moe.router_bias = "aux_free"
   ExpertReplacement replace_{cfg_, mcfg_, int(grid_.sizes().ep)};  // moe.replace_every (before model_: it reads it)
   std::unique_ptr<parallel::data::DataParallel> dp_;  // owns the parameters (ZeRO parts and working copies)

@@ -21,12 +21,15 @@ namespace {
 // `to_device` copies them back.
 class HostState {
  public:
-  HostState(const model::ParameterStore& store, const optim::AdamW& adamw) {
+  // `adamw` null: the masters only (a frozen store).
+  HostState(const model::ParameterStore& store, const optim::AdamW* adamw) {
     for (std::size_t i = 0; i < store.size(); ++i) {
       const auto& spec = store.spec(i);
       const auto sh = model::resolve_shard(store.shard(i), spec.name, spec.shape);
       Entry e{io::Piece{sh.box, {sh.offset, sh.offset + sh.count}}, sh, spec.shape, {}, {}};
-      for (const auto& v : {store.value(i), adamw.exp_avg(i), adamw.exp_avg_sq(i)}) {
+      std::vector<optim::AdamW::Flat> buffers{store.value(i)};
+      if (adamw) buffers.insert(buffers.end(), {adamw->exp_avg(i), adamw->exp_avg_sq(i)});
+      for (const auto& v : buffers) {
         e.device.push_back(v);
         e.host.push_back(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v));
       }
@@ -36,7 +39,8 @@ class HostState {
   }
   // This rank's piece of `name` (an empty piece of `dims` dimensions when
   // it holds none).
-  io::ExchangePiece piece(const std::string& name, std::size_t dims) const {
+  // `buffers`: the first this many (the masters are the first).
+  io::ExchangePiece piece(const std::string& name, std::size_t dims, std::size_t buffers = 3) const {
     const auto it = index_.find(name);
     if (it == index_.end()) {
       io::Piece none;
@@ -46,7 +50,7 @@ class HostState {
     }
     const auto& e = entries_[it->second];
     io::ExchangePiece p{e.piece, {}};
-    for (const auto& h : e.host) p.values.push_back(h.data());
+    for (std::size_t b = 0; b < std::min(buffers, e.host.size()); ++b) p.values.push_back(e.host[b].data());
     return p;
   }
   float* master(const std::string& name) const {
@@ -158,6 +162,9 @@ void Trainer::apply_clone_rings() {
 void Trainer::grow(std::int64_t steps_done) {
   const double t0 = wall_seconds();
   ScopedRegion region("growth", true);
+  // The model before the event, as a checkpoint of it would route: the
+  // distillation teacher's (before decide() extends the families).
+  const io::CheckpointMeta before = distill_.enabled() ? checkpoint_meta(steps_done) : io::CheckpointMeta{};
   const GrowthEvent ev = growth_.decide(steps_done);
   // The balancing and growth state of the grown model (extended, and the
   // new window and families), restored into it below.
@@ -198,8 +205,8 @@ void Trainer::grow(std::int64_t steps_done) {
     tensors.push_back({new_specs[i].name, old_specs[i].shape, new_specs[i].shape,
                        it != rows.end() ? it->second : std::vector<std::int64_t>{}});
   }
-  const HostState from(old_dp->store(), old_opt->adamw());
-  const HostState to(dp_->store(), opt_->adamw());
+  const HostState from(old_dp->store(), &old_opt->adamw());
+  const HostState to(dp_->store(), &opt_->adamw());
   std::vector<io::ExchangePiece> a, b;
   for (const auto& t : tensors) {
     a.push_back(from.piece(t.name, t.from_shape.size()));
@@ -208,6 +215,12 @@ void Trainer::grow(std::int64_t steps_done) {
   const io::ExchangeReport moved = io::exchange_pieces(tensors, a, b, world_);
   add_noise(to, ev, growth_.schedule().noise, static_cast<std::uint64_t>(cfg_.get_int("train.seed")));
   to.to_device();
+  double teacher_s = 0;
+  if (distill_.enabled()) {
+    const double t1 = wall_seconds();
+    make_teacher(*old_layout, old_cfg, old_dp->store(), old_placement.get(), before, steps_done);
+    teacher_s = wall_seconds() - t1;
+  }
   old_exec.reset();
   old_model.reset();
   old_opt.reset();
@@ -222,9 +235,62 @@ void Trainer::grow(std::int64_t steps_done) {
   for (const auto& [layer, p] : ev.parents) parents[std::to_string(layer)] = p;
   metrics_->write(nlohmann::json{{"event", "growth"}, {"step", steps_done}, {"experts_before", ev.from},
                                  {"experts_after", ev.to}, {"init", model::to_string(growth_.schedule().init)},
-                                 {"parents", parents}, {"stall_s", stall}, {"moved_elements", moved.received}});
+                                 {"parents", parents}, {"stall_s", stall}, {"moved_elements", moved.received},
+                                 {"teacher_s", teacher_s}});
   log::info("growth: step {}: {} -> {} experts per MoE layer ({}), {:.1f} ms, {} elements received by this rank",
             steps_done, ev.from, ev.to, model::to_string(growth_.schedule().init), 1e3 * stall, moved.received);
+}
+
+void Trainer::make_teacher(const parallel::ParallelLayout& old_layout, const model::ModelConfig& old_cfg,
+                           const model::ParameterStore& old_store,
+                           const parallel::expert::ExpertPlacement* old_placement, const io::CheckpointMeta& before,
+                           std::int64_t steps_done) {
+  ScopedRegion region("distill/make_teacher", true);
+  teacher_.reset();  // an earlier event's (its window ended: distill_steps <= every)
+  teacher_ = std::make_unique<Teacher>(old_layout, old_cfg, cfg_, distill_, steps_done, micro_batch_);
+  // The old masters into the teacher's pieces, experts back in global
+  // order under re-placement (teacher row e is old slot slot_of(l)[e]).
+  std::map<std::string, std::vector<std::int64_t>> rows;
+  if (old_placement)
+    for (const auto l : old_placement->moved_layers()) {
+      const auto slot = old_placement->slot_of(l);
+      for (const char* t : {"w1", "w3", "w2"})
+        rows["layers." + std::to_string(l) + ".moe.experts." + t].assign(slot.begin(), slot.end());
+    }
+  const HostState from(old_store, nullptr), to(teacher_->store(), nullptr);
+  std::vector<io::ExchangeTensor> tensors;
+  std::vector<io::ExchangePiece> a, b;
+  for (const auto& spec : model::parameter_specs(old_cfg)) {
+    const auto it = rows.find(spec.name);
+    tensors.push_back({spec.name, spec.shape, spec.shape, it != rows.end() ? it->second : std::vector<std::int64_t>{}});
+    a.push_back(from.piece(spec.name, spec.shape.size(), 1));
+    b.push_back(to.piece(spec.name, spec.shape.size(), 1));
+  }
+  io::exchange_pieces(tensors, a, b, world_);
+  to.to_device();
+  teacher_->ready(before);
+  teacher_->save(checkpoint_dir(), before, world_);
+  log::info("distillation: the model before this event ({} experts per MoE layer) is the teacher of steps {}..{} "
+            "(coef {:g}, temperature {:g}); snapshot {}",
+            old_cfg.n_experts, steps_done + 1, steps_done + distill_.steps, distill_.coef, distill_.temperature,
+            Teacher::snapshot_step_dir(checkpoint_dir(), steps_done));
+}
+
+void Trainer::restore_teacher() {
+  teacher_.reset();
+  if (!distill_.enabled()) return;
+  const auto& g = growth_.schedule();
+  // The event whose window holds the next step, step_ (0-based).
+  for (std::int64_t s = step_; s > 0 && s > step_ - distill_.steps; --s) {
+    if (!g.grows_after(s)) continue;
+    model::ModelConfig before = mcfg_;
+    before.n_experts = g.experts_after(s - 1);
+    teacher_ = std::make_unique<Teacher>(*layout_, before, cfg_, distill_, s, micro_batch_);
+    teacher_->load(checkpoint_dir(), world_);
+    log::info("distillation: step {} is inside the window of the growth after step {}; teacher read from {}",
+              step_ + 1, s, Teacher::snapshot_step_dir(checkpoint_dir(), s));
+    return;
+  }
 }
 
 void Trainer::rebuild(std::int64_t experts) {

@@ -93,8 +93,19 @@ struct DoubleModel {
   // so the loss is a function of the weights alone.
   ForwardResult forward() {
     model.set_dropout_key(7);
-    return model.forward(w, inputs, targets);
+    if (soft.data() == nullptr) return model.forward(w, inputs, targets);
+    typename Transformer<double>::Input in;
+    in.tokens = inputs;
+    in.targets = targets;
+    in.soft_in = soft;
+    in.temperature = tau;
+    in.distill_coef = coef;
+    return model.forward(w, in);
   }
+  // Distillation: a teacher's soft targets [B*T, V], its temperature and
+  // the term's weight (none when soft is empty).
+  Kokkos::View<double**, exa::Layout, Device> soft;
+  double tau = 1, coef = 0;
   double loss() { return forward().loss.loss; }
 
   // Smallest gap between the k-th and (k+1)-th router probability over every
@@ -277,6 +288,68 @@ TEST(TransformerGrad, LoraTiedEmbedding) {
   c.lora.targets.attention = true;
   c.lora.targets.embeddings = true;
   run_case(c, "lora_tied", /*ignore_one=*/true);
+}
+
+// The distillation term coef T^2 KL(q || softmax(z / T)) of expert
+// growth, against soft targets that are not the model's own, with one
+// ignored target (its row adds nothing).
+TEST(TransformerGrad, Distillation) {
+  const ModelConfig c = tiny();
+  const auto seed = stable_seed(c, true);
+  DoubleModel m(c, seed, true);
+  m.soft = decltype(m.soft)("soft", kB * kT, c.vocab_size);
+  exa::test::fill_uniform(m.soft, 99, 0.05, 1.0);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.soft);
+  for (std::size_t r = 0; r < h.extent(0); ++r) {
+    double s = 0;
+    for (std::size_t v = 0; v < h.extent(1); ++v) s += h(r, v) * h(r, v);
+    for (std::size_t v = 0; v < h.extent(1); ++v) h(r, v) = h(r, v) * h(r, v) / s;  // peaked, rows sum to 1
+  }
+  Kokkos::deep_copy(m.soft, h);
+  m.tau = 2.0;
+  m.coef = 0.7;
+  const auto res = m.forward();
+  EXPECT_GT(res.loss.distill, 1e-3) << "the teacher differs from the student: the term must be sizeable";
+  EXPECT_NEAR(res.loss.loss, res.loss.ce + res.loss.aux + res.loss.z + res.loss.distill, 1e-12);
+  for (const auto& e : check_all(m, "distill")) {
+    EXPECT_LE(e.rel, 1e-6) << e.name << " abs err " << e.abs << " (max|g| " << e.scale << ")";
+    EXPECT_GT(e.scale, 1e-8) << e.name << " has a vanishing gradient: the check is vacuous";
+  }
+}
+
+// A teacher that is the student itself: its soft targets (written by the
+// teacher side, soft_out) make the term zero and add no gradient.
+TEST(TransformerGrad, DistillationFromItselfIsZero) {
+  const ModelConfig c = tiny();
+  DoubleModel m(c, stable_seed(c, true), true);
+  typename Transformer<double>::Input in;
+  in.tokens = m.inputs;
+  in.targets = m.targets;
+  Kokkos::View<double**, exa::Layout, Device> probs;
+  in.soft_out = &probs;
+  in.temperature = 3.0;
+  m.model.set_dropout_key(7);
+  const auto plain = m.model.forward(m.w, in);
+  ASSERT_EQ(probs.extent(0), std::size_t(kB * kT));
+  ASSERT_EQ(probs.extent(1), std::size_t(c.vocab_size));
+  Kokkos::deep_copy(m.grads, 0.0);
+  m.model.backward(m.w, m.g, 1.0);
+  auto g0 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.grads);
+  m.soft = probs;
+  m.tau = 3.0;
+  m.coef = 5.0;
+  const auto res = m.forward();
+  EXPECT_NEAR(res.loss.distill, 0.0, 1e-12);
+  EXPECT_EQ(res.loss.ce, plain.loss.ce);
+  Kokkos::deep_copy(m.grads, 0.0);
+  m.model.backward(m.w, m.g, 1.0);
+  auto g1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.grads);
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < g0.extent(0); ++i) {
+    worst = std::max(worst, std::fabs(g1(i) - g0(i)));
+    scale = std::max(scale, std::fabs(g0(i)));
+  }
+  EXPECT_LE(worst, 1e-12 * scale) << "a teacher equal to the student must add no gradient";
 }
 
 TEST(TransformerGrad, NoTopkRenormalisation) {

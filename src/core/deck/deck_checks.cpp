@@ -239,7 +239,18 @@ void check_parallel(const Config& c) {
 // Expert growth ([growth]): a schedule the model and the layout can follow.
 void check_growth(const Config& c) {
   const auto every = c.get_int("growth.every");
+  const auto distill = c.get_int("growth.distill_steps");
+  if (every == 0 && distill > 0)
+    fail(c, {"growth.distill_steps", "growth.every"},
+         fmt::format("growth.distill_steps = {} distils from the model before each growth event, but growth is off "
+                     "(growth.every = 0): set growth.every > 0 or growth.distill_steps = 0",
+                     distill));
   if (every == 0) return;
+  if (distill > every)
+    fail(c, {"growth.distill_steps", "growth.every"},
+         fmt::format("growth.distill_steps = {} is longer than growth.every = {}: a distillation window would run "
+                     "into the next event, which has its own teacher; set distill_steps <= {}",
+                     distill, every, every));
   const auto e = c.get_int("moe.n_experts"), add = c.get_int("growth.add"), max = c.get_int("growth.max_experts");
   const auto ep = c.get_int("parallel.ep");
   if (c.get_int("moe.moe_every") == 0) {

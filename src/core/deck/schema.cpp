@@ -79,9 +79,9 @@ std::vector<KeySpec> build() {
       I("growth", "max_experts", 0, 0, 1 << 16, "growth stops at this many experts per MoE layer (> moe.n_experts when growth.every > 0)"),
       S("growth", "init", "split", {"split", "copy", "random"}, "new experts: split (the growth.add most-loaded experts each get a clone, router row included, that takes half their tokens: the model's function is kept), copy (the same clones, router rows drawn afresh), random (drawn as at step 0)"),
       F("growth", "noise", 0.0, 0, 1, O::none, "split and copy: std of the noise added to a parent's expert weights and subtracted from its clone's (0 keeps the function exactly)"),
-      Reserved(I("growth", "distill_steps", 0, 0, kCount, "steps after each growth event that distil from the model before it")),
-      Reserved(F("growth", "distill_coef", 1.0, 0, 1000, O::none, "weight of the distillation term (with growth.distill_steps > 0)")),
-      Reserved(F("growth", "distill_temperature", 2.0, 0, 1000, O::lo, "softmax temperature of the distillation term (with growth.distill_steps > 0)")),
+      I("growth", "distill_steps", 0, 0, kCount, "steps after each growth event whose loss adds a distillation term from the model before it (a frozen teacher, same layout; 0 = off, at most growth.every)"),
+      F("growth", "distill_coef", 1.0, 0, 1000, O::none, "weight of the distillation term: loss += distill_coef * T^2 * KL(teacher_T || student_T) over the valid targets (with growth.distill_steps > 0)"),
+      F("growth", "distill_temperature", 2.0, 0, 1000, O::lo, "softmax temperature T of the distillation term (with growth.distill_steps > 0)"),
 
       I("parallel", "dp", 0, 0, kDim, "data-parallel size; 0 = infer world/(pp*cp*tp)"),
       I("parallel", "tp", 1, 1, 4096, "tensor-parallel size (splits heads and FFN columns)"),

@@ -118,7 +118,8 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
       expert_base_ = e.base;
     }
   }
-  EXA_REQUIRE(data_engine_ != nullptr, "DataParallel: the model has no trainable tensor outside the experts");
+  EXA_REQUIRE(data_engine_ != nullptr || mcfg.frozen,
+              "DataParallel: the model has no trainable tensor outside the experts");
   split_ = Split{};
   if (expert_parallel() && opt_.zero == 0) ep_sum_ = comm::make_mpi_communicator(grid.comm(comm::Group::Ep));
   if (grid.size(comm::Group::Tp) > 1)
@@ -133,6 +134,7 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
     g_ = model::bind_weights<float, Device>(mcfg_, plan_,
                                             [&](const model::ParamSpec& s) { return engine_of(s.name).work_grad(s.name); });
   }
+  if (mcfg.frozen) return;  // a forward-only copy (a teacher): the trained model's lines say it all
   auto& g = data_engine_->group();
   if (g.size() > 1 || opt_.zero > 0)
     log::info("data parallel: dp {}, zero {}, {}, gradient {}{}", g.size(), opt_.zero, g.describe(),

@@ -51,13 +51,14 @@ StepTotals PipelineExecutor::run(const StepWork& w, int n_micro) {
   last_micro_ = n_micro;
   for (const auto& r : routing) t.moe.add(r);
   // The stages' parts of the losses (ce on the last, aux and z where the
-  // MoE layers are) and loads: one fixed-size message each, on every stage.
-  double parts[4] = {t.loss, t.ce, t.aux, t.z};
-  pipe_.sum(parts, 4);
+  // MoE layers are, distillation on the last) and loads: one fixed-size message each, on every stage.
+  double parts[5] = {t.loss, t.ce, t.aux, t.z, t.distill};
+  pipe_.sum(parts, 5);
   t.loss = parts[0];
   t.ce = parts[1];
   t.aux = parts[2];
   t.z = parts[3];
+  t.distill = parts[4];
   t.imbalance = pipe_.max(t.imbalance);
   t.moe.gather_stages(pipe_.pp_comm(), t_.model.config());
   t.moe.sum_over(t_.data->data_comm());

@@ -109,12 +109,30 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
   }
   void backward(Context& c, const W2& w, double loss_scale, const V2& dhf, const W2& dw,
                 const Adapter& ad = {}) const override {
-    vocab::grad(c.logits, c.targets, c.ce_lse, v0_, loss_scale, c.n_valid);
+    if (c.distill.on())
+      kernels::distill::ce_grad(c.logits, c.targets, c.ce_lse, c.distill.lse, c.distill.probs, c.distill.tau,
+                                c.distill.coef, v0_, loss_scale, c.n_valid);
+    else
+      vocab::grad(c.logits, c.targets, c.ce_lse, v0_, loss_scale, c.n_valid);
     proj_->backward(c.hf, w, c.logits, dhf, dw, false, ad);
   }
   void eval(Context& c, const W2& w, const V1& ce, const Adapter& ad = {}) const override {
     proj_->forward(c.hf, w, c.logits, false, ad);
     reduce_ce(c, ce);
+  }
+  // Distillation: the tempered softmax's max and sums reduce over the TP
+  // group like the cross-entropy's; so does the KL of each rank's columns.
+  void soft_targets(const Context& c, double tau, const V2& probs) const override {
+    V1 lse("exa::distill::teacher_lse", c.logits.extent(0));
+    model::tempered_lse(c.logits, tau, lse, max_over_tp(), sum_over_tp());
+    kernels::distill::soft_targets(c.logits, lse, tau, probs);
+  }
+  double distill(Context& c) const override {
+    model::tempered_lse(c.logits, c.distill.tau, c.distill.lse, max_over_tp(), sum_over_tp());
+    Kokkos::View<double*, Layout, D> kl("exa::distill::kl", 1);
+    Kokkos::deep_copy(kl, kernels::distill::kl_sum(c.logits, c.targets, c.distill.lse, c.distill.probs, c.distill.tau));
+    tp_->allreduce(kl);
+    return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kl)(0);
   }
   void logits(const V2& h, const W2& w, const V2& out, const Adapter& ad = {}) const override {
     const std::int64_t b = h.extent(0), vl = w.extent(0), p = tp_->size();
@@ -144,6 +162,12 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
   }
 
  private:
+  auto max_over_tp() const {
+    return [this](const V1& mx) { tp_->allreduce(mx, comm::ReduceOp::Max); };
+  }
+  auto sum_over_tp() const {
+    return [this](const Kokkos::View<double*, Layout, D>& s) { tp_->allreduce(s); };
+  }
   // c.ce_lse and the sum of the rows' cross-entropy (ce filled per row when
   // given).
   double reduce_ce(Context& c, const V1& ce) const {
