@@ -47,8 +47,9 @@ class Transformer : public StageModel<T, D> {
     return current_->result;
   }
 
-  // The same with the whole Input (distillation's soft targets).
-  ForwardResult forward(const W& w, const typename Base::Input& in) {
+  // The same from a whole Input (distillation's soft targets), keeping the
+  // activations for backward() too.
+  ForwardResult forward_input(const W& w, const typename Base::Input& in) {
     drop();
     current_ = &Base::forward(w, in);
     return current_->result;

@@ -13,7 +13,8 @@ namespace exa::train {
 
 DistillOptions DistillOptions::from_deck(const deck::Config& cfg) {
   DistillOptions o;
-  o.steps = cfg.get_int("growth.every") > 0 ? cfg.get_int("growth.distill_steps") : 0;
+  o.steps = cfg.get_int("growth.distill_steps");  // the deck checks refuse it without growth
+  if (cfg.get_int("growth.every") == 0) o.steps = 0;
   o.coef = cfg.get_float("growth.distill_coef");
   o.temperature = cfg.get_float("growth.distill_temperature");
   return o;

@@ -100,7 +100,7 @@ struct DoubleModel {
     in.soft_in = soft;
     in.temperature = tau;
     in.distill_coef = coef;
-    return model.forward(w, in);
+    return model.forward_input(w, in);
   }
   // Distillation: a teacher's soft targets [B*T, V], its temperature and
   // the term's weight (none when soft is empty).
@@ -329,7 +329,7 @@ TEST(TransformerGrad, DistillationFromItselfIsZero) {
   in.soft_out = &probs;
   in.temperature = 3.0;
   m.model.set_dropout_key(7);
-  const auto plain = m.model.forward(m.w, in);
+  const auto plain = m.model.forward_input(m.w, in);
   ASSERT_EQ(probs.extent(0), std::size_t(kB * kT));
   ASSERT_EQ(probs.extent(1), std::size_t(c.vocab_size));
   Kokkos::deep_copy(m.grads, 0.0);

@@ -1,0 +1,85 @@
+# Distillation after a growth event (growth.distill_steps): the teacher is
+# the model before the event, on the same micro-batches.
+#  - With a split of noise 0 the grown student computes the teacher's
+#    function, so the first step after the event distils a term of 0
+#    (|term| <= 1e-7; measured 2.5e-9) while the next one, after an update, does not.
+#  - The term is added to the loss (loss = ce + aux + z + distill) and
+#    leaves the step's cross-entropy alone (the same as without it), while
+#    its gradient changes the next step's (step 5's, as step 3's term and
+#    gradient are 0).
+#  - Negative control: init = random changes the function, and the first
+#    step's term is far from 0 (> 1e-6; measured 1.1e-5).
+# Every step of the window has a teacher time in its record, the step
+# after it none.
+include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
+separate_arguments(ARGS)
+file(REMOVE_RECURSE ${WORK})
+set(common ${DECK} ${ARGS} --set train.steps=5 --set checkpoint.every=0 --set growth.every=2 --set growth.add=2
+    --set growth.max_experts=6)
+set(kd --set growth.distill_steps=2 --set growth.distill_coef=3 --set growth.distill_temperature=2)
+run_checked(${EXAMOE} ${common} --set output.run_dir=${WORK}/plain)
+run_checked(${EXAMOE} ${common} ${kd} --set output.run_dir=${WORK}/split)
+run_checked(${EXAMOE} ${common} ${kd} --set growth.init=random --set output.run_dir=${WORK}/random)
+
+# value_at(<dir> <step> <out> <json path>...): the step's record's value.
+function(value_at dir step out)
+  values_of(${dir}/metrics.jsonl vals ${ARGN})
+  foreach(r IN LISTS vals)
+    if(r MATCHES "^${step}:")
+      string(REGEX REPLACE "^${step}:" "" v "${r}")
+      set(${out} ${v} PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out} "" PARENT_SCOPE)
+endfunction()
+function(require_abs_below v bound what)
+  execute_process(COMMAND awk "BEGIN{v=${v};if(v<0)v=-v;exit !(v<=${bound})}" RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "${what}: |${v}| > ${bound}")
+  endif()
+endfunction()
+function(require_abs_above v bound what)
+  execute_process(COMMAND awk "BEGIN{v=${v};if(v<0)v=-v;exit !(v>${bound})}" RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "${what}: |${v}| <= ${bound}")
+  endif()
+endfunction()
+
+value_at(${WORK}/split 3 d3 distill loss)
+value_at(${WORK}/split 4 d4 distill loss)
+value_at(${WORK}/split 5 d5 distill loss)
+value_at(${WORK}/random 3 r3 distill loss)
+message(STATUS "distillation term: split steps 3, 4: ${d3}, ${d4}; random step 3: ${r3}")
+if(d3 STREQUAL "" OR d4 STREQUAL "" OR r3 STREQUAL "")
+  message(FATAL_ERROR "steps 3 and 4 (the window of the event after step 2) have no distill record")
+endif()
+if(NOT d5 STREQUAL "")
+  message(FATAL_ERROR "step 5 is after the window (distill_steps = 2) but has a distill record")
+endif()
+require_abs_below(${d3} 1e-7 "a split of noise 0 keeps the function: the first step's term")
+require_abs_above(${d4} 1e-5 "after an update the student differs from the teacher: the second step's term")
+require_abs_above(${r3} 1e-6 "init = random changes the function: the first step's term (negative control)")
+
+foreach(step 3 4)
+  value_at(${WORK}/split ${step} loss loss)
+  value_at(${WORK}/split ${step} ce ce)
+  value_at(${WORK}/split ${step} aux aux)
+  value_at(${WORK}/split ${step} z z)
+  value_at(${WORK}/split ${step} d distill loss)
+  value_at(${WORK}/split ${step} ts distill teacher_s)
+  execute_process(COMMAND awk "BEGIN{s=${ce}+${aux}+${z}+${d};d=s-${loss};if(d<0)d=-d;exit !(d<=1e-9*${loss} && ${ts}>0)}"
+                  RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "step ${step}: loss ${loss} is not ce ${ce} + aux ${aux} + z ${z} + distill ${d}, or no "
+                        "teacher time (${ts})")
+  endif()
+endforeach()
+value_at(${WORK}/plain 3 p3 ce)
+value_at(${WORK}/split 3 s3 ce)
+value_at(${WORK}/plain 5 p5 ce)
+value_at(${WORK}/split 5 s5 ce)
+set(LOSS_TOL 1e-12)
+require_close(${p3} ${s3} "step 3 cross-entropy without and with distillation (the same forward)")
+require_abs_above("${p5}-(${s5})" 1e-6 "step 5 cross-entropy: the term's gradient changed step 4's update")
