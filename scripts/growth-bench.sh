@@ -3,11 +3,14 @@
 # on one rank of input/grow.toml, one run after another on an idle machine:
 #
 #   scripts/growth-bench.sh speed [EVERY]   grown (64 -> 96, an event every
-#       EVERY steps, default 200) against a static run at the average count
-#       (80) over the same steps: tokens/s, the ratio, each event's stall.
-#   scripts/growth-bench.sh quality         grow.toml's 5000 steps (64 -> 96)
-#       against static 64 and static 96 experts with the same tokens: the
-#       validation losses and docs/growth_loss.png.
+#       EVERY steps, default 200, distilling for EVERY/5 steps after each)
+#       against a static run at the average count (80) over the same steps,
+#       and the same growth without distillation: tokens/s, the ratios, each
+#       event's stall, the teacher's share.
+#   scripts/growth-bench.sh quality         grow.toml's 5000 steps (64 -> 96,
+#       with and without distillation) against static 64 and static 96
+#       experts with the same tokens: the validation losses and
+#       docs/growth_loss.png.
 #
 # EXAMOE (default build/bin/examoe), WORK (default a temporary directory) and
 # PYTHON (default python3; the plot needs matplotlib).
@@ -16,7 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 examoe=${EXAMOE:-$root/build/bin/examoe}
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
-rm -rf "$work"/{grown,static,s64,s96}  # metrics.jsonl appends: start clean
+rm -rf "$work"/{grown,plain,static,s64,s96}  # metrics.jsonl appends: start clean
 deck=$root/input/grow.toml
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=1
 common=(--set checkpoint.every=0)
@@ -25,18 +28,25 @@ case "${1:-}" in
     every=${2:-200}
     steps=$((5 * every))  # four events: 64, 72, 80, 88, 96 experts for `every` steps each
     run=("$deck" "${common[@]}" --set train.steps=$steps --set train.eval_every=0 --set train.log_every=$((every / 4)))
-    "$examoe" "${run[@]}" --set growth.every="$every" --set output.run_dir="$work/grown" >"$work/grown.log" 2>&1
-    "$examoe" "${run[@]}" --set growth.every=0 --set moe.n_experts=80 --set output.run_dir="$work/static" \
+    grow=(--set growth.every="$every")
+    "$examoe" "${run[@]}" "${grow[@]}" --set growth.distill_steps=$((every / 5)) --set output.run_dir="$work/grown" \
+      >"$work/grown.log" 2>&1
+    "$examoe" "${run[@]}" --set growth.every=0 --set growth.distill_steps=0 --set moe.n_experts=80 --set output.run_dir="$work/static" \
       >"$work/static.log" 2>&1
-    "${PYTHON:-python3}" "$root/scripts/lib/growth_report.py" speed "$work/grown" "$work/static"
+    "$examoe" "${run[@]}" "${grow[@]}" --set growth.distill_steps=0 --set output.run_dir="$work/plain" \
+      >"$work/plain.log" 2>&1
+    "${PYTHON:-python3}" "$root/scripts/lib/growth_report.py" speed "$work/grown" "$work/static" "$work/plain"
     ;;
   quality)
     "$examoe" "$deck" "${common[@]}" --set output.run_dir="$work/grown" >"$work/grown.log" 2>&1
-    "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set output.run_dir="$work/s64" >"$work/s64.log" 2>&1
-    "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set moe.n_experts=96 --set output.run_dir="$work/s96" \
+    "$examoe" "$deck" "${common[@]}" --set growth.distill_steps=0 --set output.run_dir="$work/plain" \
+      >"$work/plain.log" 2>&1
+    "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set growth.distill_steps=0 --set output.run_dir="$work/s64" >"$work/s64.log" 2>&1
+    "$examoe" "$deck" "${common[@]}" --set growth.every=0 --set growth.distill_steps=0 --set moe.n_experts=96 --set output.run_dir="$work/s96" \
       >"$work/s96.log" 2>&1
     "${PYTHON:-python3}" "$root/scripts/lib/growth_report.py" quality "$root/docs/growth_loss.png" \
-      "grown 64->96=$work/grown" "static 64=$work/s64" "static 96=$work/s96"
+      "grown 64->96, distilled=$work/grown" "grown 64->96=$work/plain" "static 64=$work/s64" \
+      "static 96=$work/s96"
     ;;
   *)
     sed -n '2,13p' "$0"

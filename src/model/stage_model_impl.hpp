@@ -380,7 +380,7 @@ void StageModel<T, D>::write_soft_targets(const Context& c, const Input& in) con
   if (in.soft_out == nullptr) return;
   V2& p = *in.soft_out;
   if (p.extent(0) != c.logits.extent(0) || p.extent(1) != c.logits.extent(1))
-    p = V2("exa::model::teacher_probs", c.logits.extent(0), c.logits.extent(1));
+    p = V2("exa::distill::teacher_probs", c.logits.extent(0), c.logits.extent(1));
   seams_.loss_head->soft_targets(c, in.temperature, p);
 }
 

@@ -118,6 +118,10 @@ std::string growth_line(const deck::Config& cfg) {
   const auto ep = cfg.get_int("parallel.ep");
   line += ep > 1 ? fmt::format("{} to {} per EP rank (ep = {})", counts.front() / ep, counts.back() / ep, ep)
                  : std::string("every rank holds them all (ep = 1)");
+  if (const auto n = cfg.get_int("growth.distill_steps"); n > 0)
+    line += fmt::format("; the {} steps after each event distil from the model before it (coef {:g}, temperature "
+                        "{:g}; its snapshot goes to <checkpoint dir>/teacher/)",
+                        n, cfg.get_float("growth.distill_coef"), cfg.get_float("growth.distill_temperature"));
   return line;
 }
 
