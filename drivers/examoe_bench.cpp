@@ -7,6 +7,13 @@
 //   examoe-bench DECK.toml [--set k=v]... [--steps 5] [--warmup 2] [--no-torch]
 //                [--no-kernels] [--blas-threads N] [--python /usr/bin/python3] [--torch-script PATH]
 //                [--workdir DIR] [--export-batches DIR [--export-ranks N]]
+//   examoe-bench DECK.toml --growth [--pairs 2] [--set k=v]... [--workdir DIR]
+//
+// --growth measures expert growth instead (bench/bench_growth.hpp): the
+// deck's growth schedule with its distillation, the same without
+// distillation, and a static run at the mean expert count, alternated
+// --pairs times in this process; tokens/s by both clocks, the ratios,
+// each event's stall and the teacher's share.
 //
 // --export-batches DIR writes DIR/cfg.json and DIR/tokens.bin (the batches
 // of warmup + steps steps), measures the one-core sgemm peak and prints one
@@ -27,6 +34,7 @@
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
 #include "bench/bench_export.hpp"
+#include "bench/bench_growth.hpp"
 #include "bench/bench_json.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/bench_runner.hpp"
@@ -60,11 +68,24 @@ int main(int argc, char** argv) {
   std::int64_t export_ranks = 1;
   app.add_option("--export-ranks", export_ranks, "with --export-batches: the batches of this many dp ranks")
       ->check(exa::driver::at_least(1));
+  bool growth = false;
+  int pairs = 2;
+  app.add_flag("--growth", growth, "measure expert growth: the deck's schedule with and without distillation against "
+                                   "a static run at the mean expert count");
+  app.add_option("--pairs", pairs, "with --growth: how many times the three runs alternate (default 2)")
+      ->check(exa::driver::at_least(1));
   if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe-bench"); rc >= 0) return rc;
   opt.torch = !no_torch;
   opt.kernels = !no_kernels;
   try {
     EXA_REQUIRE(mpi.size() == 1, "examoe-bench runs on one rank, not {}: launch it without mpiexec", mpi.size());
+    if (growth) {
+      const auto b = exa::bench::run_growth_bench(deck, overrides, pairs, opt.workdir);
+      std::fputs(exa::bench::format_growth_report(b).c_str(), stdout);
+      std::fputs((exa::bench::growth_json_line(b) + "\n").c_str(), stdout);
+      std::fflush(stdout);
+      return 0;
+    }
     const auto cfg = exa::deck::Config::load(deck, overrides, 1);
     if (!export_dir.empty()) {
       // One rank reading dp ranks' micro-batches in turn reads the same samples.

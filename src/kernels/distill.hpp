@@ -3,21 +3,28 @@
 // "Distillation"). With temperature tau, the teacher's soft targets are
 //   q[n, :] = softmax(zt[n, :] / tau)
 // and the student's term, per row that has a target (target >= 0),
-//   KL(q || p),  p = softmax(zs[n, :] / tau),
-// summed here; the loss is coef * tau^2 * (that sum) / n_valid, so its
-// gradient with respect to zs is coef * tau * (p - q) / n_valid (the tau^2
-// of Hinton et al. keeps the gradient's scale independent of tau).
+//   KL(q || p) = sum_j q_j log q_j - sum_j q_j (zs_j / tau) + lse_tau(zs),
+// p = softmax(zs / tau). The first sum, the teacher's negative entropy, is
+// computed once with q (without a log per element: log q_j = (zt_j - mx) /
+// tau - log S), so the student's term is one dot product per row past its
+// log-sum-exp. The loss is coef * tau^2 * (the sum over rows) / n_valid;
+// its gradient with respect to zs is coef * tau * (p - q) / n_valid (the
+// tau^2 of Hinton et al. keeps the gradient's scale independent of tau).
 //
 // Each function works on one rank's columns [v0, v0 + Vl) of the
-// vocabulary. The row max and the sum of exponentials are the two
-// reductions a vocabulary-parallel caller allreduces between the steps
-// (max over the columns' ranks, then sum); a caller with the whole
-// vocabulary calls them back to back.
+// vocabulary. The row max and the sums of exponentials are the reductions
+// a vocabulary-parallel caller allreduces between the steps (max over the
+// columns' ranks, then sum); per-row partial sums over the columns (the
+// negative entropy, the KL) add up over those ranks too. One exponential
+// per element on each side in the forward and two in the backward (the
+// cross-entropy's and the term's); on the host in contiguous float rows
+// they are host_loops.hpp's polynomial exp, which GCC vectorises.
 #include <cstdint>
 
 #include "core/error.hpp"
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/host_loops.hpp"
 
 namespace exa::kernels::distill {
 
@@ -35,16 +42,52 @@ void row_max(const LV& logits, const MV& mx) {
       });
 }
 
-// sums[n] = sum over this rank's columns of exp((logits[n, j] - mx[n]) / tau).
-template <class LV, class MV, class SV>
-void sum_exp(const LV& logits, const MV& mx, double tau, const SV& sums) {
+// sums[n] = sum over this rank's columns of exp((logits[n, j] - mx[n]) /
+// tau); with `out`, out[n, j] = each term (out may not alias logits).
+template <class LV, class MV, class SV, class OV>
+void exp_sums(const LV& logits, const MV& mx, double tau, const SV& sums, const OV& out) {
   using Exec = exec_of<SV>;
-  const index_t vl = logits.extent(1);
+  using T = typename LV::non_const_value_type;
+  const index_t n = logits.extent(0), vl = logits.extent(1);
+  const bool keep = out.data() != nullptr;
+  if (keep)
+    EXA_REQUIRE(index_t(out.extent(0)) == n && index_t(out.extent(1)) == vl,
+                "exa::distill::exp_sums: out is {}x{}, the logits {}x{}", out.extent(0), out.extent(1), n, vl);
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(logits, out)) {
+      const T inv = T(1.0 / tau);
+      const T* pl = logits.data();
+      T* po = out.data();
+      const index_t sl = logits.stride(0), so = keep ? out.stride(0) : 0;
+      Kokkos::parallel_for("exa::distill::exp_sums", Kokkos::RangePolicy<Exec>(0, n), [=](const index_t r) {
+        const T* z = pl + r * sl;
+        const T m = T(mx(r));
+        double s = 0;
+        for (index_t j0 = 0; j0 < vl; j0 += 1024) {  // float blocks of <= 1024 terms <= 1, summed in double
+          const index_t j1 = j0 + 1024 < vl ? j0 + 1024 : vl;
+          T b = 0;
+          if (keep) {
+            T* o = po + r * so;
+            for (index_t j = j0; j < j1; ++j) b += (o[j] = detail::host_exp_nonpositive((z[j] - m) * inv));
+          } else {
+            for (index_t j = j0; j < j1; ++j) b += detail::host_exp_nonpositive((z[j] - m) * inv);
+          }
+          s += double(b);
+        }
+        sums(r) = s;
+      });
+      return;
+    }
+  }
   const double inv = 1.0 / tau;
   Kokkos::parallel_for(
-      "exa::distill::sum_exp", Kokkos::RangePolicy<Exec>(0, logits.extent(0)), KOKKOS_LAMBDA(const index_t r) {
+      "exa::distill::exp_sums", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(const index_t r) {
         double s = 0;
-        for (index_t j = 0; j < vl; ++j) s += kx::exp((double(logits(r, j)) - double(mx(r))) * inv);
+        for (index_t j = 0; j < vl; ++j) {
+          const double e = kx::exp((double(logits(r, j)) - double(mx(r))) * inv);
+          if (keep) out(r, j) = T(e);
+          s += e;
+        }
         sums(r) = s;
       });
 }
@@ -61,29 +104,39 @@ void finish_lse(const MV& mx, const SV& sums, double tau, const LseV& lse) {
       KOKKOS_LAMBDA(const index_t r) { lse(r) = T(double(mx(r)) * inv + kx::log(sums(r))); });
 }
 
-// The teacher's soft targets: probs[n, j] = exp(logits[n, j] / tau - lse[n]).
-template <class LV, class LseV, class PV>
-void soft_targets(const LV& logits, const LseV& lse, double tau, const PV& probs) {
+// The teacher's soft targets from exp_sums' terms (in probs) and the
+// reduced sums: probs[n, j] /= sums[n], and neg_entropy[n] = this rank's
+// part of sum_j q_j log q_j, with log q_j = (logits[n, j] - mx[n]) / tau -
+// log sums[n].
+template <class LV, class MV, class SV, class PV, class HV>
+void normalise(const LV& logits, const MV& mx, const SV& sums, double tau, const PV& probs, const HV& neg_entropy) {
   using Exec = exec_of<PV>;
   using T = typename PV::non_const_value_type;
-  const index_t n = logits.extent(0), vl = logits.extent(1);
-  EXA_REQUIRE(index_t(probs.extent(0)) == n && index_t(probs.extent(1)) == vl,
-              "exa::distill::soft_targets: probs are {}x{}, the logits {}x{}", probs.extent(0), probs.extent(1), n, vl);
+  using TH = typename HV::non_const_value_type;
+  const index_t n = probs.extent(0), vl = probs.extent(1);
   const double inv = 1.0 / tau;
   Kokkos::parallel_for(
-      "exa::distill::soft_targets", Kokkos::RangePolicy<Exec>(0, n * vl), KOKKOS_LAMBDA(const index_t i) {
-        const index_t r = i / vl, c = i % vl;
-        probs(r, c) = T(kx::exp(double(logits(r, c)) * inv - double(lse(r))));
+      "exa::distill::normalise", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(const index_t r) {
+        const double k = 1.0 / sums(r), log_s = kx::log(sums(r)), m = double(mx(r));
+        double qz = 0, qs = 0;
+        for (index_t j = 0; j < vl; ++j) {
+          const double q = double(probs(r, j)) * k;
+          probs(r, j) = T(q);
+          qz += q * (double(logits(r, j)) - m);
+          qs += q;
+        }
+        neg_entropy(r) = TH(qz * inv - log_s * qs);
       });
 }
 
-// Sum over the rows with a target of sum_j q (log q - log p) on this rank's
-// columns, p from the student's logits and tempered lse (q = 0 adds 0).
-template <class LV, class TV, class LseV, class PV>
-double kl_sum(const LV& logits, const TV& targets, const LseV& lse, const PV& probs, double tau) {
+// Sum over the rows with a target of this rank's part of KL(q || p):
+// neg_entropy - sum_j q_j logits_j / tau + lse * sum_j q_j.
+template <class LV, class TV, class LseV, class PV, class HV>
+double kl_sum(const LV& logits, const TV& targets, const LseV& lse, const PV& probs, const HV& neg_entropy,
+              double tau) {
   using Exec = exec_of<LV>;
   const index_t n = logits.extent(0), vl = logits.extent(1);
-  EXA_REQUIRE(index_t(probs.extent(0)) == n && index_t(probs.extent(1)) == vl,
+  EXA_REQUIRE(index_t(probs.extent(0)) == n && index_t(probs.extent(1)) == vl && index_t(neg_entropy.extent(0)) == n,
               "exa::distill::kl_sum: the teacher's probabilities are {}x{}, the student's logits {}x{} (the "
               "teacher ran another micro-batch shape)",
               probs.extent(0), probs.extent(1), n, vl);
@@ -93,12 +146,13 @@ double kl_sum(const LV& logits, const TV& targets, const LseV& lse, const PV& pr
       "exa::distill::kl_sum", Kokkos::RangePolicy<Exec>(0, n),
       KOKKOS_LAMBDA(const index_t r, double& acc) {
         if (targets(r) < 0) return;
-        double s = 0;
+        double qz = 0, qs = 0;
         for (index_t j = 0; j < vl; ++j) {
           const double q = double(probs(r, j));
-          if (q > 0) s += q * (kx::log(q) - (double(logits(r, j)) * inv - double(lse(r))));
+          qz += q * double(logits(r, j));
+          qs += q;
         }
-        acc += s;
+        acc += double(neg_entropy(r)) - qz * inv + double(lse(r)) * qs;
       },
       total);
   return total;
@@ -116,6 +170,30 @@ void ce_grad(const LV& logits, const TV& targets, const CeLseV& ce_lse, const Ls
   using T = typename LV::non_const_value_type;
   const index_t n = logits.extent(0), vl = logits.extent(1);
   const double scale = n_valid > 0 ? dloss / double(n_valid) : 0.0, k = coef * tau, inv = 1.0 / tau;
+  if constexpr (detail::host_exec<Exec>) {
+    if (detail::rows_contiguous(logits, probs)) {
+      T* pl = logits.data();
+      const T* pq = probs.data();
+      const index_t sl = logits.stride(0), sq = probs.stride(0);
+      const T a = T(scale), b = T(scale * k), ti = T(inv);
+      Kokkos::parallel_for("exa::distill::ce_grad", Kokkos::RangePolicy<Exec>(0, n), [=](const index_t r) {
+        T* z = pl + r * sl;
+        const T* q = pq + r * sq;
+        const std::int64_t t = std::int64_t(targets(r)) - v0;
+        if (targets(r) < 0) {
+          for (index_t j = 0; j < vl; ++j) z[j] = T(0);
+          return;
+        }
+        const T m = T(ce_lse(r)), mt = T(lse(r));
+        for (index_t j = 0; j < vl; ++j) {
+          const T zj = z[j];
+          z[j] = a * detail::host_exp_nonpositive(zj - m) + b * (detail::host_exp_nonpositive(zj * ti - mt) - q[j]);
+        }
+        if (t >= 0 && t < vl) z[t] -= a;
+      });
+      return;
+    }
+  }
   Kokkos::parallel_for(
       "exa::distill::ce_grad", Kokkos::RangePolicy<Exec>(0, n * vl), KOKKOS_LAMBDA(const index_t i) {
         const index_t r = i / vl, c = i % vl;

@@ -119,6 +119,18 @@ struct LayerContext {
 };
 
 // One micro-batch's activations on one pipeline stage.
+// A teacher's soft targets for distillation (docs/architecture.md,
+// "Distillation"), on the stage that holds the head: softmax(logits / tau)
+// over this rank's vocabulary columns [N, V local], and each row's part of
+// sum_j q_j log q_j over those columns [N], in double: the KL is a
+// difference of terms of size log V, and a teacher equal to the student
+// must give 0 to well below the float rounding of one of them.
+template <class T, class D = Device>
+struct SoftTargets {
+  Kokkos::View<T**, Layout, D> probs;
+  Kokkos::View<double*, Layout, D> neg_entropy;
+};
+
 template <class T, class D = Device>
 struct StageContext {
   using V1 = Kokkos::View<T*, Layout, D>;
@@ -139,14 +151,14 @@ struct StageContext {
   V1 rstd_f, ce_lse;
   std::int64_t n_valid = 0;
   // Distillation (the student's head; docs/architecture.md
-  // "Distillation"): the teacher's softmax(logits / tau) over this rank's
-  // vocabulary columns, the student's tempered log-sum-exp per row, and the
-  // term's weight; `probs` empty: none.
+  // "Distillation"): the teacher's soft targets, the student's tempered
+  // log-sum-exp per row, and the term's weight; none when the soft targets
+  // are empty.
   struct Distill {
-    V2 probs;
-    V1 lse;
+    SoftTargets<T, D> teacher;
+    Kokkos::View<double*, Layout, D> lse;  // double, as the teacher's neg_entropy
     double tau = 1, coef = 0;
-    bool on() const { return probs.data() != nullptr; }
+    bool on() const { return teacher.probs.data() != nullptr; }
   } distill;
   ForwardResult result;  // what the forward reported (loss on the last stage, routing of its MoE layers)
   bool live = false;  // filled by a forward and not yet consumed by a backward

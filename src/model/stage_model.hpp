@@ -109,12 +109,13 @@ class StageModel {
     int chunk = 0;
     // Distillation, read by the stage that holds the head
     // (docs/architecture.md "Distillation"). A teacher's forward or eval
-    // writes softmax(logits / temperature) into *soft_out (resized to
-    // [N, V local]); a student's forward adds distill_coef * temperature^2
-    // * KL(soft_in || softmax(logits / temperature)), a mean over the valid
-    // targets like the cross-entropy's, to its loss and its backward.
-    V2* soft_out = nullptr;
-    V2 soft_in;
+    // writes its soft targets, softmax(logits / temperature), into
+    // *soft_out (resized to the micro-batch); a student's forward adds
+    // distill_coef * temperature^2 * KL(soft_in || softmax(logits /
+    // temperature)), a mean over the valid targets like the
+    // cross-entropy's, to its loss and its backward.
+    SoftTargets<T, D>* soft_out = nullptr;
+    SoftTargets<T, D> soft_in;
     double temperature = 1, distill_coef = 0;
   };
 

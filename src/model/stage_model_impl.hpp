@@ -378,21 +378,24 @@ void StageModel<T, D>::load_targets(Context& c, const Tokens& targets) const {
 template <class T, class D>
 void StageModel<T, D>::write_soft_targets(const Context& c, const Input& in) const {
   if (in.soft_out == nullptr) return;
-  V2& p = *in.soft_out;
-  if (p.extent(0) != c.logits.extent(0) || p.extent(1) != c.logits.extent(1))
-    p = V2("exa::distill::teacher_probs", c.logits.extent(0), c.logits.extent(1));
-  seams_.loss_head->soft_targets(c, in.temperature, p);
+  auto& s = *in.soft_out;
+  if (s.probs.extent(0) != c.logits.extent(0) || s.probs.extent(1) != c.logits.extent(1)) {
+    s.probs = V2("exa::distill::teacher_probs", c.logits.extent(0), c.logits.extent(1));
+    s.neg_entropy = Kokkos::View<double*, Layout, D>("exa::distill::teacher_neg_entropy", c.logits.extent(0));
+  }
+  seams_.loss_head->soft_targets(c, in.temperature, s);
 }
 
 template <class T, class D>
 void StageModel<T, D>::add_distillation(Context& c, const Input& in) const {
-  c.distill.probs = {};
-  if (in.soft_in.data() == nullptr) return;
+  c.distill.teacher = {};
+  if (in.soft_in.probs.data() == nullptr) return;
   EXA_REQUIRE(in.temperature > 0, "StageModel: distillation needs a temperature > 0, got {}", in.temperature);
-  c.distill.probs = in.soft_in;
+  c.distill.teacher = in.soft_in;
   c.distill.tau = in.temperature;
   c.distill.coef = in.distill_coef;
-  if (c.distill.lse.extent(0) != c.logits.extent(0)) c.distill.lse = V1("exa::model::distill_lse", c.logits.extent(0));
+  if (c.distill.lse.extent(0) != c.logits.extent(0))
+    c.distill.lse = Kokkos::View<double*, Layout, D>("exa::distill::lse", c.logits.extent(0));
   const double kl = seams_.loss_head->distill(c);
   c.result.loss.distill =
       c.n_valid > 0 ? in.distill_coef * in.temperature * in.temperature * kl / double(c.n_valid) : 0.0;
@@ -426,7 +429,7 @@ typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const 
     write_soft_targets(c, in);
     add_distillation(c, in);
   } else {
-    c.distill.probs = {};
+    c.distill.teacher = {};
   }
   c.result.loss.aux = rl.aux;
   c.result.loss.z = rl.z;

@@ -55,10 +55,10 @@ void Teacher::ready(const io::CheckpointMeta& saved) {
 void Teacher::run(const std::function<Input(int)>& input, int n_micro) {
   const double t0 = wall_seconds();
   ScopedRegion region("distill/teacher", true);
-  probs_.resize(std::size_t(n_micro));
+  soft_.resize(std::size_t(n_micro));
   parallel::StepWork work{[&](int j) {
     Input in = input(j);
-    in.soft_out = &probs_[std::size_t(j)];
+    in.soft_out = &soft_[std::size_t(j)];
     in.temperature = opt_.temperature;
     return in;
   }};
@@ -67,8 +67,8 @@ void Teacher::run(const std::function<Input(int)>& input, int n_micro) {
 }
 
 void Teacher::attach(Input& in, int j) const {
-  if (std::size_t(j) >= probs_.size() || probs_[std::size_t(j)].data() == nullptr) return;  // not the head's stage
-  in.soft_in = probs_[std::size_t(j)];
+  if (std::size_t(j) >= soft_.size() || soft_[std::size_t(j)].probs.data() == nullptr) return;  // not the head's stage
+  in.soft_in = soft_[std::size_t(j)];
   in.temperature = opt_.temperature;
   in.distill_coef = opt_.coef;
 }
@@ -76,7 +76,7 @@ void Teacher::attach(Input& in, int j) const {
 double Teacher::bytes() const {
   const auto m = dp_->memory();
   double b = m.params + m.buffers;
-  for (const auto& p : probs_) b += double(p.span() * sizeof(float));
+  for (const auto& s : soft_) b += double(s.probs.span() * sizeof(float) + s.neg_entropy.span() * sizeof(double));
   return b;
 }
 

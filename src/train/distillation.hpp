@@ -90,7 +90,7 @@ class Teacher {
   std::unique_ptr<parallel::data::DataParallel> dp_;
   std::unique_ptr<model::StageModel<float>> model_;
   std::unique_ptr<parallel::StepExecutor> exec_;
-  std::vector<model::StageModel<float>::V2> probs_;  // per micro-batch: softmax(logits / T), this rank's columns
+  std::vector<model::SoftTargets<float>> soft_;  // per micro-batch (on the stage that holds the head)
   double last_s_ = 0;
 };
 

@@ -93,7 +93,7 @@ struct DoubleModel {
   // so the loss is a function of the weights alone.
   ForwardResult forward() {
     model.set_dropout_key(7);
-    if (soft.data() == nullptr) return model.forward(w, inputs, targets);
+    if (soft.probs.data() == nullptr) return model.forward(w, inputs, targets);
     typename Transformer<double>::Input in;
     in.tokens = inputs;
     in.targets = targets;
@@ -104,7 +104,7 @@ struct DoubleModel {
   }
   // Distillation: a teacher's soft targets [B*T, V], its temperature and
   // the term's weight (none when soft is empty).
-  Kokkos::View<double**, exa::Layout, Device> soft;
+  exa::model::SoftTargets<double> soft;
   double tau = 1, coef = 0;
   double loss() { return forward().loss.loss; }
 
@@ -297,15 +297,22 @@ TEST(TransformerGrad, Distillation) {
   const ModelConfig c = tiny();
   const auto seed = stable_seed(c, true);
   DoubleModel m(c, seed, true);
-  m.soft = decltype(m.soft)("soft", kB * kT, c.vocab_size);
-  exa::test::fill_uniform(m.soft, 99, 0.05, 1.0);
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.soft);
+  m.soft.probs = decltype(m.soft.probs)("soft", kB * kT, c.vocab_size);
+  m.soft.neg_entropy = decltype(m.soft.neg_entropy)("soft_neg_entropy", kB * kT);
+  exa::test::fill_uniform(m.soft.probs, 99, 0.05, 1.0);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.soft.probs);
+  auto hn = Kokkos::create_mirror_view(m.soft.neg_entropy);
   for (std::size_t r = 0; r < h.extent(0); ++r) {
-    double s = 0;
+    double s = 0, nh = 0;
     for (std::size_t v = 0; v < h.extent(1); ++v) s += h(r, v) * h(r, v);
-    for (std::size_t v = 0; v < h.extent(1); ++v) h(r, v) = h(r, v) * h(r, v) / s;  // peaked, rows sum to 1
+    for (std::size_t v = 0; v < h.extent(1); ++v) {
+      h(r, v) = h(r, v) * h(r, v) / s;  // peaked, rows sum to 1
+      nh += h(r, v) * std::log(h(r, v));
+    }
+    hn(r) = nh;
   }
-  Kokkos::deep_copy(m.soft, h);
+  Kokkos::deep_copy(m.soft.probs, h);
+  Kokkos::deep_copy(m.soft.neg_entropy, hn);
   m.tau = 2.0;
   m.coef = 0.7;
   const auto res = m.forward();
@@ -325,13 +332,13 @@ TEST(TransformerGrad, DistillationFromItselfIsZero) {
   typename Transformer<double>::Input in;
   in.tokens = m.inputs;
   in.targets = m.targets;
-  Kokkos::View<double**, exa::Layout, Device> probs;
+  exa::model::SoftTargets<double> probs;
   in.soft_out = &probs;
   in.temperature = 3.0;
   m.model.set_dropout_key(7);
   const auto plain = m.model.forward_input(m.w, in);
-  ASSERT_EQ(probs.extent(0), std::size_t(kB * kT));
-  ASSERT_EQ(probs.extent(1), std::size_t(c.vocab_size));
+  ASSERT_EQ(probs.probs.extent(0), std::size_t(kB * kT));
+  ASSERT_EQ(probs.probs.extent(1), std::size_t(c.vocab_size));
   Kokkos::deep_copy(m.grads, 0.0);
   m.model.backward(m.w, m.g, 1.0);
   auto g0 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.grads);

@@ -2,13 +2,14 @@
 # the model before the event, on the same micro-batches.
 #  - With a split of noise 0 the grown student computes the teacher's
 #    function, so the first step after the event distils a term of 0
-#    (|term| <= 1e-7; measured 2.5e-9) while the next one, after an update, does not.
+#    (|term| <= 5e-7; measured 5e-8: the grown model rounds its logits
+#    differently) while the next one, after an update, does not.
 #  - The term is added to the loss (loss = ce + aux + z + distill) and
 #    leaves the step's cross-entropy alone (the same as without it), while
 #    its gradient changes the next step's (step 5's, as step 3's term and
 #    gradient are 0).
 #  - Negative control: init = random changes the function, and the first
-#    step's term is far from 0 (> 1e-6; measured 1.1e-5).
+#    step's term is far from 0 (> 2e-6; measured 1.0e-5).
 # Every step of the window has a teacher time in its record, the step
 # after it none.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
@@ -58,9 +59,9 @@ endif()
 if(NOT d5 STREQUAL "")
   message(FATAL_ERROR "step 5 is after the window (distill_steps = 2) but has a distill record")
 endif()
-require_abs_below(${d3} 1e-7 "a split of noise 0 keeps the function: the first step's term")
+require_abs_below(${d3} 5e-7 "a split of noise 0 keeps the function: the first step's term")
 require_abs_above(${d4} 1e-5 "after an update the student differs from the teacher: the second step's term")
-require_abs_above(${r3} 1e-6 "init = random changes the function: the first step's term (negative control)")
+require_abs_above(${r3} 2e-6 "init = random changes the function: the first step's term (negative control)")
 
 foreach(step 3 4)
   value_at(${WORK}/split ${step} loss loss)

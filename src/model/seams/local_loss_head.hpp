@@ -27,7 +27,7 @@ class LocalLossHead final : public LossHead<T, D> {
   void backward(StageContext<T, D>& c, const W2& w, double loss_scale, const V2& dhf, const W2& dw,
                 const Adapter& ad = {}) const override {
     if (c.distill.on())
-      kernels::distill::ce_grad(c.logits, c.targets, c.ce_lse, c.distill.lse, c.distill.probs, c.distill.tau,
+      kernels::distill::ce_grad(c.logits, c.targets, c.ce_lse, c.distill.lse, c.distill.teacher.probs, c.distill.tau,
                                 c.distill.coef, 0, loss_scale, c.n_valid);
     else
       kernels::cross_entropy_backward(c.logits, c.targets, c.ce_lse, loss_scale, c.n_valid, c.logits);
@@ -37,14 +37,11 @@ class LocalLossHead final : public LossHead<T, D> {
     proj_->forward(c.hf, w, c.logits, false, ad);
     kernels::cross_entropy_rows(c.logits, c.targets, c.ce_lse, ce);
   }
-  void soft_targets(const StageContext<T, D>& c, double tau, const V2& probs) const override {
-    V1 lse("exa::distill::teacher_lse", c.logits.extent(0));
-    tempered_lse(c.logits, tau, lse, [](const V1&) {}, [](const auto&) {});
-    kernels::distill::soft_targets(c.logits, lse, tau, probs);
+  void soft_targets(const StageContext<T, D>& c, double tau, const SoftTargets<T, D>& out) const override {
+    model::distill::soft_targets(c, tau, out, [](const auto&) {}, [](const auto&) {});
   }
   double distill(StageContext<T, D>& c) const override {
-    tempered_lse(c.logits, c.distill.tau, c.distill.lse, [](const V1&) {}, [](const auto&) {});
-    return kernels::distill::kl_sum(c.logits, c.targets, c.distill.lse, c.distill.probs, c.distill.tau);
+    return model::distill::kl(c, [](const auto&) {}, [](const auto&) {});
   }
   void logits(const V2& h, const W2& w, const V2& out, const Adapter& ad = {}) const override {
     proj_->forward(h, w, out, false, ad);

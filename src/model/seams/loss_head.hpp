@@ -16,22 +16,43 @@
 
 namespace exa::model {
 
-// The tempered log-sum-exp of the rows of logits (this rank's columns):
-// `reduce_max` and `reduce_sum` complete the row max and the sums of
-// exponentials over the ranks that hold the other columns (no-ops when
-// one rank holds them all).
-template <class V2, class V1, class Max, class Sum>
-void tempered_lse(const V2& logits, double tau, const V1& lse, const Max& reduce_max, const Sum& reduce_sum) {
-  using D = typename V1::device_type;
-  const std::size_t n = logits.extent(0);
-  V1 mx("exa::distill::row_max", n);
+// Distillation's two sides (docs/architecture.md "Distillation") over
+// this rank's vocabulary columns: `reduce_max` and `reduce_sum` complete a
+// row max and the sums of exponentials over the ranks that hold the other
+// columns (no-ops when one rank holds them all).
+namespace distill {
+
+// The teacher's soft targets of c.logits into `out` (sized like them).
+template <class T, class D, class Max, class Sum>
+void soft_targets(const StageContext<T, D>& c, double tau, const SoftTargets<T, D>& out, const Max& reduce_max,
+                  const Sum& reduce_sum) {
+  const std::size_t n = c.logits.extent(0);
+  Kokkos::View<T*, Layout, D> mx("exa::distill::row_max", n);
   Kokkos::View<double*, Layout, D> sums("exa::distill::sums", n);
-  kernels::distill::row_max(logits, mx);
+  kernels::distill::row_max(c.logits, mx);
   reduce_max(mx);
-  kernels::distill::sum_exp(logits, mx, tau, sums);
+  kernels::distill::exp_sums(c.logits, mx, tau, sums, out.probs);
   reduce_sum(sums);
-  kernels::distill::finish_lse(mx, sums, tau, lse);
+  kernels::distill::normalise(c.logits, mx, sums, tau, out.probs, out.neg_entropy);
 }
+
+// The student's side: c.distill.lse, and this rank's part of the sum over
+// the rows with a target of KL(teacher || softmax(c.logits / tau)).
+template <class T, class D, class Max, class Sum>
+double kl(StageContext<T, D>& c, const Max& reduce_max, const Sum& reduce_sum) {
+  const std::size_t n = c.logits.extent(0);
+  Kokkos::View<T*, Layout, D> mx("exa::distill::row_max", n);
+  Kokkos::View<double*, Layout, D> sums("exa::distill::sums", n);
+  kernels::distill::row_max(c.logits, mx);
+  reduce_max(mx);
+  kernels::distill::exp_sums(c.logits, mx, c.distill.tau, sums, Kokkos::View<T**, Layout, D>());
+  reduce_sum(sums);
+  kernels::distill::finish_lse(mx, sums, c.distill.tau, c.distill.lse);
+  const auto& t = c.distill.teacher;
+  return kernels::distill::kl_sum(c.logits, c.targets, c.distill.lse, t.probs, t.neg_entropy, c.distill.tau);
+}
+
+}  // namespace distill
 
 template <class T, class D = Device>
 class LossHead {
@@ -55,10 +76,10 @@ class LossHead {
   virtual void eval(StageContext<T, D>& c, const W2& w, const V1& ce, const Adapter& ad = {}) const = 0;
   // Distillation (docs/architecture.md "Distillation"), after forward() or
   // eval() filled c.logits. The teacher's side: softmax(logits / tau) over
-  // the whole vocabulary into probs [N, V local].
-  virtual void soft_targets(const StageContext<T, D>& c, double tau, const V2& probs) const = 0;
+  // the whole vocabulary into out (sized like the logits).
+  virtual void soft_targets(const StageContext<T, D>& c, double tau, const SoftTargets<T, D>& out) const = 0;
   // The student's side: fills c.distill.lse and returns the sum, over the
-  // rows with a target, of KL(c.distill.probs || softmax(logits / tau)).
+  // rows with a target, of KL(c.distill.teacher || softmax(logits / tau)).
   // backward() then adds the gradient of coef tau^2 / n_valid times it.
   virtual double distill(StageContext<T, D>& c) const = 0;
   // Generation: logits [B,V] of the rows h [B,d].

@@ -110,7 +110,7 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
   void backward(Context& c, const W2& w, double loss_scale, const V2& dhf, const W2& dw,
                 const Adapter& ad = {}) const override {
     if (c.distill.on())
-      kernels::distill::ce_grad(c.logits, c.targets, c.ce_lse, c.distill.lse, c.distill.probs, c.distill.tau,
+      kernels::distill::ce_grad(c.logits, c.targets, c.ce_lse, c.distill.lse, c.distill.teacher.probs, c.distill.tau,
                                 c.distill.coef, v0_, loss_scale, c.n_valid);
     else
       vocab::grad(c.logits, c.targets, c.ce_lse, v0_, loss_scale, c.n_valid);
@@ -122,15 +122,12 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
   }
   // Distillation: the tempered softmax's max and sums reduce over the TP
   // group like the cross-entropy's; so does the KL of each rank's columns.
-  void soft_targets(const Context& c, double tau, const V2& probs) const override {
-    V1 lse("exa::distill::teacher_lse", c.logits.extent(0));
-    model::tempered_lse(c.logits, tau, lse, max_over_tp(), sum_over_tp());
-    kernels::distill::soft_targets(c.logits, lse, tau, probs);
+  void soft_targets(const Context& c, double tau, const model::SoftTargets<T, D>& out) const override {
+    model::distill::soft_targets(c, tau, out, max_over_tp(), sum_over_tp());
   }
   double distill(Context& c) const override {
-    model::tempered_lse(c.logits, c.distill.tau, c.distill.lse, max_over_tp(), sum_over_tp());
     Kokkos::View<double*, Layout, D> kl("exa::distill::kl", 1);
-    Kokkos::deep_copy(kl, kernels::distill::kl_sum(c.logits, c.targets, c.distill.lse, c.distill.probs, c.distill.tau));
+    Kokkos::deep_copy(kl, model::distill::kl(c, max_over_tp(), sum_over_tp()));
     tp_->allreduce(kl);
     return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kl)(0);
   }
