@@ -168,7 +168,8 @@ class StageModel {
   // Evaluation (whole model): per-token cross-entropy (nats) into ce [B*T]
   // (0 where the target is ignored), no aux/z. Returns the sum and the count
   // of valid targets. Routing (and capacity) as in forward. Live contexts
-  // are not disturbed.
+  // are not disturbed. With Input::soft_out (a distillation teacher) it
+  // writes the soft targets and no cross-entropy (loss_sum 0).
   kernels::CrossEntropySum eval(const W& w, const Tokens& inputs, const Tokens& targets, const V1& ce);
   // The same on the stage that holds the head (evaluation through a
   // pipeline): `in` as forward() takes it, tokens on a stage that holds the

@@ -543,11 +543,16 @@ kernels::CrossEntropySum StageModel<T, D>::eval(const W& w, const Input& in, con
   load_targets(c, targets);
   hooks_.before_forward(head_unit());
   final_norm_->forward(c.out, w.norm, c.hf, c.rstd_f);
-  seams_.loss_head->eval(c, w.lm_head, ce, head_adapter(w));
-  write_soft_targets(c, in);
   kernels::CrossEntropySum s;
-  s.loss_sum = stage_detail::sum_of(ce);
   s.n_valid = shape.N() - stage_detail::count_out_of_range(c.targets, 0, cfg_.vocab_size);  // targets < 0 ignored
+  if (in.soft_out != nullptr) {
+    // A distillation teacher: its soft targets only, no cross-entropy.
+    seams_.loss_head->project(c, w.lm_head, head_adapter(w));
+    write_soft_targets(c, in);
+    return s;
+  }
+  seams_.loss_head->eval(c, w.lm_head, ce, head_adapter(w));
+  s.loss_sum = stage_detail::sum_of(ce);
   return s;
 }
 

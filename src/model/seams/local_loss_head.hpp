@@ -37,6 +37,9 @@ class LocalLossHead final : public LossHead<T, D> {
     proj_->forward(c.hf, w, c.logits, false, ad);
     kernels::cross_entropy_rows(c.logits, c.targets, c.ce_lse, ce);
   }
+  void project(StageContext<T, D>& c, const W2& w, const Adapter& ad = {}) const override {
+    proj_->forward(c.hf, w, c.logits, false, ad);
+  }
   void soft_targets(const StageContext<T, D>& c, double tau, const SoftTargets<T, D>& out) const override {
     model::distill::soft_targets(c, tau, out, [](const auto&) {}, [](const auto&) {});
   }

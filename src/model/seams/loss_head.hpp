@@ -74,6 +74,9 @@ class LossHead {
   // Evaluation: fills c.logits and c.ce_lse, writes each row's
   // cross-entropy into ce [N] (0 for ignored targets).
   virtual void eval(StageContext<T, D>& c, const W2& w, const V1& ce, const Adapter& ad = {}) const = 0;
+  // The logits alone into c.logits (this rank's columns), from c.hf: a
+  // distillation teacher's evaluation, which needs no cross-entropy.
+  virtual void project(StageContext<T, D>& c, const W2& w, const Adapter& ad = {}) const = 0;
   // Distillation (docs/architecture.md "Distillation"), after forward() or
   // eval() filled c.logits. The teacher's side: softmax(logits / tau) over
   // the whole vocabulary into out (sized like the logits).

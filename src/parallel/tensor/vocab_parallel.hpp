@@ -120,6 +120,9 @@ class VocabParallelLossHead final : public model::LossHead<T, D> {
     proj_->forward(c.hf, w, c.logits, false, ad);
     reduce_ce(c, ce);
   }
+  void project(Context& c, const W2& w, const Adapter& ad = {}) const override {
+    proj_->forward(c.hf, w, c.logits, false, ad);
+  }
   // Distillation: the tempered softmax's max and sums reduce over the TP
   // group like the cross-entropy's; so does the KL of each rank's columns.
   void soft_targets(const Context& c, double tau, const model::SoftTargets<T, D>& out) const override {
