@@ -140,6 +140,7 @@ std::string format_growth_report(const GrowthBench& b) {
 
 std::string growth_json_line(const GrowthBench& b) {
   nlohmann::json j;
+  j["event"] = "bench_growth";
   j["steps"] = b.steps;
   for (const auto& r : b.runs)
     j["runs"][r.name] = {{"experts", r.experts}, {"wall_s", r.wall_s},     {"cpu_s", r.cpu_s},
