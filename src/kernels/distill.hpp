@@ -25,22 +25,12 @@
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
 #include "kernels/host_loops.hpp"
+#include "kernels/row_max.hpp"
 
 namespace exa::kernels::distill {
 
-// mx[n] = max over this rank's columns of logits[n, :].
-template <class LV, class MV>
-void row_max(const LV& logits, const MV& mx) {
-  using Exec = exec_of<MV>;
-  using T = typename MV::non_const_value_type;
-  const index_t vl = logits.extent(1);
-  Kokkos::parallel_for(
-      "exa::distill::row_max", Kokkos::RangePolicy<Exec>(0, logits.extent(0)), KOKKOS_LAMBDA(const index_t r) {
-        T m = T(logits(r, 0));
-        for (index_t j = 1; j < vl; ++j) m = kx::max(m, T(logits(r, j)));
-        mx(r) = m;
-      });
-}
+// The row max is kernels::row_max (row_max.hpp).
+using kernels::row_max;
 
 // sums[n] = sum over this rank's columns of exp((logits[n, j] - mx[n]) /
 // tau); with `out`, out[n, j] = each term (out may not alias logits).

@@ -14,6 +14,29 @@ function(values_of file out)
   set(${out} "${res}" PARENT_SCOPE)
 endfunction()
 
+# value_at(<run dir> <step> <out-var> <json path>...): that step's record's
+# value at the path ("" when the record has none).
+function(value_at dir step out)
+  values_of(${dir}/metrics.jsonl vals ${ARGN})
+  foreach(r IN LISTS vals)
+    if(r MATCHES "^${step}:")
+      string(REGEX REPLACE "^${step}:" "" v "${r}")
+      set(${out} ${v} PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out} "" PARENT_SCOPE)
+endfunction()
+
+# require_abs(<value> <"<="|">"> <bound> <what>): a FATAL_ERROR naming `what`
+# unless |value| compares so with the bound (value may be an expression).
+function(require_abs v op bound what)
+  execute_process(COMMAND awk "BEGIN{v=${v};if(v<0)v=-v;exit !(v${op}${bound})}" RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "${what}: |${v}| is not ${op} ${bound}")
+  endif()
+endfunction()
+
 # losses_of(<metrics.jsonl> <out-var>): "step:loss;step:loss;..." of the step
 # records, in file order (event records carry no "loss" and are skipped).
 function(losses_of file out)

@@ -6,6 +6,7 @@
 
 #include "core/kokkos_shims.hpp"
 #include "core/types.hpp"
+#include "kernels/row_max.hpp"
 
 namespace exa::parallel::tensor::vocab {
 
@@ -40,18 +41,7 @@ void scatter_add(const TokV& tokens, const DOutV& dout, std::int64_t v0, const D
 }
 
 // mx[n] = max over this rank's columns of logits[n, :].
-template <class LV, class MV>
-void row_max(const LV& logits, const MV& mx) {
-  using Exec = exec_of<MV>;
-  using T = typename MV::non_const_value_type;
-  const index_t vl = logits.extent(1);
-  Kokkos::parallel_for(
-      "exa::tp::vocab_row_max", Kokkos::RangePolicy<Exec>(0, logits.extent(0)), KOKKOS_LAMBDA(const index_t r) {
-        T m = T(logits(r, 0));
-        for (index_t j = 1; j < vl; ++j) m = kx::max(m, T(logits(r, j)));
-        mx(r) = m;
-      });
-}
+using kernels::row_max;
 
 // parts[n] = sum_j exp(logits[n, j] - mx[n]); parts[N + n] = the target's
 // logit when this rank holds it, else 0.
