@@ -17,7 +17,8 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 }  // namespace
 
-WireCodec::WireCodec(WireFormat format, std::int64_t quant_block) : format_(format), quant_block_(quant_block) {
+WireCodec::WireCodec(WireFormat format, std::int64_t quant_block, bool stochastic)
+    : format_(format), quant_block_(quant_block), stochastic_(stochastic) {
   EXA_REQUIRE(quant_block > 0, "WireCodec: quant_block = {} must be positive", quant_block);
 }
 
@@ -30,9 +31,10 @@ std::int64_t WireCodec::words(std::int64_t n) const {
   return n;
 }
 
-void WireCodec::encode(const View1<const float>& x, const View1<std::int32_t>& out) const {
+void WireCodec::encode(const View1<const float>& x, const View1<std::int32_t>& out, PhiloxKey key) const {
   const std::int64_t n = std::int64_t(x.extent(0));
   EXA_ASSERT(std::int64_t(out.extent(0)) >= words(n));
+  const bool sr = stochastic();
   switch (format_) {
     case WireFormat::F32:
       Kokkos::parallel_for(
@@ -43,8 +45,17 @@ void WireCodec::encode(const View1<const float>& x, const View1<std::int32_t>& o
     case WireFormat::BF16:
       Kokkos::parallel_for(
           "exa::wire_encode_bf16", Exec(0, (n + 1) / 2), KOKKOS_LAMBDA(const std::int64_t w) {
-            const std::uint32_t lo = to_bf16(x(2 * w)).bits;
-            const std::uint32_t hi = 2 * w + 1 < n ? to_bf16(x(2 * w + 1)).bits : 0u;
+            // Stochastic: a uniform 16-bit draw added to the magnitude's
+            // bits below bf16's, then truncated (inf and NaN as they are).
+            auto round = [&](std::int64_t i) -> std::uint32_t {
+              if (!sr) return to_bf16(x(i)).bits;
+              const std::uint32_t b = kx::bits_of(x(i));
+              if ((b & 0x7f800000u) == 0x7f800000u) return to_bf16(x(i)).bits;
+              const auto r = std::uint32_t(philox_uniform(key, std::uint64_t(i)) * 65536.0) & 0xffffu;
+              return (b + r) >> 16;
+            };
+            const std::uint32_t lo = round(2 * w);
+            const std::uint32_t hi = 2 * w + 1 < n ? round(2 * w + 1) : 0u;
             out(w) = static_cast<std::int32_t>(lo | (hi << 16));
           });
       break;
@@ -68,7 +79,13 @@ void WireCodec::encode(const View1<const float>& x, const View1<std::int32_t>& o
             for (std::int64_t i = lo; i < hi; ++i) {
               float r = x(i) * inv;
               r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
-              q[i] = static_cast<std::int8_t>(static_cast<int>(r + (r < 0.0f ? -0.5f : 0.5f)));
+              if (sr) {
+                // floor(r + u), u uniform: up with probability r - floor(r).
+                const double f = kx::floor(double(r) + (1.0 - philox_uniform(key, std::uint64_t(i))));
+                q[i] = static_cast<std::int8_t>(f > 127.0 ? 127 : (f < -127.0 ? -127 : int(f)));
+              } else {
+                q[i] = static_cast<std::int8_t>(static_cast<int>(r + (r < 0.0f ? -0.5f : 0.5f)));
+              }
             }
           });
       // The last word's unused bytes are zero, so equal inputs give equal words.

@@ -159,6 +159,7 @@ StepResult Trainer::train_step(std::int64_t step) {
     model_->set_dropout_key(model::lora::key(model::lora::key(std::uint64_t(cfg_.get_int("train.seed")) + 1,
                                                               std::uint64_t(step)),
                                              std::uint64_t(grid_.coords().dp)));
+  dp_->set_step(step);  // stochastic rounding's draws
   if (teacher_ && !teacher_->covers(step)) {
     log::info("distillation: the window of the growth after step {} has ended; teacher dropped",
               teacher_->event_step());

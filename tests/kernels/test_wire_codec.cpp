@@ -1,7 +1,8 @@
 // The compressed wire formats of the gradient collectives
 // (kernels/wire_codec.hpp): payload sizes, round trips within the stated
 // bounds (bf16: 2^-8 relative; int8: half the block's scale max|x|/127),
-// decoding a prefix, add_into, and deterministic words.
+// decoding a prefix, add_into, deterministic words, and stochastic
+// rounding: unbiased over many keys where rounding to nearest is not.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,10 +31,11 @@ std::vector<float> sample(std::int64_t n) {
   return x;
 }
 
-std::vector<float> round_trip(const WireCodec& c, const std::vector<float>& x, std::int64_t prefix = -1) {
+std::vector<float> round_trip(const WireCodec& c, const std::vector<float>& x, std::int64_t prefix = -1,
+                              exa::PhiloxKey key = {0, 0}) {
   const auto n = std::int64_t(x.size());
   View1<std::int32_t> w("w", std::size_t(c.words(n)));
-  c.encode(to_device(x), w);
+  c.encode(to_device(x), w, key);
   View1<float> y("y", std::size_t(prefix < 0 ? n : prefix));
   c.decode(w, n, y);
   return to_host(y);
@@ -118,4 +120,43 @@ TEST(WireCodec, NamesAreTheDecksValues) {
   EXPECT_EQ(exa::kernels::wire_format_from_name("int8"), WireFormat::Int8);
   EXPECT_STREQ(exa::kernels::wire_format_name(WireFormat::BF16), "bf16");
   EXPECT_THROW(exa::kernels::wire_format_from_name("fp8"), exa::Error);
+}
+
+// Stochastic rounding: every draw is one of the two neighbours of x (within
+// one quantum), and the mean over 4096 keys is within 0.03 quanta of x (4
+// standard deviations of the mean of 4096 draws),
+// where rounding to nearest is off by 0.3 quanta (the control: values at
+// 0.3 of a quantum above a grid point).
+TEST(WireCodec, StochasticRoundingIsUnbiased) {
+  constexpr int kKeys = 4096;
+  for (const auto f : {WireFormat::BF16, WireFormat::Int8}) {
+    const WireCodec sr(f, 8, true), nearest(f, 8);
+    EXPECT_TRUE(sr.stochastic());
+    // Grid points q * quantum plus 0.3 quantum: int8 blocks of 8 with
+    // max |x| = 127 (quantum 1); bf16 values in [1, 2) (quantum 2^-7).
+    std::vector<float> x;
+    for (int i = 0; i < 16; ++i) {
+      if (f == WireFormat::Int8) x.push_back(i % 8 == 0 ? 127.0f : float(i * 7 - 50) + 0.3f);
+      else x.push_back(1.0f + float(i) / 128.0f + 0.3f / 128.0f);
+    }
+    const double quantum = f == WireFormat::Int8 ? 1.0 : 1.0 / 128.0;
+    std::vector<double> mean(x.size(), 0.0);
+    for (int k = 0; k < kKeys; ++k) {
+      const auto y = round_trip(sr, x, -1, {std::uint32_t(k), 0x5eedu});
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        EXPECT_LT(std::fabs(double(y[i]) - double(x[i])), quantum * 1.0001) << "value " << i << ", key " << k;
+        mean[i] += double(y[i]) / kKeys;
+      }
+    }
+    const auto near = round_trip(nearest, x);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (f == WireFormat::Int8 && i % 8 == 0) continue;  // the block's max is exact
+      EXPECT_LE(std::fabs(mean[i] - double(x[i])), 0.03 * quantum) << exa::kernels::wire_format_name(f) << " value "
+                                                                    << i;
+      EXPECT_GE(std::fabs(double(near[i]) - double(x[i])), 0.25 * quantum) << "the control shows no bias";
+    }
+    // The same key gives the same words; another key other words.
+    EXPECT_EQ(round_trip(sr, x, -1, {7, 9}), round_trip(sr, x, -1, {7, 9}));
+    EXPECT_NE(round_trip(sr, x, -1, {7, 9}), round_trip(sr, x, -1, {8, 9}));
+  }
 }

@@ -527,6 +527,11 @@ void check_combinations(const Config& c) {
                        key, comp, key));
     }
   }
+  if (c.get_bool("comm.stochastic_rounding") && c.get_string("comm.compression") == "none") {
+    fail(c, {"comm.stochastic_rounding", "comm.compression"},
+         "comm.stochastic_rounding = true rounds the compressed gradients, but comm.compression = \"none\" sends "
+         "them in fp32; set comm.compression = \"int8\" or \"bf16\", or stochastic_rounding = false");
+  }
   if (const auto comp = c.get_string("comm.a2a_compression"); comp != "none" && c.get_bool("comm.hierarchical_a2a")) {
     fail(c, {"comm.a2a_compression", "comm.hierarchical_a2a"},
          fmt::format("comm.a2a_compression = \"{}\" with comm.hierarchical_a2a = true is not built yet (compression "

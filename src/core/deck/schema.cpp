@@ -153,6 +153,7 @@ std::vector<KeySpec> build() {
       NotBuilt(S("comm", "compression", "none", {"none", "bf16", "int8", "topk"}, "wire format of the data-parallel gradient collectives (allreduce and reduce-scatter; fp32 sums): none; bf16 (half the bytes); int8 (block-quantized, one fp32 scale per comm.quant_block values, about a quarter); topk (sparsified with error feedback)"), {"topk"}),
       S("comm", "weight_compression", "none", {"none", "bf16", "int8"}, "wire format of the ZeRO parameter allgathers (zero 3 before use, zero 1/2 after the step; ZeRO++ qwZ): the working copies are the decoded values, the fp32 masters are never quantized"),
       S("comm", "a2a_compression", "none", {"none", "bf16", "int8"}, "wire format of the expert all-to-all's token rows (dispatch, combine and their backward; the flat all-to-all only)"),
+      B("comm", "stochastic_rounding", false, "bf16 or int8 gradient compression rounds stochastically (up with probability equal to the distance from the value below: unbiased sums), drawn by Philox from the seed, the step, the rank and the collective, so a resumed run draws the same"),
       I("comm", "quant_block", 256, 1, 1 << 20, "values per fp32 scale in int8 payloads (comm.compression, comm.weight_compression)"),
       S("comm", "backend", "mpi", {"mpi", "nccl"}, "data-parallel collectives: mpi, or nccl (CUDA builds with NCCL; device buffers, no host staging)"),
       B("comm", "hierarchical_a2a", false, "expert all-to-all in two stages: node-local gather/scatter around one inter-node message per node pair"),

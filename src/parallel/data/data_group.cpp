@@ -16,6 +16,7 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
       rank_(grid.rank(over)),
       block_index_(rank_),
       channels_(channels),
+      over_(over),
       scalar_(comm::make_mpi_communicator(grid.comm(over))),
       codec_(codec),
       weight_codec_(weight_codec) {
@@ -68,12 +69,30 @@ DataGroup::Packed& DataGroup::packed(int c, std::int64_t words, std::int64_t pad
   return p;
 }
 
-comm::Request DataGroup::compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c) {
+void DataGroup::set_step(std::uint64_t seed, std::int64_t step) {
+  rounding_ = philox_key(seed, "comm.stochastic_rounding");
+  step_ = step;
+  calls_ = 0;
+}
+
+PhiloxKey DataGroup::next_key() {
+  if (!codec_.stochastic()) return {0, 0};
+  const PhiloxCounter at{std::uint32_t(step_), std::uint32_t(std::uint64_t(step_) >> 32),
+                         std::uint32_t(rank_) | (std::uint32_t(over_) << 24), calls_++};
+  const PhiloxCounter r = philox4x32(at, rounding_);
+  return {r.c0, r.c1};
+}
+
+comm::Request DataGroup::compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c,
+                                                   PhiloxKey key) {
   const std::int64_t B = std::int64_t(recv.extent(0)), W = codec_.words(B), P = size_;
   auto& pk = packed(c, P * W, 0, B);
   {
     ScopedRegion region("compress/encode");
-    for (std::int64_t j = 0; j < P; ++j) codec_.encode(part(send, j * B, B), part(pk.send, j * W, W));
+    // Destination j's block draws under the key with j folded in.
+    for (std::int64_t j = 0; j < P; ++j)
+      codec_.encode(part(send, j * B, B), part(pk.send, j * W, W),
+                    {key.k0, key.k1 ^ (std::uint32_t(j) * 0x9E3779B9u)});
     Kokkos::fence();
   }
   std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
@@ -118,12 +137,13 @@ comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c) {
   Kokkos::deep_copy(part(pk.padded, 0, n), v);
   if (P * B > n) Kokkos::deep_copy(part(pk.padded, n, P * B - n), 0.0f);
   const auto padded = part(pk.padded, 0, P * B), block = part(pk.block, 0, B);
+  const PhiloxKey scatter = next_key(), gather = next_key();  // at launch: program order
   return comm::chain(
-      {[this, padded, block, c] { return compressed_reduce_scatter(padded, block, c); },
-       [this, &pk, v, block, n, B, W, P, c] {
+      {[this, padded, block, c, scatter] { return compressed_reduce_scatter(padded, block, c, scatter); },
+       [this, &pk, v, block, n, B, W, P, c, gather] {
          {
            ScopedRegion region("compress/encode");
-           codec_.encode(block, part(pk.send, 0, W));
+           codec_.encode(block, part(pk.send, 0, W), gather);
            Kokkos::fence();
          }
          auto r = chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
@@ -175,7 +195,7 @@ comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<f
   if (compressed() && size_ > 1) {
     comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4),
                              ring_block_bytes(size_, codec_.words(B), 4));
-    return compressed_reduce_scatter(send, recv, c);
+    return compressed_reduce_scatter(send, recv, c, next_key());
   }
   const double bytes = ring_block_bytes(size_, B, 4);
   comm::TrafficLedger::add(comm::Traffic::DpGrads, bytes, bytes);

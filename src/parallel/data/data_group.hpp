@@ -35,6 +35,13 @@
 // values). Each channel then has a communicator of its own, since the
 // second stage is posted when the first is found complete.
 //
+// Stochastic rounding (comm.stochastic_rounding, with bf16 or int8
+// gradients): every encode of a step draws under its own Philox key, from
+// the run's seed, the step (set_step), the group, this rank, the
+// collective's number in the step and the destination block, taken when
+// the collective is launched (in program order, whatever order the stages
+// complete in). A resumed run draws what the uninterrupted one did.
+//
 // Weight compression (comm.weight_compression = bf16 | int8, ZeRO++'s
 // qwZ): the parameter allgathers (ZeRO 3 before use, ZeRO 1/2 after the
 // step) send each rank's part encoded, and every rank decodes every part,
@@ -92,6 +99,10 @@ class DataGroup {
   double sum(double x);
   std::int64_t sum(std::int64_t x);
 
+  // Stochastic rounding's keys from now on: step `step` of the run seeded
+  // `seed` (the collectives count from 0 again).
+  void set_step(std::uint64_t seed, std::int64_t step);
+
   // Waiting and polling, charged to the "comm/" phase timers: what a rank
   // spends here (and in the launches above) is its exposed communication.
   // test() is what progresses nonblocking collectives under MPICH between
@@ -109,11 +120,17 @@ class DataGroup {
   Packed& packed(int c, std::int64_t words, std::int64_t padded, std::int64_t block);
   // Encodes send's size() blocks of `block` values and exchanges them over
   // channel c; on completion recv [block] = the decoded sum in rank order.
-  comm::Request compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c);
+  comm::Request compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c, PhiloxKey key);
   comm::Request compressed_allreduce(const View1<float>& v, int c);
+  // The next collective's stochastic rounding key (zero when it is off).
+  PhiloxKey next_key();
   comm::Request compressed_allgather(const View1<float>& send, const View1<float>& recv, int c);
 
   int size_ = 1, rank_ = 0, block_index_ = 0, channels_ = 1;
+  comm::Group over_;
+  PhiloxKey rounding_{0, 0};  // from the seed (set_step)
+  std::int64_t step_ = 0;
+  std::uint32_t calls_ = 0;   // collectives launched in the step
   std::unique_ptr<comm::Communicator> scalar_;  // MPI, host scalars
   std::unique_ptr<comm::Communicator> bulk_;    // flat collectives of the buffers (MPI or NCCL)
   std::vector<comm::HierarchicalComms> hier_;   // one per channel

@@ -34,7 +34,8 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
   o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
   o.compression = kernels::WireCodec(kernels::wire_format_from_name(cfg.get_string("comm.compression")),
-                                     cfg.get_int("comm.quant_block"));
+                                     cfg.get_int("comm.quant_block"), cfg.get_bool("comm.stochastic_rounding"));
+  o.seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   o.weight_compression = kernels::WireCodec(
       kernels::wire_format_from_name(cfg.get_string("comm.weight_compression")), cfg.get_int("comm.quant_block"));
   return o;
@@ -175,6 +176,10 @@ DataParallel::Flat DataParallel::replica_values(std::size_t i) {
 
 void DataParallel::begin_step() {
   for (auto& e : engines_) e->begin_step();
+}
+
+void DataParallel::set_step(std::int64_t step) {
+  for (auto& e : engines_) e->group().set_step(opt_.seed, step);
 }
 
 void DataParallel::set_sync(bool sync) {

@@ -116,6 +116,9 @@ class DataParallel final : public model::UnitHooks {
 
   void begin_step();
   void set_sync(bool sync);
+  // The step about to run (comm.stochastic_rounding keys its draws by it,
+  // so a resumed run draws the same).
+  void set_step(std::int64_t step);
   // Every reduction of the step done: store().grads() holds the mean over
   // the data-parallel ranks of this rank's part of the gradient (with tensor
   // parallelism, the replicated tensors' parts then summed over Tp), for

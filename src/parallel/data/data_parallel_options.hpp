@@ -1,5 +1,7 @@
 #pragma once
 // The data-parallel strategy's options (parallel/data/data_parallel.hpp).
+#include <cstdint>
+
 #include "comm/hierarchical.hpp"
 #include "kernels/wire_codec.hpp"
 
@@ -18,8 +20,10 @@ struct DataParallelOptions {
   // The gradient collectives' and the parameter allgathers' wire formats
   // (F32: uncompressed).
   kernels::WireCodec compression, weight_compression;
+  std::uint64_t seed = 0;  // the run's (stochastic rounding's keys)
   // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
-  // comm.compression, comm.weight_compression, comm.quant_block.
+  // comm.compression, comm.weight_compression, comm.quant_block,
+  // comm.stochastic_rounding, train.seed.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
 
