@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/wire_codec.hpp"
+#include "model/parameter_specs.hpp"
 #include "plan/memory_model.hpp"
 
 namespace exa::plan {
@@ -26,6 +27,16 @@ FlopsByClass flops_per_token(const model::ModelConfig& c) {
     }
   }
   f.head = 6 * double(c.vocab_size) * d;
+  if (c.lora.enabled()) {
+    // The frozen matrices skip their weight gradients: 4 products per
+    // parameter, not 6; the adapters take all three (a routed expert's for
+    // the k of E experts a token passes), as the run counts them.
+    for (double* m : {&f.attn_proj, &f.router, &f.experts, &f.shared, &f.dense, &f.head}) *m *= 4.0 / 6.0;
+    for (const auto& s : model::parameter_specs(c))
+      if (s.trainable)
+        f.adapters += 6 * double(s.numel()) *
+                      (s.reduce == model::ReduceGroup::ExpertData ? double(c.top_k) / double(c.n_experts) : 1.0);
+  }
   return f;
 }
 
@@ -110,10 +121,11 @@ ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan
 
 StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluster& cl, const MemoryBytes* memory,
                  const PredictOptions& opt) {
-  EXA_REQUIRE(!cfg.lora.enabled(), "the planner does not model LoRA fine-tuning yet (lora.rank = {}): it would size gradients, optimizer "
-              "state and their traffic for every parameter. Plan with --set lora.rank=0 (an upper bound on memory) "
-              "and set that layout in the deck", cfg.lora.rank);
   const Net net{cl};
+  // LoRA: the frozen matrices compute no weight gradients (the adapters'
+  // products, rank r against d, are left out), and only the adapters'
+  // gradients are reduced.
+  const double weight_grads = cfg.lora.enabled() ? 0.0 : 1.0;
   const auto& g = c.grid;
   const int tp = g.tp, cp = g.cp, pp = g.pp, ep = g.ep, data = g.dp * g.cp;
   const int chunks = c.schedule == "interleaved" && pp > 1 ? c.virtual_stages : 1;
@@ -135,7 +147,9 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   StepCost r;
   std::vector<OpTimes> times(static_cast<std::size_t>(pp));
   double comp_tot = 0, tp_tot = 0, a2a_tot = 0, cp_tot = 0, zg_tot = 0, p2p_tot = 0;
-  double dp_bytes_step = 0, local_params_worst = 0;
+  // Elements per step: the gradients reduced (trainable) and the
+  // parameters ZeRO 1/2 gather after it (all, the frozen ones too).
+  double dp_bytes_step = 0, gathered_step = 0, local_params_worst = 0;
   int worst = 0;
   r.memory = memory ? *memory : peak_memory(cfg, c);
   // The stage with the most layers (the first on ties) stands for the
@@ -184,10 +198,10 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     const double elem = context_bytes(cfg, none, plan, plan.local_layers() / chunks) * cl.elementwise_passes / mem_bw;
     const double f_compute = (w.matmul + head / chunks) / mm_rate + w.core / core_rate + elem / 3;
     const double b_input = (w.matmul + head / chunks) / mm_rate + 2 * w.core / core_rate + 2 * elem / 3;
-    const double b_weight = (w.matmul + head / chunks) / mm_rate;
+    const double b_weight = weight_grads * (w.matmul + head / chunks) / mm_rate;
     // zb defers the Linear seams' weight gradients only; the experts' and
     // the head's stay in B (parallel/pipeline/deferred_weights.hpp).
-    const double w_deferred = w.linear / mm_rate;
+    const double w_deferred = weight_grads * w.linear / mm_rate;
     // Collectives per micro-batch and chunk.
     const double row = N * double(cfg.d_model) * 4;
     const double tp_f = tp > 1 ? 2 * layers_per_chunk * net.allreduce(row, tp, 1) : 0;
@@ -207,7 +221,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     // ZeRO 3 gathers each unit before its forward and its backward,
     // prefetching the next unit while one computes.
     const auto st = state_bytes(cfg, plan, 0, 1, 1);
-    const double stage_params = st.parameters / 4;
+    const double stage_params = st.parameters / 4, stage_trainable = st.optimizer / 8;
     double zg_f = 0;
     if (c.zero == 3 && data > 1) {
       const double gather = net.half(stage_params / chunks * wire_bytes(c.weight_compression, c.quant_block), data, tp);
@@ -242,7 +256,8 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       p2p_tot = m * 2 * p2p;
       local_params_worst = state_bytes(cfg, plan, c.zero, data, data / ep).optimizer / 8;
     }
-    dp_bytes_step = std::max(dp_bytes_step, stage_params);
+    dp_bytes_step = std::max(dp_bytes_step, stage_trainable);
+    gathered_step = std::max(gathered_step, stage_params);
   }
   const int n_micro = c.micro_per_round();
   const int rounds = int(c.grad_accum / n_micro);
@@ -261,7 +276,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   if (data > 1) {
     const double wire = wire_bytes(c.compression, c.quant_block);
     const double grads = dp_bytes_step * wire;
-    const double wgt = dp_bytes_step * wire_bytes(c.weight_compression, c.quant_block);
+    const double wgt = gathered_step * wire_bytes(c.weight_compression, c.quant_block);
     const double backward_last = times[std::size_t(worst)].backward + times[std::size_t(worst)].weight;
     if (c.zero <= 1) {
       const double t = c.zero == 0 ? net.allreduce(grads, data, tp) : net.half(grads, data, tp);

@@ -19,7 +19,8 @@ namespace exa::plan {
 // total() equals train::count_flops(cfg).per_token_train.
 struct FlopsByClass {
   double attn_proj = 0, attn_core = 0, router = 0, experts = 0, shared = 0, dense = 0, head = 0;
-  double total() const { return attn_proj + attn_core + router + experts + shared + dense + head; }
+  double adapters = 0;  // LoRA's adapters (the frozen matrices above count forward and input gradient only)
+  double total() const { return attn_proj + attn_core + router + experts + shared + dense + head + adapters; }
 };
 FlopsByClass flops_per_token(const model::ModelConfig& cfg);
 

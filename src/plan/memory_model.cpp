@@ -10,6 +10,8 @@
 
 #include "parallel/data/data_parallel.hpp"
 #include "parallel/data/shard_layout.hpp"
+#include "model/parameter_specs.hpp"
+#include "model/unit_hooks.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/pipeline/schedules.hpp"
 #include "parallel/pipeline/stage_split.hpp"
@@ -21,9 +23,12 @@ namespace {
 // The search sizes the same stage under many policies: the state bytes of
 // a (model, plan, zero, group sizes) are computed once.
 std::string state_key(const model::ModelConfig& c, const model::StagePlan& p, int zero, int data, int edata) {
+  const auto& t = c.lora.targets;
   std::string k = fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {}|{} {} {} {} {} {} {} {} {} {} {}|{} {} {}",
                               c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.seq_len,
-                              c.tie_embeddings, c.n_experts, c.top_k, c.d_expert, c.moe_every, c.n_shared_experts, 0,
+                              c.tie_embeddings, c.n_experts, c.top_k, c.d_expert, c.moe_every, c.n_shared_experts,
+                              fmt::format("{}:{}{}{}{}{}{}", c.lora.rank, t.attention, t.dense_ffn, t.shared_experts,
+                                          t.experts, t.router, t.embeddings),
                               p.layer_begin, p.layer_end, p.heads, p.kv_heads, p.d_ff, p.d_expert, p.expert_begin,
                               p.expert_end, p.vocab_begin, p.vocab_end, p.d_shared, zero, data, edata);
   for (const auto& [a, b] : p.chunks) k += fmt::format(" {}-{}", a, b);
@@ -37,48 +42,61 @@ MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& p
   // Each engine's units' element counts depend on the plan only: taken once
   // from the ShardLayout the run builds, then cut into parts as it cuts them
   // (block = ceil(numel / parts), part 0 the first block).
-  static std::unordered_map<std::string, std::vector<std::vector<std::int64_t>>> units_of;
+  // Each engine: its units' element counts, whether it holds the routed
+  // experts (the ExpertData group) or LoRA's frozen model, and whether it
+  // holds the tied embedding.
+  struct Engine {
+    std::vector<std::int64_t> units;
+    bool experts = false, frozen = false, tied = false;
+  };
+  static std::unordered_map<std::string, std::vector<Engine>> engines_of;
   const auto key = state_key(cfg, plan, 0, 0, 0);
-  auto it = units_of.find(key);
-  if (it == units_of.end()) {
-    std::vector<std::vector<std::int64_t>> units;
-    for (const auto& specs : parallel::data::engine_specs(cfg, plan)) {
+  auto it = engines_of.find(key);
+  if (it == engines_of.end()) {
+    std::vector<Engine> engines;
+    for (const auto& e : parallel::data::engine_groups(cfg, plan)) {
       std::vector<model::Box> boxes;
-      for (const auto& s : specs) boxes.push_back(model::local_box(s, plan, cfg));
-      const parallel::data::ShardLayout L(specs, boxes, cfg.n_layers, 1, 0);
-      std::vector<std::int64_t> n;
-      for (int u = 0; u < L.size(); ++u) n.push_back(L.unit(u).numel);
-      units.push_back(std::move(n));
+      Engine g{{}, e.experts, e.frozen, false};
+      for (const auto& s : e.specs) {
+        boxes.push_back(model::local_box(s, plan, cfg));
+        g.tied = g.tied || (cfg.tie_embeddings && model::unit_of(s.name, cfg.n_layers) == 0);
+      }
+      const parallel::data::ShardLayout L(e.specs, boxes, cfg.n_layers, 1, 0);
+      for (int u = 0; u < L.size(); ++u) g.units.push_back(L.unit(u).numel);
+      engines.push_back(std::move(g));
     }
-    it = units_of.emplace(key, std::move(units)).first;
+    it = engines_of.emplace(key, std::move(engines)).first;
   }
-  double local = 0, params = 0, grads = 0;
-  for (std::size_t k = 0; k < it->second.size(); ++k) {
-    const auto& units = it->second[k];
-    const std::int64_t parts = zero > 0 ? (k == 0 ? data_size : expert_data_size) : 1;
+  double local = 0, trainable = 0, params = 0, grads = 0;
+  for (const auto& e : it->second) {
+    const std::int64_t parts = zero > 0 ? (e.experts ? expert_data_size : data_size) : 1;
     // The ZeRO engine's buffers (parallel/data/zero_engine.cpp): two
     // alternating unit slots (a third for the tied embedding) for ZeRO 2's
     // gradients and ZeRO 3's parameters, a padded whole-model copy of the
-    // parameters for ZeRO 1 and 2 and of the gradients for ZeRO 1.
-    const bool tied = k == 0 && cfg.tie_embeddings;
+    // parameters for ZeRO 1 and 2 and of the gradients for ZeRO 1. A
+    // frozen engine has the parameters' only.
     std::int64_t alternating = 0, padded_total = 0, padded0 = 0;
-    for (std::size_t u = 0; u < units.size(); ++u) {
-      const std::int64_t block = (units[u] + parts - 1) / parts, padded = block * parts;
-      local += double(std::min(units[u], block));
+    double mine = 0;
+    for (std::size_t u = 0; u < e.units.size(); ++u) {
+      const std::int64_t block = (e.units[u] + parts - 1) / parts, padded = block * parts;
+      mine += double(std::min(e.units[u], block));
       padded_total += padded;
       if (u == 0) padded0 = padded;
-      if (!(tied && u == 0)) alternating = std::max(alternating, padded);
+      if (!(e.tied && u == 0)) alternating = std::max(alternating, padded);
     }
-    const double slots = 2.0 * double(alternating) + (tied ? double(padded0) : 0.0);
-    if (zero >= 2) grads += slots;
+    local += mine;
+    const double slots = 2.0 * double(alternating) + (e.tied ? double(padded0) : 0.0);
     if (zero == 3) params += slots;
     if (zero == 1 || zero == 2) params += double(padded_total);
+    if (e.frozen) continue;
+    trainable += mine;
+    if (zero >= 2) grads += slots;
     if (zero == 1) grads += double(padded_total);
   }
   MemoryBytes m;
   m.parameters = 4 * (local + params);  // the store's fp32 pieces
-  m.gradients = 4 * (local + grads);
-  m.optimizer = 8 * local;  // AdamW's two moments
+  m.gradients = 4 * (trainable + grads);
+  m.optimizer = 8 * trainable;  // AdamW's two moments
   return m;
 }
 

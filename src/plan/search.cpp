@@ -39,9 +39,6 @@ deck::Config candidate_config(const deck::Config& base, const Candidate& c, int 
 SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto cfg = model::ModelConfig::from_deck(base);
-  EXA_REQUIRE(!cfg.lora.enabled(), "the planner does not model LoRA fine-tuning yet (lora.rank = {}): it would size gradients, optimizer "
-              "state and their traffic for every parameter. Plan with --set lora.rank=0 (an upper bound on memory) "
-              "and set that layout in the deck", cfg.lora.rank);
   const Candidate deck = Candidate::from_deck(base);
   SearchResult res;
   const std::int64_t B = opt.global_batch > 0 ? opt.global_batch : deck.micro_batch * deck.grad_accum * deck.grid.dp;

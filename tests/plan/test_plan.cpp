@@ -13,6 +13,7 @@
 #include "parallel/data/data_parallel.hpp"
 #include "parallel/data/shard_layout.hpp"
 #include "parallel/pipeline/schedules.hpp"
+#include "model/parameter_specs.hpp"
 #include "plan/cluster.hpp"
 #include "plan/cost_model.hpp"
 #include "plan/memory_model.hpp"
@@ -48,6 +49,53 @@ TEST(Plan, FlopsPerTokenEqualTheModelsCount) {
     if (variant == 3) c.moe_every = 0;
     EXPECT_EQ(plan::flops_per_token(c).total(), train::count_flops(c).per_token_train) << "variant " << variant;
   }
+}
+
+// LoRA: the frozen matrices count forward and input gradient only, the
+// adapters all three products, as the run counts them.
+TEST(Plan, LoraFlopsEqualTheModelsCount) {
+  auto c = moe_model();
+  c.lora.rank = 4;
+  c.lora.targets.attention = c.lora.targets.experts = c.lora.targets.router = true;
+  EXPECT_DOUBLE_EQ(plan::flops_per_token(c).total(), train::count_flops(c).per_token_train);
+  EXPECT_GT(plan::flops_per_token(c).adapters, 0.0);
+}
+
+// LoRA fine-tuning on a data-parallel layout: the gradients reduced and
+// the optimizer state are the adapters' only, the weight gradients of the
+// frozen model are not computed, and the parameters stay the model's.
+TEST(Plan, LoraReducesAndUpdatesOnlyTheAdapters) {
+  auto full = moe_model();
+  auto lora = full;
+  lora.lora.rank = 4;
+  lora.lora.targets.attention = lora.lora.targets.experts = true;
+  plan::Candidate c;
+  c.grid = comm::GridSizes{4, 1, 1, 4, 1, 1, 0, 0};
+  c.micro_batch = 2;
+  c.grad_accum = 2;
+  c.zero = 1;
+  plan::Cluster cl;
+  cl.nodes = 1;
+  cl.devices_per_node = 4;
+  cl.fp32_tflops = 0.1;
+  cl.memory_gib = 8;
+  cl.memory_bandwidth_gbs = 10;
+  cl.intra = {0.1, 10};  // a slow link, so the gradient reduction shows
+  cl.inter = cl.intra;
+  const auto a = plan::predict(full, c, cl), b = plan::predict(lora, c, cl);
+  EXPECT_LT(b.dp, a.dp);
+  EXPECT_LT(b.compute, a.compute);
+  EXPECT_LT(b.optimizer, a.optimizer);
+  EXPECT_LT(b.memory.optimizer, 0.2 * a.memory.optimizer);
+  EXPECT_LT(b.memory.gradients, a.memory.gradients);
+  EXPECT_GE(b.memory.parameters, a.memory.parameters);  // the model, plus its adapters
+  // Exactly the run's engines: the optimizer holds the trainable tensors.
+  double adapters = 0;
+  for (const auto& s : model::parameter_specs(lora))
+    if (s.trainable) adapters += double(s.numel());
+  const auto st = plan::state_bytes(lora, model::StagePlan::whole(lora), 0, 1, 1);
+  EXPECT_EQ(st.optimizer, 8 * adapters);
+  EXPECT_EQ(st.gradients, 4 * adapters);
 }
 
 TEST(Plan, ZeroCutEqualsTheShardLayout) {

@@ -344,10 +344,6 @@ void check_lora(const Config& c) {
     fail(c, {"lora.rank", "moe.replace_every"},
          "expert re-placement (moe.replace_every > 0) with adapters (lora.rank > 0) is not built yet: it moves "
          "optimizer state the frozen experts do not have; set moe.replace_every = 0");
-  if (c.get_bool("parallel.auto"))
-    fail(c, {"lora.rank", "parallel.auto"},
-         "parallel.auto does not plan LoRA fine-tuning yet (it would size gradients and optimizer state for every "
-         "parameter); set the layout in the deck and parallel.auto = false");
   if (c.get_int("growth.every") > 0)
     fail(c, {"growth.every", "lora.rank"},
          "expert growth (growth.every > 0) with adapters (lora.rank > 0) is not built: growth adds experts "
