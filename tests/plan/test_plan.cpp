@@ -41,6 +41,20 @@ model::ModelConfig moe_model() {
   return c;
 }
 
+// One node of 4 devices at 0.1 TFLOP/s, 8 GiB and 10 GB/s, its links 10
+// GB/s at 1 us.
+plan::Cluster small_cluster() {
+  plan::Cluster c;
+  c.nodes = 1;
+  c.devices_per_node = 4;
+  c.fp32_tflops = 0.1;
+  c.memory_gib = 8;
+  c.memory_bandwidth_gbs = 10;
+  c.intra = {10, 1};
+  c.inter = c.intra;
+  return c;
+}
+
 TEST(Plan, FlopsPerTokenEqualTheModelsCount) {
   auto c = moe_model();
   for (int variant = 0; variant < 4; ++variant) {
@@ -74,14 +88,8 @@ TEST(Plan, LoraReducesAndUpdatesOnlyTheAdapters) {
   c.micro_batch = 2;
   c.grad_accum = 2;
   c.zero = 1;
-  plan::Cluster cl;
-  cl.nodes = 1;
-  cl.devices_per_node = 4;
-  cl.fp32_tflops = 0.1;
-  cl.memory_gib = 8;
-  cl.memory_bandwidth_gbs = 10;
-  cl.intra = {0.1, 10};  // a slow link, so the gradient reduction shows
-  cl.inter = cl.intra;
+  plan::Cluster cl = small_cluster();
+  cl.intra = cl.inter = {0.1, 10};  // a slow link, so the gradient reduction shows
   const auto a = plan::predict(full, c, cl), b = plan::predict(lora, c, cl);
   EXPECT_LT(b.dp, a.dp);
   EXPECT_LT(b.compute, a.compute);
@@ -153,14 +161,7 @@ TEST(Plan, LinksMatter) {
   c.grid = comm::GridSizes{4, 1, 1, 4, 1, 4, 0, 0};
   c.micro_batch = 2;
   c.grad_accum = 2;
-  plan::Cluster fast;
-  fast.nodes = 1;
-  fast.devices_per_node = 4;
-  fast.fp32_tflops = 0.1;
-  fast.memory_gib = 8;
-  fast.memory_bandwidth_gbs = 10;
-  fast.intra = {10, 1};
-  fast.inter = fast.intra;
+  const plan::Cluster fast = small_cluster();
   plan::Cluster slow = fast;
   slow.intra = {0.01, 100};
   const auto a = plan::predict(cfg, c, fast), b = plan::predict(cfg, c, slow);
