@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/profiling.hpp"
+#include "model/growth_schedule.hpp"
 #include "parallel/build_model.hpp"
 #include "parallel/data/data_parallel.hpp"
 #include "parallel/step_executor.hpp"
@@ -18,6 +19,15 @@ DistillOptions DistillOptions::from_deck(const deck::Config& cfg) {
   o.coef = cfg.get_float("growth.distill_coef");
   o.temperature = cfg.get_float("growth.distill_temperature");
   return o;
+}
+
+std::int64_t distillation_event(const deck::Config& cfg, std::int64_t step) {
+  const auto opt = DistillOptions::from_deck(cfg);
+  if (!opt.enabled()) return 0;
+  const auto g = model::GrowthSchedule::from_deck(cfg);
+  for (std::int64_t s = step; s > 0 && s > step - opt.steps; --s)
+    if (g.grows_after(s)) return s;
+  return 0;
 }
 
 namespace {

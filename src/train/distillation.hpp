@@ -40,6 +40,10 @@ struct DistillOptions {
   bool enabled() const { return steps > 0; }
 };
 
+// The growth event (its steps done) whose distillation window holds
+// training step `step` (0-based), or 0 when none does.
+std::int64_t distillation_event(const deck::Config& cfg, std::int64_t step);
+
 class Teacher {
  public:
   using Input = model::StageModel<float>::Input;

@@ -1,4 +1,5 @@
 #include "train/preflight.hpp"
+#include "train/distillation.hpp"
 
 #include "train/init_from.hpp"
 
@@ -101,8 +102,28 @@ std::string resume_line(const deck::Config& cfg, const std::string& ckpt_dir) {
   const auto steps = static_cast<std::uint64_t>(cfg.get_int("train.steps"));
   const std::string done =
       info.meta.step >= steps ? fmt::format("; it is at or past train.steps = {}: nothing to train", steps) : "";
-  return fmt::format("checkpoint.resume: {} (step {}) is complete and matches the model{}", info.meta.directory,
-                     info.meta.step, done);
+  // Inside a distillation window the resume reads the teacher too.
+  std::string teacher;
+  if (const auto event = distillation_event(cfg, std::int64_t(info.meta.step)); event > 0) {
+    const std::string dir = Teacher::snapshot_step_dir(ckpt_dir, event);
+    located(cfg, {"growth.distill_steps", "checkpoint.resume"}, [&] {
+      io::CheckpointInfo t;
+      try {
+        t = io::inspect_checkpoint(dir);
+      } catch (const Error& e) {
+        throw Error(fmt::format("step {} is inside the distillation window of the growth event after step {}, and "
+                                "its teacher cannot be read from {}: {}. Restore that directory, resume from a "
+                                "checkpoint outside the window, or set growth.distill_steps = 0",
+                                info.meta.step, event, dir, e.what()));
+      }
+      io::require_matching_model(t, model::parameter_specs(model::model_config_at(cfg, event - 1)), false);
+      return 0;
+    });
+    teacher = fmt::format("; inside the distillation window of the growth after step {}, its teacher {} is complete",
+                          event, dir);
+  }
+  return fmt::format("checkpoint.resume: {} (step {}) is complete and matches the model{}{}", info.meta.directory,
+                     info.meta.step, done, teacher);
 }
 
 // Expert growth's schedule: the counts, the steps they come at, and the

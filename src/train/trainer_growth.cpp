@@ -278,19 +278,15 @@ void Trainer::make_teacher(const parallel::ParallelLayout& old_layout, const mod
 
 void Trainer::restore_teacher() {
   teacher_.reset();
-  if (!distill_.enabled()) return;
-  const auto& g = growth_.schedule();
   // The event whose window holds the next step, step_ (0-based).
-  for (std::int64_t s = step_; s > 0 && s > step_ - distill_.steps; --s) {
-    if (!g.grows_after(s)) continue;
-    model::ModelConfig before = mcfg_;
-    before.n_experts = g.experts_after(s - 1);
-    teacher_ = std::make_unique<Teacher>(*layout_, before, cfg_, distill_, s, micro_batch_);
-    teacher_->load(checkpoint_dir(), world_);
-    log::info("distillation: step {} is inside the window of the growth after step {}; teacher read from {}",
-              step_ + 1, s, Teacher::snapshot_step_dir(checkpoint_dir(), s));
-    return;
-  }
+  const std::int64_t s = distillation_event(cfg_, step_);
+  if (s == 0) return;
+  model::ModelConfig before = mcfg_;
+  before.n_experts = growth_.schedule().experts_after(s - 1);
+  teacher_ = std::make_unique<Teacher>(*layout_, before, cfg_, distill_, s, micro_batch_);
+  teacher_->load(checkpoint_dir(), world_);
+  log::info("distillation: step {} is inside the window of the growth after step {}; teacher read from {}",
+            step_ + 1, s, Teacher::snapshot_step_dir(checkpoint_dir(), s));
 }
 
 void Trainer::rebuild(std::int64_t experts) {

@@ -1,6 +1,7 @@
 # A resume inside a distillation window whose teacher snapshot is gone
 # stops with an error naming the directory and the fixes, and writes
-# nothing: the checkpoint it was asked to resume from is kept.
+# nothing: the checkpoint it was asked to resume from is kept. examoe
+# --check finds the same before the job runs.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
@@ -15,7 +16,21 @@ endif()
 if(NOT IS_DIRECTORY ${WORK}/run/ckpt/teacher/step_00000002)
   message(FATAL_ERROR "the event after step 2 wrote no teacher snapshot under ${WORK}/run/ckpt/teacher")
 endif()
+# With the snapshot, --check says it will read it; without, --check and
+# the resume both stop on it.
+execute_process(COMMAND ${EXAMOE} ${common} --set checkpoint.resume=true --check RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "--check of the resume failed (${rc}):\n${out}\n${err}")
+endif()
+require_in("${out}" "inside the distillation window of the growth after step 2, its teacher" "--check")
 file(REMOVE_RECURSE ${WORK}/run/ckpt/teacher)
+execute_process(COMMAND ${EXAMOE} ${common} --set checkpoint.resume=true --check RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "--check of a resume inside the window without its teacher passed:\n${out}")
+endif()
+require_in("${err}" "inside the distillation window of the growth event after step 2" "--check's error")
 execute_process(COMMAND ${EXAMOE} ${common} --set checkpoint.resume=true RESULT_VARIABLE rc OUTPUT_VARIABLE out
                 ERROR_VARIABLE err)
 if(rc EQUAL 0)
