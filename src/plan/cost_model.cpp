@@ -147,9 +147,9 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   StepCost r;
   std::vector<OpTimes> times(static_cast<std::size_t>(pp));
   double comp_tot = 0, tp_tot = 0, a2a_tot = 0, cp_tot = 0, zg_tot = 0, p2p_tot = 0;
-  // Elements per step: the gradients reduced (trainable) and the
-  // parameters ZeRO 1/2 gather after it (all, the frozen ones too).
-  double dp_bytes_step = 0, gathered_step = 0, local_params_worst = 0;
+  // Elements per step: the trainable ones, whose gradients are reduced and
+  // which ZeRO 1/2 gather again after the step.
+  double dp_bytes_step = 0, local_params_worst = 0;
   int worst = 0;
   r.memory = memory ? *memory : peak_memory(cfg, c);
   // The stage with the most layers (the first on ties) stands for the
@@ -257,7 +257,6 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       local_params_worst = state_bytes(cfg, plan, c.zero, data, data / ep).optimizer / 8;
     }
     dp_bytes_step = std::max(dp_bytes_step, stage_trainable);
-    gathered_step = std::max(gathered_step, stage_params);
   }
   const int n_micro = c.micro_per_round();
   const int rounds = int(c.grad_accum / n_micro);
@@ -276,7 +275,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   if (data > 1) {
     const double wire = wire_bytes(c.compression, c.quant_block);
     const double grads = dp_bytes_step * wire;
-    const double wgt = gathered_step * wire_bytes(c.weight_compression, c.quant_block);
+    const double wgt = dp_bytes_step * wire_bytes(c.weight_compression, c.quant_block);
     const double backward_last = times[std::size_t(worst)].backward + times[std::size_t(worst)].weight;
     if (c.zero <= 1) {
       const double t = c.zero == 0 ? net.allreduce(grads, data, tp) : net.half(grads, data, tp);

@@ -202,7 +202,7 @@ StepResult Trainer::train_step(std::int64_t step) {
   // agrees). At S = 1 the scaler declines, and the policy decides.
   if (std::isfinite(r.loss) && !r.report.applied) r.overflow = scaler_.after_step(false);
   else if (r.report.applied) scaler_.after_step(true);
-  if (r.report.applied) dp_->params_updated();
+  if (r.report.applied) dp_->params_stepped();
   balance_.after_step(r.moe, r.report.applied, *model_);
   if (r.report.applied) growth_.after_step(r.moe);
   if (r.report.applied)

@@ -165,6 +165,11 @@ void DataParallel::params_updated() {
   for (auto& e : engines_) e->params_updated();
 }
 
+void DataParallel::params_stepped() {
+  for (auto& e : engines_)
+    if (!e->frozen()) e->params_updated();
+}
+
 DataParallel::Flat DataParallel::replica_values(std::size_t i) {
   if (opt_.zero == 0) return store_.value(i);
   if (opt_.zero == 3) return Flat();

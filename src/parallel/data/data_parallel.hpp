@@ -106,6 +106,10 @@ class DataParallel final : public model::UnitHooks {
   // the working copies up to date (zero 1/2 allgather; zero 3 drops what it
   // has gathered).
   void params_updated();
+  // The optimizer step changed the trainable master values: the same for
+  // their engines only (LoRA's frozen model never changes, and its working
+  // copies are not gathered again).
+  void params_stepped();
 
   // The values of store() tensor i that every rank of the tensor's group
   // (Data, or ExpertData for the routed experts) holds too, for the replica

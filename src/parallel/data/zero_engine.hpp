@@ -74,6 +74,7 @@ class ZeroEngine {
 
   DataGroup& group() { return group_; }
   const ShardLayout& layout() const { return layout_; }
+  bool frozen() const { return cfg_.frozen; }
   bool holds(const std::string& name) const { return spec_of_.count(name) != 0; }
   // Where the model reads tensor `name`'s working copy / writes its gradient
   // (zero >= 1; zero 0 binds the store itself; null for a frozen engine's
