@@ -85,7 +85,7 @@ void Teacher::attach(Input& in, int j) const {
 
 double Teacher::bytes() const {
   const auto m = dp_->memory();
-  double b = m.params + m.buffers;
+  double b = m.params + m.buffers + double(model_->activation_bytes());
   for (const auto& s : soft_) b += double(s.probs.span() * sizeof(float) + s.neg_entropy.span() * sizeof(double));
   return b;
 }

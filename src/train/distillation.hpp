@@ -74,7 +74,8 @@ class Teacher {
   // Micro-batch j's input for the student: the soft targets and the term.
   void attach(Input& in, int j) const;
   double last_seconds() const { return last_s_; }
-  // This rank's bytes: weights (working copies included) and soft targets.
+  // This rank's bytes: weights (working copies included), the activation
+  // context its forward keeps, and the soft targets.
   double bytes() const;
 
   // Where the snapshot of the event after `event_step` steps lives.
