@@ -452,14 +452,6 @@ void check_training(const Config& c) {
 void check_combinations(const Config& c) {
   const auto tp = c.get_int("parallel.tp"), cp = c.get_int("parallel.cp"), pp = c.get_int("parallel.pp");
   const auto zero = c.get_int("parallel.zero");
-  // The tied embedding's two copies (first and last stage) sum their
-  // gradients whole; ZeRO would shard them differently on the two stages.
-  if (pp > 1 && c.get_bool("model.tie_embeddings") && zero != 0) {
-    fail(c, {"model.tie_embeddings", "parallel.pp", "parallel.zero"},
-         fmt::format("model.tie_embeddings = true with parallel.pp = {} needs parallel.zero = 0 (got {}); untie the "
-                     "embeddings or set parallel.zero = 0",
-                     pp, zero));
-  }
   const bool zb = pp > 1 && c.get_string("pipeline.schedule") == "zb";
   // zb defers weight gradients past a micro-batch's backward; ZeRO 2/3
   // reduce each unit's gradient right after it.

@@ -112,6 +112,8 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
     for (const auto& s : e.layout.specs()) embed = embed || model::unit_of(s.name, mcfg.n_layers) == 0;
     ZeroEngineConfig zc{opt_.zero, opt_.overlap, opt_.bucket_bytes, embed && mcfg.tie_embeddings,
                         double(data_size_), e.frozen, embed && !e.frozen && mcfg.lora.targets.embeddings};
+    zc.embedding_here = plan_.has_embedding();
+    zc.head_here = plan_.has_head();
     engines_.push_back(std::make_unique<ZeroEngine>(std::move(e.group), std::move(e.layout), store_, e.base, zc));
     if (!e.frozen && !e.experts) data_engine_ = engines_.back().get();
     if (!e.frozen && e.experts) {
@@ -210,6 +212,11 @@ Reduction DataParallel::norm_reduction() {
     tp_grads_->comm().allreduce(&split, &split, 1);
     return split + rep;
   };
+}
+
+Reduction DataParallel::part_sum() {
+  if (opt_.zero == 0) return {};
+  return [this](double x) { return data_engine_->group().sum(x); };
 }
 
 Reduction DataParallel::data_norm_reduction() {

@@ -106,6 +106,10 @@ class DataParallel final : public model::UnitHooks {
   // the working copies up to date (zero 1/2 allgather; zero 3 drops what it
   // has gathered).
   void params_updated();
+  // A per-rank quantity of the Data-group tensors' parts (a squared norm)
+  // summed over the Data group when ZeRO shards them (zero > 0); the
+  // identity when every rank holds them whole.
+  Reduction part_sum();
   // The optimizer step changed the trainable master values: the same for
   // their engines only (LoRA's frozen model never changes, and its working
   // copies are not gathered again).

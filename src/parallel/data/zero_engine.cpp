@@ -311,11 +311,12 @@ void ZeroEngine::before_backward(int unit) {
     if (prev > 0 || reads0 || !sync_) prefetch(prev);
   }
   // A unit's gradient buffer is cleared by the first backward that writes
-  // it: the head's backward writes the tied embedding's too.
+  // it: the head's backward writes the tied embedding's too (where the
+  // stage runs the head).
   if (unit == head()) {
     prepare_grads(unit);
     if (cfg_.tied) prepare_grads(0);
-  } else if (!(cfg_.tied && unit == 0)) {
+  } else if (!(cfg_.tied && unit == 0 && cfg_.head_here)) {
     prepare_grads(unit);
   }
 }
@@ -327,6 +328,7 @@ void ZeroEngine::after_backward(int unit) {
   }
   if (cfg_.zero >= 2) {
     reduce_grads(unit);
+    if (cfg_.tied && !cfg_.embedding_here && unit == head()) reduce_grads(0);
     progress();
   } else if (cfg_.zero == 1) {
     if (sync_ && cfg_.overlap) {

@@ -58,6 +58,14 @@ struct ZeroEngineConfig {
   // Unit 0's backward reads its parameters (LoRA's embedding adapters);
   // the untied table's own backward reads none.
   bool embedding_backward_reads = false;
+  // This stage runs the embedding. A last pipeline stage holds the tied
+  // table for its head only: the table's gradient is complete after the
+  // head's backward, and is reduced then.
+  bool embedding_here = true;
+  // This stage runs the head. A first pipeline stage holds the tied table
+  // for its embedding only: the embedding's backward is the first to write
+  // its gradient.
+  bool head_here = true;
 };
 
 class ZeroEngine {

@@ -207,24 +207,33 @@ void Pipeline::sum_tied_grads(const model::ParameterStore& store) const {
   if (embed_ == MPI_COMM_NULL) return;
   auto comm = comm::make_mpi_communicator(embed_);
   for (const std::size_t i : tied_trainable(store)) {
-    EXA_REQUIRE(store.shard(i).count == store.shard(i).box.numel(),
-                "pipeline: the tied embedding's gradient ({}) must be this rank's whole part on the first and last "
-                "stages (parallel.zero = 0)", store.spec(i).name);
+    // Both copies' parts must be the same elements (ZeRO cuts unit 0 alike
+    // on both stages); the pair compares them before summing.
+    const auto& sh = store.shard(i);
+    long long mine[2] = {sh.offset, sh.count}, lo[2], hi[2];
+    MPI_Allreduce(mine, lo, 2, MPI_LONG_LONG, MPI_MIN, embed_);
+    MPI_Allreduce(mine, hi, 2, MPI_LONG_LONG, MPI_MAX, embed_);
+    EXA_REQUIRE(lo[0] == hi[0] && lo[1] == hi[1],
+                "pipeline: the tied embedding's copies ({}) hold different parts on the first and last stages "
+                "(elements [{}, +{}) here); untie the embeddings or set parallel.zero = 0",
+                store.spec(i).name, sh.offset, sh.count);
     comm->iallreduce(store.grad(i)).wait();
   }
 }
 
-Reduction Pipeline::norm_reduction(Reduction within, const model::ParameterStore& store) const {
+Reduction Pipeline::norm_reduction(Reduction within, const model::ParameterStore& store, Reduction parts) const {
   // The tied embedding's second copies, on the last stage.
   const auto tied = embed_ != MPI_COMM_NULL && last() ? tied_trainable(store) : std::vector<std::size_t>{};
-  return [this, within = std::move(within), &store, tied](double x) {
+  return [this, within = std::move(within), parts = std::move(parts), &store, tied](double x) {
     if (within) x = within(x);
     for (const std::size_t i : tied) {
       // `within` summed the vocabulary-parallel parts over the Tp group, so
       // a split tensor's copy to take out is the sum of theirs too; a whole
-      // one (an adapter's A) it counted once.
+      // one (an adapter's A) it counted once. Under ZeRO it summed the
+      // Data group's parts as well.
       double copy = kernels::global_sq_norm(store.grad(i));
       if (store.spec(i).tp_dim >= 0) MPI_Allreduce(MPI_IN_PLACE, &copy, 1, MPI_DOUBLE, MPI_SUM, tp_);
+      if (parts) copy = parts(copy);
       x -= copy;
     }
     sum(&x, 1);

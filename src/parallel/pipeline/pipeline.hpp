@@ -117,14 +117,17 @@ class Pipeline {
   void sum(double* x, int n) const;
   double max(double x) const;
   // Tied embeddings: embed.weight's gradient in `store` summed over the
-  // first and last stages, which both hold it whole (zero 0; under tensor
-  // parallelism the same vocabulary rows, the pair sharing a tp
-  // coordinate). A no-op elsewhere and when untied.
+  // first and last stages. The pair shares its tp and dp coordinates, and
+  // both stages cut the table's unit alike (it is unit 0 on both, alone
+  // with its adapters), so under ZeRO each holds the same part of it and
+  // the parts are summed; exa::Error when the parts differ. A no-op
+  // elsewhere and when untied.
   void sum_tied_grads(const model::ParameterStore& store) const;
   // The gradient norm's reduction over the whole model: `within` (the
   // stage's data-parallel reduction, empty: none) then the sum over the
-  // stages, counting the tied embedding once.
-  Reduction norm_reduction(Reduction within, const model::ParameterStore& store) const;
+  // stages, counting the tied embedding once; `parts` sums the last
+  // stage's copy over the Data group when ZeRO shards it (empty: whole).
+  Reduction norm_reduction(Reduction within, const model::ParameterStore& store, Reduction parts = {}) const;
 
   MPI_Comm pp_comm() const { return pp_; }
 

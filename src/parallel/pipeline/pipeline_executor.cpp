@@ -85,7 +85,7 @@ void PipelineExecutor::finalize_grads() {
 }
 
 Reduction PipelineExecutor::norm_reduction() {
-  return pipe_.norm_reduction(t_.data->norm_reduction(), t_.data->store());
+  return pipe_.norm_reduction(t_.data->norm_reduction(), t_.data->store(), t_.data->part_sum());
 }
 
 StepStats PipelineExecutor::stats() {
