@@ -172,6 +172,10 @@ void CheckpointManager::rebind(model::ParameterStore& store) {
   if (async_) async_->prepare(saved_tensors(store, adapters_only_), source_.moments());
 }
 
+void CheckpointManager::wait_for_writes() {
+  if (async_) async_->wait();
+}
+
 void CheckpointManager::finish(bool complete) {
   if (async_) async_->wait();  // the last checkpoint is complete before run() returns
   if (complete) memory_->remove_all("the run is complete");

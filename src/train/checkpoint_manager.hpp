@@ -83,6 +83,9 @@ class CheckpointManager {
   // Collective: tier 0's job is made again for the new tensors, and the
   // async writer's buffers are sized for them.
   void rebind(model::ParameterStore& store);
+  // A background write in flight is complete: before any other HDF5 call
+  // (HDF5 is not thread-safe here; a distillation teacher's snapshot).
+  void wait_for_writes();
   // Fault injection: this rank's node memory is gone.
   void lose_held(int rank) { memory_->lose_held(rank); }
 

@@ -269,6 +269,7 @@ void Trainer::make_teacher(const parallel::ParallelLayout& old_layout, const mod
   io::exchange_pieces(tensors, a, b, world_);
   to.to_device();
   teacher_->ready(before);
+  ckpt_->wait_for_writes();  // checkpoint.async: the writer owns HDF5 until it is done
   teacher_->save(checkpoint_dir(), before, world_);
   log::info("distillation: the model before this event ({} experts per MoE layer) is the teacher of steps {}..{} "
             "(coef {:g}, temperature {:g}); snapshot {}",
