@@ -126,12 +126,10 @@ class Trainer {
   // "Expert growth").
   void grow(std::int64_t steps_done);
   void apply_clone_rings();  // growth_'s clone families to the model's routers
-  // Distillation after a growth event (growth.distill_steps): the teacher
-  // made from the model before the event at `steps_done` (experts in
-  // `slot` order under re-placement), written beside the checkpoints.
-  void make_teacher(const parallel::ParallelLayout& old_layout, const model::ModelConfig& old_cfg,
-                    const model::ParameterStore& old_store, const parallel::expert::ExpertPlacement* old_placement,
-                    const io::CheckpointMeta& before, std::int64_t steps_done);
+  // Distillation after the growth event at `steps_done`
+  // (growth.distill_steps): the teacher, filled, routes as `before` says
+  // and is written beside the checkpoints.
+  void publish_teacher(const io::CheckpointMeta& before, std::int64_t steps_done);
   // After a load: the teacher of the window the resumed step is in, from
   // its snapshot; none outside a window.
   void restore_teacher();

@@ -138,6 +138,31 @@ void extend_router_bias(io::CheckpointMeta& meta, const GrowthEvent& ev) {
   it->second = std::move(grown);
 }
 
+// The distillation teacher's tensors: the old masters (`from`'s first
+// buffer) into `teacher`'s pieces, with the experts back in global order
+// under re-placement (teacher row e is old slot slot_of(l)[e]).
+void fill_teacher(const HostState& from, const model::ParameterStore& teacher, const model::ModelConfig& old_cfg,
+                  const parallel::expert::ExpertPlacement* old_placement, MPI_Comm world) {
+  std::map<std::string, std::vector<std::int64_t>> rows;
+  if (old_placement)
+    for (const auto l : old_placement->moved_layers()) {
+      const auto slot = old_placement->slot_of(l);
+      for (const char* t : {"w1", "w3", "w2"})
+        rows["layers." + std::to_string(l) + ".moe.experts." + t].assign(slot.begin(), slot.end());
+    }
+  const HostState to(teacher, nullptr);
+  std::vector<io::ExchangeTensor> tensors;
+  std::vector<io::ExchangePiece> a, b;
+  for (const auto& spec : model::parameter_specs(old_cfg)) {
+    const auto it = rows.find(spec.name);
+    tensors.push_back({spec.name, spec.shape, spec.shape, it != rows.end() ? it->second : std::vector<std::int64_t>{}});
+    a.push_back(from.piece(spec.name, spec.shape.size(), 1));
+    b.push_back(to.piece(spec.name, spec.shape.size(), 1));
+  }
+  io::exchange_pieces(tensors, a, b, world);
+  to.to_device();
+}
+
 }  // namespace
 
 void Trainer::build_state(const std::function<bool(const std::string&)>& only) {
@@ -217,8 +242,14 @@ void Trainer::grow(std::int64_t steps_done) {
   to.to_device();
   double teacher_s = 0;
   if (distill_.enabled()) {
+    // The model before the event becomes the teacher, filled from the host
+    // copy of its masters the exchange above read.
     const double t1 = wall_seconds();
-    make_teacher(*old_layout, old_cfg, old_dp->store(), old_placement.get(), before, steps_done);
+    ScopedRegion teacher_region("distill/make_teacher", true);
+    teacher_.reset();  // an earlier event's (its window ended: distill_steps <= every)
+    teacher_ = std::make_unique<Teacher>(*old_layout, old_cfg, cfg_, distill_, steps_done, micro_batch_);
+    fill_teacher(from, teacher_->store(), old_cfg, old_placement.get(), world_);
+    publish_teacher(before, steps_done);
     teacher_s = wall_seconds() - t1;
   }
   old_exec.reset();
@@ -241,39 +272,13 @@ void Trainer::grow(std::int64_t steps_done) {
             steps_done, ev.from, ev.to, model::to_string(growth_.schedule().init), 1e3 * stall, moved.received);
 }
 
-void Trainer::make_teacher(const parallel::ParallelLayout& old_layout, const model::ModelConfig& old_cfg,
-                           const model::ParameterStore& old_store,
-                           const parallel::expert::ExpertPlacement* old_placement, const io::CheckpointMeta& before,
-                           std::int64_t steps_done) {
-  ScopedRegion region("distill/make_teacher", true);
-  teacher_.reset();  // an earlier event's (its window ended: distill_steps <= every)
-  teacher_ = std::make_unique<Teacher>(old_layout, old_cfg, cfg_, distill_, steps_done, micro_batch_);
-  // The old masters into the teacher's pieces, experts back in global
-  // order under re-placement (teacher row e is old slot slot_of(l)[e]).
-  std::map<std::string, std::vector<std::int64_t>> rows;
-  if (old_placement)
-    for (const auto l : old_placement->moved_layers()) {
-      const auto slot = old_placement->slot_of(l);
-      for (const char* t : {"w1", "w3", "w2"})
-        rows["layers." + std::to_string(l) + ".moe.experts." + t].assign(slot.begin(), slot.end());
-    }
-  const HostState from(old_store, nullptr), to(teacher_->store(), nullptr);
-  std::vector<io::ExchangeTensor> tensors;
-  std::vector<io::ExchangePiece> a, b;
-  for (const auto& spec : model::parameter_specs(old_cfg)) {
-    const auto it = rows.find(spec.name);
-    tensors.push_back({spec.name, spec.shape, spec.shape, it != rows.end() ? it->second : std::vector<std::int64_t>{}});
-    a.push_back(from.piece(spec.name, spec.shape.size(), 1));
-    b.push_back(to.piece(spec.name, spec.shape.size(), 1));
-  }
-  io::exchange_pieces(tensors, a, b, world_);
-  to.to_device();
+void Trainer::publish_teacher(const io::CheckpointMeta& before, std::int64_t steps_done) {
   teacher_->ready(before);
   ckpt_->wait_for_writes();  // checkpoint.async: the writer owns HDF5 until it is done
   teacher_->save(checkpoint_dir(), before, world_);
   log::info("distillation: the model before this event ({} experts per MoE layer) is the teacher of steps {}..{} "
             "(coef {:g}, temperature {:g}); snapshot {}",
-            old_cfg.n_experts, steps_done + 1, steps_done + distill_.steps, distill_.coef, distill_.temperature,
+            growth_.schedule().experts_after(steps_done - 1), steps_done + 1, steps_done + distill_.steps, distill_.coef, distill_.temperature,
             Teacher::snapshot_step_dir(checkpoint_dir(), steps_done));
 }
 
