@@ -6,6 +6,7 @@
 // slice of W and reduces the row max, the sum of exponentials and the
 // target logit across tensor-parallel ranks instead of gathering logits.
 #include <cstdint>
+#include <utility>
 
 #include "core/types.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -22,17 +23,26 @@ namespace exa::model {
 // columns (no-ops when one rank holds them all).
 namespace distill {
 
+// The row max and sums of exp((logits - max) / tau) over the whole
+// vocabulary; `terms`, when given, gets each exponential.
+template <class T, class D, class Max, class Sum>
+auto tempered_sums(const Kokkos::View<T**, Layout, D>& logits, double tau, const Kokkos::View<T**, Layout, D>& terms,
+                   const Max& reduce_max, const Sum& reduce_sum) {
+  const std::size_t n = logits.extent(0);
+  Kokkos::View<T*, Layout, D> mx("exa::distill::row_max", n);
+  Kokkos::View<double*, Layout, D> sums("exa::distill::sums", n);
+  kernels::distill::row_max(logits, mx);
+  reduce_max(mx);
+  kernels::distill::exp_sums(logits, mx, tau, sums, terms);
+  reduce_sum(sums);
+  return std::make_pair(mx, sums);
+}
+
 // The teacher's soft targets of c.logits into `out` (sized like them).
 template <class T, class D, class Max, class Sum>
 void soft_targets(const StageContext<T, D>& c, double tau, const SoftTargets<T, D>& out, const Max& reduce_max,
                   const Sum& reduce_sum) {
-  const std::size_t n = c.logits.extent(0);
-  Kokkos::View<T*, Layout, D> mx("exa::distill::row_max", n);
-  Kokkos::View<double*, Layout, D> sums("exa::distill::sums", n);
-  kernels::distill::row_max(c.logits, mx);
-  reduce_max(mx);
-  kernels::distill::exp_sums(c.logits, mx, tau, sums, out.probs);
-  reduce_sum(sums);
+  const auto [mx, sums] = tempered_sums(c.logits, tau, out.probs, reduce_max, reduce_sum);
   kernels::distill::normalise(c.logits, mx, sums, tau, out.probs, out.neg_entropy);
 }
 
@@ -40,13 +50,8 @@ void soft_targets(const StageContext<T, D>& c, double tau, const SoftTargets<T, 
 // the rows with a target of KL(teacher || softmax(c.logits / tau)).
 template <class T, class D, class Max, class Sum>
 double kl(StageContext<T, D>& c, const Max& reduce_max, const Sum& reduce_sum) {
-  const std::size_t n = c.logits.extent(0);
-  Kokkos::View<T*, Layout, D> mx("exa::distill::row_max", n);
-  Kokkos::View<double*, Layout, D> sums("exa::distill::sums", n);
-  kernels::distill::row_max(c.logits, mx);
-  reduce_max(mx);
-  kernels::distill::exp_sums(c.logits, mx, c.distill.tau, sums, Kokkos::View<T**, Layout, D>());
-  reduce_sum(sums);
+  const auto [mx, sums] =
+      tempered_sums(c.logits, c.distill.tau, Kokkos::View<T**, Layout, D>(), reduce_max, reduce_sum);
   kernels::distill::finish_lse(mx, sums, c.distill.tau, c.distill.lse);
   const auto& t = c.distill.teacher;
   return kernels::distill::kl_sum(c.logits, c.targets, c.distill.lse, t.probs, t.neg_entropy, c.distill.tau);
