@@ -30,6 +30,15 @@ std::int64_t distillation_event(const deck::Config& cfg, std::int64_t step) {
   return 0;
 }
 
+std::string missing_teacher(std::int64_t event, std::int64_t steps, const std::string& dir, const std::string& why) {
+  return fmt::format(
+      "distillation: the resumed step is inside the distillation window of the growth event after step {} "
+      "(growth.distill_steps = {}), and its teacher, the model before that event, cannot be read from {}: {}. "
+      "Restore that directory, resume from a checkpoint outside the window (before step {} or from step {} on), "
+      "or set growth.distill_steps = 0",
+      event, steps, dir, why, event, event + steps);
+}
+
 namespace {
 
 model::ModelConfig frozen(model::ModelConfig m) {
@@ -112,12 +121,7 @@ void Teacher::load(const std::string& checkpoint_dir, MPI_Comm comm) {
   try {
     meta = io::load_checkpoint(dir, store(), nullptr, comm);
   } catch (const Error& e) {
-    throw Error(fmt::format(
-        "distillation: the resumed step is inside the distillation window of the growth event after step {} "
-        "(growth.distill_steps = {}), and its teacher, the model before that event, cannot be read from {}: {}. "
-        "Restore that directory, resume from a checkpoint outside the window (before step {} or from step {} on), "
-        "or set growth.distill_steps = 0",
-        event_, opt_.steps, dir, e.what(), event_, event_ + opt_.steps));
+    throw Error(missing_teacher(event_, opt_.steps, dir, e.what()));
   }
   EXA_REQUIRE(meta.step == std::uint64_t(event_), "distillation: {} holds step {}, not the event after step {}", dir,
               meta.step, event_);

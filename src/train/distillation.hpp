@@ -44,6 +44,11 @@ struct DistillOptions {
 // training step `step` (0-based), or 0 when none does.
 std::int64_t distillation_event(const deck::Config& cfg, std::int64_t step);
 
+// The error of a resume inside the window of the growth event after
+// `event` (growth.distill_steps = `steps`) whose teacher `dir` cannot be
+// read (`why`): the run's and examoe --check's.
+std::string missing_teacher(std::int64_t event, std::int64_t steps, const std::string& dir, const std::string& why);
+
 class Teacher {
  public:
   using Input = model::StageModel<float>::Input;

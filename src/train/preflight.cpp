@@ -111,10 +111,7 @@ std::string resume_line(const deck::Config& cfg, const std::string& ckpt_dir) {
       try {
         t = io::inspect_checkpoint(dir);
       } catch (const Error& e) {
-        throw Error(fmt::format("step {} is inside the distillation window of the growth event after step {}, and "
-                                "its teacher cannot be read from {}: {}. Restore that directory, resume from a "
-                                "checkpoint outside the window, or set growth.distill_steps = 0",
-                                info.meta.step, event, dir, e.what()));
+        throw Error(missing_teacher(event, cfg.get_int("growth.distill_steps"), dir, e.what()));
       }
       io::require_matching_model(t, model::parameter_specs(model::model_config_at(cfg, event - 1)), false);
       return 0;
