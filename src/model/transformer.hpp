@@ -39,12 +39,10 @@ class Transformer : public StageModel<T, D> {
   // ignored). Keeps the activations for backward(). B and T may change from
   // call to call; T need not equal cfg.seq_len.
   ForwardResult forward(const W& w, const Tokens& inputs, const Tokens& targets) {
-    drop();
     typename Base::Input in;
     in.tokens = inputs;
     in.targets = targets;
-    current_ = &Base::forward(w, in);
-    return current_->result;
+    return forward_input(w, in);
   }
 
   // The same from a whole Input (distillation's soft targets), keeping the

@@ -223,7 +223,7 @@ Reduction DataParallel::data_norm_reduction() {
   // zero >= 1: every element is one rank's part, once over the Data group
   // (the expert parts: once per ExpertData group, and the Ep ranks hold
   // different experts).
-  if (opt_.zero > 0) return [this](double x) { return data_engine_->group().sum(x); };
+  if (opt_.zero > 0) return part_sum();
   if (!expert_parallel()) return {};  // replicas: every rank already has the whole norm
   // zero 0 with experts: the Data-group tensors are replicas, the experts
   // are spread over the Ep group.

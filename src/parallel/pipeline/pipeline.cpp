@@ -210,10 +210,10 @@ void Pipeline::sum_tied_grads(const model::ParameterStore& store) const {
     // Both copies' parts must be the same elements (ZeRO cuts unit 0 alike
     // on both stages); the pair compares them before summing.
     const auto& sh = store.shard(i);
-    long long mine[2] = {sh.offset, sh.count}, lo[2], hi[2];
-    MPI_Allreduce(mine, lo, 2, MPI_LONG_LONG, MPI_MIN, embed_);
-    MPI_Allreduce(mine, hi, 2, MPI_LONG_LONG, MPI_MAX, embed_);
-    EXA_REQUIRE(lo[0] == hi[0] && lo[1] == hi[1],
+    // One MAX over (x, -x) gives both the largest and the smallest.
+    long long mine[4] = {sh.offset, sh.count, -sh.offset, -sh.count}, top[4];
+    MPI_Allreduce(mine, top, 4, MPI_LONG_LONG, MPI_MAX, embed_);
+    EXA_REQUIRE(top[0] == -top[2] && top[1] == -top[3],
                 "pipeline: the tied embedding's copies ({}) hold different parts on the first and last stages "
                 "(elements [{}, +{}) here); untie the embeddings or set parallel.zero = 0",
                 store.spec(i).name, sh.offset, sh.count);
