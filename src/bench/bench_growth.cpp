@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_profile.hpp"
+#include "bench/temp_dir.hpp"
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
@@ -55,10 +54,9 @@ GrowthBench run_growth_bench(const std::string& deck, const std::vector<std::str
   const bool own_dir = workdir.empty();
   std::string dir = workdir;
   if (own_dir) {
-    std::string tmpl = (fs::temp_directory_path() / "examoe-bench-growth-XXXXXX").string();
-    EXA_REQUIRE(mkdtemp(tmpl.data()) != nullptr, "examoe-bench --growth: could not create a temporary directory "
-                "under {}; pass --workdir", fs::temp_directory_path().string());
-    dir = tmpl;
+    dir = make_temp_dir("examoe-bench-growth");
+    EXA_REQUIRE(!dir.empty(), "examoe-bench --growth: could not create a temporary directory under {}; pass --workdir",
+                fs::temp_directory_path().string());
   }
   fs::create_directories(dir);
   const std::int64_t steps = base.get_int("train.steps");

@@ -1,4 +1,5 @@
 #include "bench/bench_torch.hpp"
+#include "bench/temp_dir.hpp"
 
 #include <fmt/format.h>
 #include <stdlib.h>
@@ -62,12 +63,11 @@ void run_torch(const deck::Config& cfg, const BenchOptions& opt, const std::vect
   fs::path dir = opt.workdir;
   const bool temp = dir.empty();
   if (temp) {
-    std::string tmpl = (fs::temp_directory_path() / "examoe-bench-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) {
+    dir = make_temp_dir("examoe-bench");
+    if (dir.empty()) {
       t.error = "could not create a temporary directory";
       return;
     }
-    dir = tmpl;
   } else {
     fs::create_directories(dir);
   }
