@@ -7,16 +7,21 @@
 //   - the bytes ledger counts the cut (wire over logical: 1/2 for bf16,
 //     (1 + 4/Q)/4 for int8 in blocks of Q);
 //   - the compressed parameter allgather (comm.weight_compression) gives
-//     every rank every part decoded, its own too.
+//     every rank every part decoded, its own too;
+//   - top-k: the sums are every rank's kept values added in rank order
+//     (ratio 1: the dense sum itself), the residuals hold the rest, the
+//     ledger counts 6 bytes a kept value, and warm-up steps are dense.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "comm/process_grid.hpp"
 #include "comm/traffic_ledger.hpp"
 #include "harness/host_views.hpp"
+#include "kernels/topk_codec.hpp"
 #include "kernels/wire_codec.hpp"
 #include "parallel/data/data_group.hpp"
 
@@ -141,3 +146,128 @@ TEST_P(Compressed, WeightAllgatherDecodesEveryPartAlike) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, Compressed, ::testing::Values(WireFormat::BF16, WireFormat::Int8),
                          [](const auto& info) { return std::string(kernels::wire_format_name(info.param)); });
+
+// Top-k (comm.compression = "topk"): each rank's payload is the top of its
+// gradient plus residual; the sums are those payloads added into zeros in
+// rank order, alike on every rank, and the residuals hold the rest.
+namespace {
+
+// Rank q's sparsified block (what it sends) and its new residual, from
+// gradient g and residual r.
+std::pair<std::vector<float>, std::vector<float>> sparsified(const kernels::TopkCodec& c, const std::vector<float>& g,
+                                                             const std::vector<float>& r) {
+  const auto n = std::int64_t(g.size());
+  View1<std::int32_t> w("w", std::size_t(c.words(n)));
+  View1<float> res = to_device(r);
+  c.encode(to_device(g), res, w);
+  View1<float> y("y", g.size());
+  c.decode_add(w, n, y);
+  return {to_host(y), to_host(res)};
+}
+
+std::vector<float> residual0(int q, std::int64_t n) {
+  std::vector<float> r(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) r[std::size_t(i)] = float(std::cos(0.29 * double(i) + 3 * q) * 5e-3);
+  return r;
+}
+
+}  // namespace
+
+TEST(TopkCollectives, ReduceScatterAddsEachRanksTopInRankOrder) {
+  const int P = size_of(), me = rank_of();
+  const kernels::TopkCodec topk(0.1);
+  const comm::ProcessGrid grid(comm::GridSizes{}, MPI_COMM_WORLD);
+  parallel::data::DataGroup g(grid, false, 2, comm::Backend::Mpi, comm::Group::Data, {}, {}, topk);
+  const std::int64_t B = 160;
+  View1<float> recv("recv", std::size_t(B));
+  View1<float> residual = to_device(residual0(me, P * B));
+  const auto before = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::DpGrads)];
+  auto r = g.ireduce_scatter(to_device(grads(me, P * B)), recv, 1, residual);
+  parallel::data::DataGroup::wait(r);
+  const auto after = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::DpGrads)];
+  std::vector<float> want(std::size_t(B), 0.0f);
+  for (int q = 0; q < P; ++q) {
+    const auto g_all = grads(q, P * B), r_all = residual0(q, P * B);
+    const std::vector<float> gq(g_all.begin() + me * B, g_all.begin() + (me + 1) * B);
+    const std::vector<float> rq(r_all.begin() + me * B, r_all.begin() + (me + 1) * B);
+    const auto sent = sparsified(topk, gq, rq).first;
+    for (std::int64_t i = 0; i < B; ++i) want[std::size_t(i)] += sent[std::size_t(i)];
+  }
+  if (P == 1) {
+    // One rank sends nothing: its own gradient, residual untouched.
+    EXPECT_EQ(to_host(recv), grads(0, B));
+    EXPECT_EQ(to_host(residual), residual0(0, B));
+    return;
+  }
+  EXPECT_EQ(to_host(recv), want);
+  // This rank's residual: each destination block's rest.
+  const auto g_me = grads(me, P * B), r_me = residual0(me, P * B);
+  std::vector<float> owed;
+  for (int j = 0; j < P; ++j) {
+    const auto part = sparsified(topk, std::vector<float>(g_me.begin() + j * B, g_me.begin() + (j + 1) * B),
+                                 std::vector<float>(r_me.begin() + j * B, r_me.begin() + (j + 1) * B))
+                          .second;
+    owed.insert(owed.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(to_host(residual), owed);
+  // 16 of 160 values a block, 6 bytes each, against 4 bytes a value.
+  EXPECT_DOUBLE_EQ(after.wire - before.wire, double(P - 1) * double(topk.words(B)) * 4);
+  EXPECT_NEAR((after.wire - before.wire) / (after.logical - before.logical), 0.15, 1e-9);
+}
+
+TEST(TopkCollectives, AllreduceIsTheSameEverywhereAndRatioOneIsExact) {
+  const int P = size_of(), me = rank_of();
+  const comm::ProcessGrid grid(comm::GridSizes{}, MPI_COMM_WORLD);
+  const std::int64_t n = 1001;
+  for (const double ratio : {0.05, 1.0}) {
+    const kernels::TopkCodec topk(ratio);
+    parallel::data::DataGroup g(grid, false, 2, comm::Backend::Mpi, comm::Group::Data, {}, {}, topk);
+    auto v = to_device(grads(me, n));
+    View1<float> residual("residual", std::size_t(n));
+    auto r = g.iallreduce(v, 0, residual);
+    parallel::data::DataGroup::wait(r);
+    const auto got = to_host(v);
+    std::vector<float> want(std::size_t(n), 0.0f), dense(std::size_t(n), 0.0f);
+    for (int q = 0; q < P; ++q) {
+      const auto gq = grads(q, n);
+      const auto sent = P == 1 ? gq : sparsified(topk, gq, std::vector<float>(std::size_t(n), 0.0f)).first;
+      for (std::int64_t i = 0; i < n; ++i) {
+        want[std::size_t(i)] += sent[std::size_t(i)];
+        dense[std::size_t(i)] += gq[std::size_t(i)];
+      }
+    }
+    EXPECT_EQ(got, want) << "ratio " << ratio;
+    if (ratio == 1.0) {
+      // Every value sent unchanged, nothing owed: the dense rank-order sum.
+      EXPECT_EQ(got, dense);
+      EXPECT_EQ(to_host(residual), std::vector<float>(std::size_t(n), 0.0f));
+    }
+    std::vector<float> rank0 = got;
+    MPI_Bcast(rank0.data(), int(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(got, rank0);
+  }
+}
+
+TEST(TopkCollectives, WarmupStepsAreDense) {
+  const int P = size_of(), me = rank_of();
+  const comm::ProcessGrid grid(comm::GridSizes{}, MPI_COMM_WORLD);
+  parallel::data::DataGroup g(grid, false, 2, comm::Backend::Mpi, comm::Group::Data, {}, {}, kernels::TopkCodec(0.05),
+                              2);
+  const std::int64_t n = 300;
+  for (std::int64_t step = 0; step < 3; ++step) {
+    g.set_step(1, step);
+    auto v = to_device(grads(me, n));
+    View1<float> residual("residual", std::size_t(n));
+    const auto before = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::DpGrads)];
+    auto r = g.iallreduce(v, 0, residual);
+    parallel::data::DataGroup::wait(r);
+    const auto after = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::DpGrads)];
+    if (P == 1) continue;
+    // Dense while warming up: fp32 on the wire and nothing owed.
+    const bool dense = step < 2;
+    EXPECT_EQ(after.wire - before.wire < after.logical - before.logical, !dense) << "step " << step;
+    double owed = 0;
+    for (const float x : to_host(residual)) owed += std::abs(x);
+    EXPECT_EQ(owed > 0, !dense) << "step " << step;
+  }
+}

@@ -11,7 +11,8 @@
 namespace exa::parallel::data {
 
 DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend,
-                     comm::Group over, kernels::WireCodec codec, kernels::WireCodec weight_codec)
+                     comm::Group over, kernels::WireCodec codec, kernels::WireCodec weight_codec,
+                     kernels::TopkCodec topk, std::int64_t topk_warmup)
     : size_(grid.size(over)),
       rank_(grid.rank(over)),
       block_index_(rank_),
@@ -19,7 +20,9 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
       over_(over),
       scalar_(comm::make_mpi_communicator(grid.comm(over))),
       codec_(codec),
-      weight_codec_(weight_codec) {
+      weight_codec_(weight_codec),
+      topk_(topk),
+      topk_warmup_(topk_warmup) {
   EXA_ASSERT(channels >= 1);
   EXA_ASSERT(over == comm::Group::Data || (over == comm::Group::ExpertData && !hierarchical));
   if (backend == comm::Backend::Nccl) {
@@ -33,10 +36,11 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
     for (int c = 0; c < channels; ++c) hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, backend));
     block_index_ = static_cast<int>(comm::hierarchical_block_index(*hier_[0].local, *hier_[0].inter));
   }
-  if ((compressed() || weights_compressed()) && size_ > 1) {
+  if ((compressed() || sparse() || weights_compressed()) && size_ > 1) {
     EXA_REQUIRE(!hierarchical, "comm.compression = \"{}\" or comm.weight_compression = \"{}\" with "
                 "parallel.hierarchical = true is not built yet; set parallel.hierarchical = false or both to \"none\"",
-                kernels::wire_format_name(codec_.format()), kernels::wire_format_name(weight_codec_.format()));
+                sparse() ? "topk" : kernels::wire_format_name(codec_.format()),
+                kernels::wire_format_name(weight_codec_.format()));
     for (int c = 0; c < channels; ++c)
       chan_.push_back(backend == comm::Backend::Nccl ? comm::make_nccl_communicator(grid.comm(over))
                                                      : comm::make_mpi_communicator(grid.comm(over)));
@@ -157,6 +161,44 @@ comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c) {
        }});
 }
 
+comm::Request DataGroup::topk_allreduce(const View1<float>& v, const View1<float>& residual, int c) {
+  const std::int64_t n = std::int64_t(v.extent(0)), W = topk_.words(n), P = size_;
+  auto& pk = packed(c, P * W, 0, 0);
+  {
+    ScopedRegion region("compress/encode");
+    topk_.encode(v, residual, part(pk.send, 0, W));
+  }
+  auto r = chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
+  r.then([this, &pk, v, n, W, P] {
+    ScopedRegion region("compress/decode");
+    Kokkos::deep_copy(v, 0.0f);
+    for (std::int64_t j = 0; j < P; ++j) topk_.decode_add(part(pk.recv, j * W, W), n, v);
+  });
+  return r;
+}
+
+comm::Request DataGroup::topk_reduce_scatter(const View1<float>& send, const View1<float>& recv,
+                                             const View1<float>& residual, int c) {
+  const std::int64_t B = std::int64_t(recv.extent(0)), W = topk_.words(B), P = size_;
+  auto& pk = packed(c, P * W, 0, 0);
+  {
+    ScopedRegion region("compress/encode");
+    for (std::int64_t j = 0; j < P; ++j)
+      topk_.encode(part(send, j * B, B), part(residual, j * B, B), part(pk.send, j * W, W));
+  }
+  std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
+  std::vector<int> displs(static_cast<std::size_t>(P));
+  for (std::int64_t j = 0; j < P; ++j) displs[std::size_t(j)] = int(j * W);
+  auto r = chan_[std::size_t(c)]->ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W),
+                                             counts, displs);
+  r.then([this, &pk, recv, B, W, P] {
+    ScopedRegion region("compress/decode");
+    Kokkos::deep_copy(recv, 0.0f);
+    for (std::int64_t j = 0; j < P; ++j) topk_.decode_add(part(pk.recv, j * W, W), B, recv);
+  });
+  return r;
+}
+
 comm::HierarchicalComms& DataGroup::channel(int c) {
   EXA_ASSERT(c >= 0 && c < channels_);
   return hier_[static_cast<std::size_t>(c)];
@@ -169,12 +211,18 @@ std::string DataGroup::describe() const {
   return fmt::format("flat {} collectives over {} ranks", bulk_->backend(), size_);
 }
 
-comm::Request DataGroup::iallreduce(const View1<float>& v, int c) {
+comm::Request DataGroup::iallreduce(const View1<float>& v, int c, const View1<float>& residual) {
   // The buffer's producers must be done before MPI reads it; that wait is
   // compute (on a GPU, the unit's kernels), so it is outside the comm timer.
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   const std::int64_t n = std::int64_t(v.extent(0));
+  if (topk_step()) {
+    EXA_ASSERT(residual.extent(0) == v.extent(0));
+    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_allreduce_bytes(size_, n, 4),
+                             ring_block_bytes(size_, topk_.words(n), 4));
+    return topk_allreduce(v, residual, c);
+  }
   if (compressed() && size_ > 1) {
     const std::int64_t B = (n + size_ - 1) / size_;
     comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_allreduce_bytes(size_, n, 4),
@@ -187,11 +235,18 @@ comm::Request DataGroup::iallreduce(const View1<float>& v, int c) {
   return bulk_->iallreduce(v);
 }
 
-comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<float>& recv, int c) {
+comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<float>& recv, int c,
+                                         const View1<float>& residual) {
   EXA_ASSERT(send.extent(0) == recv.extent(0) * std::size_t(size_));
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   const std::int64_t B = std::int64_t(recv.extent(0));
+  if (topk_step()) {
+    EXA_ASSERT(residual.extent(0) == send.extent(0));
+    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4),
+                             ring_block_bytes(size_, topk_.words(B), 4));
+    return topk_reduce_scatter(send, recv, residual, c);
+  }
   if (compressed() && size_ > 1) {
     comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4),
                              ring_block_bytes(size_, codec_.words(B), 4));

@@ -42,6 +42,16 @@
 // the collective is launched (in program order, whatever order the stages
 // complete in). A resumed run draws what the uninterrupted one did.
 //
+// Top-k (comm.compression = topk, kernels/topk_codec.hpp): each rank sends
+// the largest comm.topk_ratio of its gradient plus its error-feedback
+// residual, and keeps the rest as the new residual (the caller's buffer,
+// one element per element sent, per rank). The allreduce is an allgather
+// of every rank's (offset, value) payload, added into zeros in rank order
+// by every rank alike; the reduce-scatter sends each destination the top-k
+// of its block (an all-to-all of equal payloads), added in rank order. The
+// first comm.topk_warmup steps (set_step) are dense and uncompressed, and
+// leave the residual as it was.
+//
 // Weight compression (comm.weight_compression = bf16 | int8, ZeRO++'s
 // qwZ): the parameter allgathers (ZeRO 3 before use, ZeRO 1/2 after the
 // step) send each rank's part encoded, and every rank decodes every part,
@@ -57,6 +67,7 @@
 #include "comm/hierarchical.hpp"
 #include "comm/process_grid.hpp"
 #include "core/types.hpp"
+#include "kernels/topk_codec.hpp"
 #include "kernels/wire_codec.hpp"
 
 namespace exa::parallel::data {
@@ -75,24 +86,30 @@ class DataGroup {
   // collectives (`hierarchical` false).
   DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1,
             comm::Backend backend = comm::Backend::Mpi, comm::Group over = comm::Group::Data,
-            kernels::WireCodec codec = {}, kernels::WireCodec weight_codec = {});
+            kernels::WireCodec codec = {}, kernels::WireCodec weight_codec = {}, kernels::TopkCodec topk = {},
+            std::int64_t topk_warmup = 0);
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   int block_index() const { return block_index_; }
   bool hierarchical() const { return !hier_.empty(); }
   bool compressed() const { return codec_.format() != kernels::WireFormat::F32; }
+  // Top-k with error feedback: the gradient collectives take a residual.
+  bool sparse() const { return topk_.enabled(); }
   bool weights_compressed() const { return weight_codec_.format() != kernels::WireFormat::F32; }
   int channels() const { return channels_; }
   const char* backend() const { return bulk_->backend(); }
   // "flat allreduce over 4 ranks" / "hierarchical: 2 node-local x 2 inter-node".
   std::string describe() const;
 
-  // In place: v <- sum over the group.
-  comm::Request iallreduce(const View1<float>& v, int channel = 0);
+  // In place: v <- sum over the group. Under top-k, `residual` (v's
+  // extent) is this rank's error feedback for v: added before selecting,
+  // left holding what was not sent.
+  comm::Request iallreduce(const View1<float>& v, int channel = 0, const View1<float>& residual = {});
   // recv [block] <- sum over the group of send's block block_index();
-  // send holds size() * block elements.
-  comm::Request ireduce_scatter(const View1<float>& send, const View1<float>& recv, int channel = 0);
+  // send holds size() * block elements (and residual, under top-k, as many).
+  comm::Request ireduce_scatter(const View1<float>& send, const View1<float>& recv, int channel = 0,
+                                const View1<float>& residual = {});
   // recv [size() * block] <- every rank's send [block] at its block index.
   comm::Request iallgather(const View1<float>& send, const View1<float>& recv, int channel = 0);
 
@@ -122,6 +139,10 @@ class DataGroup {
   // channel c; on completion recv [block] = the decoded sum in rank order.
   comm::Request compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c, PhiloxKey key);
   comm::Request compressed_allreduce(const View1<float>& v, int c);
+  bool topk_step() const { return sparse() && size_ > 1 && step_ >= topk_warmup_; }
+  comm::Request topk_allreduce(const View1<float>& v, const View1<float>& residual, int c);
+  comm::Request topk_reduce_scatter(const View1<float>& send, const View1<float>& recv, const View1<float>& residual,
+                                    int c);
   // The next collective's stochastic rounding key (zero when it is off).
   PhiloxKey next_key();
   comm::Request compressed_allgather(const View1<float>& send, const View1<float>& recv, int c);
@@ -135,6 +156,8 @@ class DataGroup {
   std::unique_ptr<comm::Communicator> bulk_;    // flat collectives of the buffers (MPI or NCCL)
   std::vector<comm::HierarchicalComms> hier_;   // one per channel
   kernels::WireCodec codec_, weight_codec_;
+  kernels::TopkCodec topk_;
+  std::int64_t topk_warmup_ = 0;
   std::vector<std::unique_ptr<comm::Communicator>> chan_;  // compression: one per channel
   std::vector<Packed> packed_;                             // compression: one per channel
 };

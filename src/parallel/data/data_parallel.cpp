@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "parallel/data/flat_buffer.hpp"
 #include "core/log.hpp"
+#include "kernels/topk_codec.hpp"
 
 namespace exa::parallel::data {
 
@@ -33,9 +34,15 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.overlap = cfg.get_bool("comm.overlap");
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
   o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
-  o.compression = kernels::WireCodec(kernels::wire_format_from_name(cfg.get_string("comm.compression")),
+  // Top-k sends fp32 values (its own codec); the others are wire formats.
+  const std::string& compression = cfg.get_string("comm.compression");
+  const bool topk = compression == "topk";
+  o.compression = kernels::WireCodec(kernels::wire_format_from_name(topk ? "none" : compression),
                                      cfg.get_int("comm.quant_block"), cfg.get_bool("comm.stochastic_rounding"));
   o.seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  const double ratio = cfg.get_float("comm.topk_ratio");  // read either way: deck_checks refuses it set without topk
+  if (topk) o.topk = kernels::TopkCodec(ratio);
+  o.topk_warmup = cfg.get_int("comm.topk_warmup");
   o.weight_compression = kernels::WireCodec(
       kernels::wire_format_from_name(cfg.get_string("comm.weight_compression")), cfg.get_int("comm.quant_block"));
   return o;
@@ -76,7 +83,8 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
   for (const auto& e : engine_groups(mcfg, plan)) {
     const auto over = e.experts ? comm::Group::ExpertData : comm::Group::Data;
     const bool hier = !e.experts && opt.hierarchical;
-    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression, opt.weight_compression);
+    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression, opt.weight_compression,
+                    opt.topk, opt.topk_warmup);
     std::vector<model::Box> boxes;
     for (const auto& s : e.specs) boxes.push_back(model::local_box(s, plan, mcfg));
     ShardLayout layout(e.specs, boxes, mcfg.n_layers, opt.zero > 0 ? group.size() : 1,
@@ -179,6 +187,14 @@ DataParallel::Flat DataParallel::replica_values(std::size_t i) {
   ZeroEngine& e = engine_of(spec.name);
   e.complete_replica();
   return Flat(e.work_value(spec.name), model::local_box(spec, plan_, mcfg_).numel());
+}
+
+bool DataParallel::has_residual(const std::string& name) const { return engine_of(name).has_residuals(); }
+
+DataParallel::Flat DataParallel::residual(const std::string& name) const { return engine_of(name).residual(name); }
+
+void DataParallel::scale_residuals(float s) {
+  for (auto& e : engines_) e->scale_residuals(s);
 }
 
 void DataParallel::begin_step() {

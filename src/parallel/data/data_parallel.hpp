@@ -122,6 +122,16 @@ class DataParallel final : public model::UnitHooks {
   // An empty View under zero 3, where no rank holds a whole copy.
   Flat replica_values(std::size_t i);
 
+  // Top-k's error feedback (comm.compression = "topk", parallel/data/
+  // zero_engine.hpp): whether tensor `name` has a residual (trainable, and
+  // its group has more than one rank: the same on every rank), and this
+  // rank's residual of its box (empty where it holds none).
+  bool has_residual(const std::string& name) const;
+  Flat residual(const std::string& name) const;
+  // Every residual times `s` (0: forgotten), e.g. after a step that was not
+  // finite, or a checkpoint written at another data-parallel size.
+  void scale_residuals(float s);
+
   void begin_step();
   void set_sync(bool sync);
   // The step about to run (comm.stochastic_rounding keys its draws by it,

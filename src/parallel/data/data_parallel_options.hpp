@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "comm/hierarchical.hpp"
+#include "kernels/topk_codec.hpp"
 #include "kernels/wire_codec.hpp"
 
 namespace exa::deck {
@@ -20,9 +21,13 @@ struct DataParallelOptions {
   // The gradient collectives' and the parameter allgathers' wire formats
   // (F32: uncompressed).
   kernels::WireCodec compression, weight_compression;
+  // comm.compression = "topk": its ratio (disabled otherwise), and the dense
+  // steps before it starts (comm.topk_warmup).
+  kernels::TopkCodec topk;
+  std::int64_t topk_warmup = 0;
   std::uint64_t seed = 0;  // the run's (stochastic rounding's keys)
   // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
-  // comm.compression, comm.weight_compression, comm.quant_block,
+  // comm.compression, comm.topk_ratio, comm.topk_warmup, comm.weight_compression, comm.quant_block,
   // comm.stochastic_rounding, train.seed.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };

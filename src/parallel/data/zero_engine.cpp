@@ -76,6 +76,30 @@ ZeroEngine::ZeroEngine(DataGroup group, ShardLayout layout, model::ParameterStor
   if (z == 1 && !cfg_.frozen) work_grads_ = alloc("exa::dp::grads", layout_.padded_total());
   if (z == 1 || z == 2)
     for (auto& b : bulk_block_) b = alloc("exa::dp::bulk_block", layout_.max_block());
+  // Every reduction sends a range of the padded layout (zero 0's buckets,
+  // zero 1's units, zero 2/3's unit slots), so one buffer of it holds the
+  // residuals of all of them.
+  if (group_.sparse() && group_.size() > 1 && !cfg_.frozen)
+    residual_ = alloc("exa::dp::topk_residual", layout_.padded_total());
+}
+
+Flat ZeroEngine::residual(const std::string& name) const {
+  if (!has_residuals()) return {};
+  const std::size_t i = spec_of_.at(name);
+  const int u = layout_.unit_of_spec(i);
+  const std::int64_t at = layout_.offset_in_unit(i);
+  const bool last = i + 1 == layout_.specs().size() || layout_.unit_of_spec(i + 1) != u;
+  const std::int64_t end = last ? layout_.unit(u).numel : layout_.offset_in_unit(i + 1);
+  return range(residual_, layout_.unit(u).work_offset + at, end - at);
+}
+
+void ZeroEngine::scale_residuals(float s) {
+  if (!has_residuals()) return;
+  if (s == 0.0f) {
+    Kokkos::deep_copy(residual_, 0.0f);  // NaN and inf too
+  } else if (s != 1.0f) {
+    scale(residual_, s);
+  }
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -133,6 +157,8 @@ Flat ZeroEngine::padded(const Flat& whole, int unit) const {
   const Unit& u = layout_.unit(unit);
   return range(whole, u.work_offset, u.padded);
 }
+
+Flat ZeroEngine::residual_of(int unit) const { return has_residuals() ? padded(residual_, unit) : Flat(); }
 
 Flat ZeroEngine::slot_range(const Flat& slot, int unit) const { return range(slot, 0, layout_.unit(unit).padded); }
 
@@ -232,7 +258,7 @@ void ZeroEngine::reduce_grads(int unit) {
   const int s = slot_of(unit);
   const Unit& u = layout_.unit(unit);
   const Flat recv = range(recv_[s], 0, u.block);
-  reduce_req_[s] = group_.ireduce_scatter(slot_range(grad_slot_[s], unit), recv, kSlots + s);
+  reduce_req_[s] = group_.ireduce_scatter(slot_range(grad_slot_[s], unit), recv, kSlots + s, residual_of(unit));
   // Micro-batches accumulate into the master part as their reductions land.
   const Flat dst = part_grads(unit);
   reduce_req_[s].then([dst, recv]() { accumulate(dst, recv); });
@@ -244,8 +270,9 @@ void ZeroEngine::launch_bucket(std::int64_t lo, std::int64_t hi) {
   finish_replica();  // the bulk channels are free again (a forward has normally done this already)
   const std::size_t i = buckets_.size();
   if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel
+  const Flat owed = has_residuals() ? range(residual_, lo, hi - lo) : Flat();
   buckets_.push_back(
-      group_.iallreduce(range(store_.grads(), base_ + lo, hi - lo), kFirstBulkChannel + int(i % kInFlight)));
+      group_.iallreduce(range(store_.grads(), base_ + lo, hi - lo), kFirstBulkChannel + int(i % kInFlight), owed));
 }
 
 void ZeroEngine::reduce_part(int unit) {
@@ -260,7 +287,7 @@ void ZeroEngine::reduce_part(int unit) {
   const int ch = int(i % kInFlight);
   if (i >= kInFlight) DataGroup::wait(buckets_[i - kInFlight]);  // frees its channel and receive buffer
   const Flat recv = range(bulk_block_[std::size_t(ch)], 0, layout_.unit(unit).block);
-  comm::Request r = group_.ireduce_scatter(padded(work_grads_, unit), recv, kFirstBulkChannel + ch);
+  comm::Request r = group_.ireduce_scatter(padded(work_grads_, unit), recv, kFirstBulkChannel + ch, residual_of(unit));
   const Flat dst = part_grads(unit);
   r.then([dst, recv]() { accumulate(dst, recv); });
   buckets_.push_back(std::move(r));
@@ -372,6 +399,7 @@ double ZeroEngine::buffer_bytes() const {
   for (int s = 0; s < kSlots; ++s)
     b += bytes(param_slot_[s]) + bytes(grad_slot_[s]) + bytes(recv_[s]) + bytes(staging_[s]);
   for (const auto& x : bulk_block_) b += bytes(x);
+  b += bytes(residual_);
   return b;
 }
 

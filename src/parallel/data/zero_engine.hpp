@@ -97,7 +97,14 @@ class ZeroEngine {
   void begin_step();
   void set_sync(bool sync) { sync_ = sync; }
   void finish_gradients();
-  double buffer_bytes() const;  // unit buffers, receive/staging, whole working copies
+  double buffer_bytes() const;  // unit buffers, receive/staging, whole working copies, top-k residuals
+  // Top-k's error feedback (comm.compression = "topk", over more than one
+  // rank): what this rank still owes of tensor `name`'s gradient, the
+  // rank's whole box of it in row-major order (under every ZeRO stage: the
+  // reductions send whole units). Empty otherwise.
+  bool has_residuals() const { return residual_.extent(0) > 0; }
+  Flat residual(const std::string& name) const;
+  void scale_residuals(float s);
   double work_param_bytes() const;
   double work_grad_bytes() const;
 
@@ -127,6 +134,7 @@ class ZeroEngine {
   Flat own(const Flat& store_buffer) const;  // this engine's run of the store's flat buffer
   Flat padded(const Flat& whole, int unit) const;  // a unit's padded range of a whole-model buffer
   Flat slot_range(const Flat& slot, int unit) const;
+  Flat residual_of(int unit) const;  // the unit's padded range of the residuals (empty without)
   void progress();
   comm::Request gather(int unit, const Flat& dst, const Flat& staging, int channel);
   // zero 3
@@ -156,6 +164,7 @@ class ZeroEngine {
   bool sync_ = true;
 
   Flat work_params_, work_grads_;  // whole padded replicas (zero 1/2 params, zero 1 grads)
+  Flat residual_;                  // top-k: the padded layout's error feedback
   std::array<Flat, kSlots> param_slot_, grad_slot_, recv_, staging_;
   // zero 1/2: a block per bulk channel, for the one operation in flight on
   // it (zero 1's reduce-scatter receives into it, the replica's allgather
