@@ -107,8 +107,22 @@ struct CheckpointTensor {
 
 // AdamW moments by global tensor name, each View holding the same Shard as
 // the tensor's value.
+//
+// Top-k's error feedback (comm.compression = "topk"), when `has_residual`
+// (the same on every rank for a tensor): `residual` is what this rank still
+// owes of the tensor's gradient over its whole box (empty where the rank
+// holds none of it). The ranks holding the same box (data-parallel
+// replicas, and tensor-parallel ones of a replicated tensor) owe apart, so
+// the file keeps a row per holder: /optim/topk_residual/<name> of shape
+// [holders, ...shape], holder k's values in row k (holders numbered in
+// world-rank order). A load into the same layout gives each rank its own
+// row back; into another, holder j of a box gets the sum of the rows k with
+// k mod holders == j (the caller rescales by the data-parallel sizes'
+// ratio, docs/checkpoint-format.md). A file without the rows loads zeros.
 struct OptimizerMoments {
   View1<float> exp_avg, exp_avg_sq;
+  bool has_residual = false;
+  View1<float> residual;
 };
 using OptimizerState = std::map<std::string, OptimizerMoments>;
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,7 @@ constexpr const char* kOptimGroup = "/optim";
 constexpr const char* kExpAvgGroup = "/optim/exp_avg";
 constexpr const char* kExpAvgSqGroup = "/optim/exp_avg_sq";
 constexpr const char* kStateGroup = "/state";
+constexpr const char* kResidualGroup = "/optim/topk_residual";
 
 // One dataset as this rank sees it; the shard's box is filled in.
 struct Item {
@@ -81,6 +83,21 @@ struct Item {
 
 void validate(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim);
 std::vector<Item> items_of(const std::vector<CheckpointTensor>& tensors, const OptimizerState* optim);
+
+// Top-k's residual rows (OptimizerMoments::residual): one item per tensor
+// with has_residual, of shape [holders, ...shape]. Save (`file_rows` null):
+// this rank's box in its own row. Load: the tensors the file holds rows of
+// (name -> its row count, the same on every rank), this rank's box over
+// all of the file's rows. `holder` is this rank's index among the ranks
+// holding the same box (-1: it holds none of the tensor), `holders` their
+// number. Collective over comm (one allgather of box signatures).
+struct ResidualItem {
+  Item item;
+  std::int64_t holder = -1, holders = 0;
+  View1<float> residual;  // the caller's
+};
+std::vector<ResidualItem> residual_items(const std::vector<CheckpointTensor>& tensors, const OptimizerState& optim,
+                                         MPI_Comm comm, const std::map<std::string, std::int64_t>* file_rows);
 
 // A /state dataset: the whole array on every rank (replicas: rank 0 writes
 // it, each rank reads all of it). The view is left empty (a load reads into

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <map>
 #include <set>
 
 #include "comm/mpi_env.hpp"
@@ -74,6 +75,78 @@ std::vector<Item> items_of(const std::vector<CheckpointTensor>& tensors, const O
         items.push_back(Item{kExpAvgSqGroup, t.name, t.shape, shard(t), it->second.exp_avg_sq});
   }
   return items;
+}
+
+std::vector<ResidualItem> residual_items(const std::vector<CheckpointTensor>& tensors, const OptimizerState& optim,
+                                         MPI_Comm comm, const std::map<std::string, std::int64_t>* file_rows) {
+  struct Held {
+    const CheckpointTensor* t;
+    model::Shard box;  // resolved: the tensor's box
+    View1<float> residual;
+    bool here;
+  };
+  std::vector<Held> held;
+  for (const auto& t : tensors) {
+    const auto it = optim.find(t.name);
+    if (it == optim.end() || !it->second.has_residual) continue;
+    if (file_rows && file_rows->count(t.name) == 0) continue;
+    const model::Shard r = model::resolve_shard(t.shard, t.name, t.shape);
+    const auto n = std::int64_t(it->second.residual.extent(0));
+    // Before the collective below: a rank-local throw here would leave the
+    // others waiting in it.
+    EXA_ASSERT(n == 0 || n == r.box.numel());
+    held.push_back(Held{&t, r, it->second.residual, n > 0});
+  }
+  // Who holds the same box: equal signatures (0: none of it).
+  const int P = comm_size(comm), me = comm_rank(comm);
+  std::vector<std::uint64_t> mine(held.size()), all(held.size() * std::size_t(P));
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (!held[i].here) continue;
+    const std::uint64_t sig = kernels::checksum_leaf(model::box_str(held[i].box.box), held[i].box.box.numel());
+    mine[i] = sig == 0 ? 1 : sig;
+  }
+  if (!held.empty())
+    MPI_Allgather(mine.data(), int(held.size()), MPI_UINT64_T, all.data(), int(held.size()), MPI_UINT64_T, comm);
+  std::vector<ResidualItem> out;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    const Held& h = held[i];
+    std::map<std::uint64_t, std::int64_t> count;  // holders of each box
+    std::int64_t before = 0;
+    for (int r = 0; r < P; ++r) {
+      const std::uint64_t sig = all[std::size_t(r) * held.size() + i];
+      if (sig == 0) continue;
+      ++count[sig];
+      if (r < me && sig == mine[i]) ++before;
+    }
+    EXA_REQUIRE(!count.empty(), "checkpoint: no rank holds the top-k residual of '{}'", h.t->name);
+    const std::int64_t holders = count.begin()->second;
+    for (const auto& [sig, c] : count)
+      EXA_REQUIRE(c == holders, "checkpoint: the boxes of '{}' are held by different numbers of ranks ({} and {}), "
+                  "so its top-k residuals have no common row count", h.t->name, holders, c);
+    const std::int64_t rows = file_rows ? file_rows->at(h.t->name) : holders;
+    std::vector<std::int64_t> shape{rows};
+    shape.insert(shape.end(), h.t->shape.begin(), h.t->shape.end());
+    model::Shard s;
+    if (h.here) {
+      s.box.offset.push_back(file_rows ? 0 : before);
+      s.box.extent.push_back(file_rows ? rows : 1);
+      s.box.offset.insert(s.box.offset.end(), h.box.box.offset.begin(), h.box.box.offset.end());
+      s.box.extent.insert(s.box.extent.end(), h.box.box.extent.begin(), h.box.box.extent.end());
+    } else {
+      s.box.offset.assign(shape.size(), 0);
+      s.box.extent = shape;
+      s.box.extent[0] = 0;
+    }
+    s.count = s.box.numel();
+    s = model::resolve_shard(s, h.t->name, shape);
+    View1<float> view = h.residual;
+    if (file_rows && h.here)
+      view = View1<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::residual_rows"),
+                          std::size_t(s.count));
+    out.push_back(ResidualItem{Item{kResidualGroup, h.t->name, shape, s, view}, h.here ? before : -1, holders,
+                               h.residual});
+  }
+  return out;
 }
 
 Item state_item(const std::string& name, const std::vector<std::int64_t>& shape) {

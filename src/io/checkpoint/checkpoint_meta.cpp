@@ -221,7 +221,7 @@ CheckpointMeta read_meta(hid_t root, const std::string& file) {
 
 std::vector<DatasetInfo> list_datasets(hid_t file) {
   std::vector<DatasetInfo> out;
-  for (const char* g : {kModelGroup, kExpAvgGroup, kExpAvgSqGroup, kStateGroup}) {
+  for (const char* g : {kModelGroup, kExpAvgGroup, kExpAvgSqGroup, kResidualGroup, kStateGroup}) {
     if (!h5::link_exists(file, g)) continue;
     h5::Id grp = h5::group(H5Gopen2(file, g, H5P_DEFAULT), fmt::format("opening group {}", g));
     for (const auto& name : h5::link_names(grp)) {

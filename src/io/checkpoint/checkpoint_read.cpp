@@ -273,6 +273,39 @@ CheckpointMeta load_from(const std::string& path, const std::vector<CheckpointTe
       }
     });
   });
+  // Top-k's residual rows, of the tensors the file holds them for (a file
+  // without them leaves those residuals at zero).
+  const std::size_t n_state_end = items.size();
+  std::vector<ResidualItem> residuals;
+  if (optim) {
+    std::map<std::string, std::int64_t> rows;
+    phase(comm, [&] {
+      const std::string prefix = std::string(kResidualGroup) + "/";
+      std::map<std::string, const std::vector<std::int64_t>*> shapes;
+      for (const auto& t : tensors) shapes[t.name] = &t.shape;
+      for (const auto& d : present) {
+        if (d.path.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::string name = d.path.substr(prefix.size());
+        const auto it = shapes.find(name);
+        if (it == shapes.end()) continue;  // a tensor this run does not save (check_structure vouched for /model)
+        EXA_REQUIRE(d.shape.size() == it->second->size() + 1 &&
+                        std::equal(it->second->begin(), it->second->end(), d.shape.begin() + 1),
+                    "dataset {} in {} has shape {}, not [holders, {}]; the checkpoint was written for a different "
+                    "model: load it with the deck it was written with, or start from scratch",
+                    d.path, file, shape_str(d.shape), shape_str(*it->second));
+        rows[name] = d.shape[0];
+      }
+    });
+    residuals = residual_items(tensors, *optim, comm, &rows);
+    bool wanted = false;
+    for (const auto& [name, m] : *optim) wanted = wanted || (m.has_residual && rows.count(name) == 0);
+    if (wanted && me == 0)
+      log::info("checkpoint: {} holds no top-k residuals for some tensors (it was written without "
+                "comm.compression = \"topk\"): their error feedback starts from zero", file);
+    for (const auto& [name, m] : *optim)
+      if (m.has_residual && rows.count(name) == 0 && m.residual.extent(0) > 0) Kokkos::deep_copy(m.residual, 0.0f);
+    for (const auto& r : residuals) items.push_back(r.item);
+  }
   {
     std::vector<Item> added(items.begin() + static_cast<std::ptrdiff_t>(n_tensor_items), items.end());
     std::vector<PieceCover> more;
@@ -343,9 +376,23 @@ CheckpointMeta load_from(const std::string& path, const std::vector<CheckpointTe
   f.reset();
 
   for (std::size_t i = 0; i < n_tensor_items; ++i) Kokkos::deep_copy(items[i].view, bufs[i]);
-  for (std::size_t i = n_tensor_items; i < items.size(); ++i) {
+  for (std::size_t i = n_tensor_items; i < n_state_end; ++i) {
     const float* v = bufs[i].data();
     meta.state[items[i].name] = StateArray{items[i].shape, std::vector<float>(v, v + bufs[i].extent(0))};
+  }
+  // Holder j of a box takes the rows k = j, j + holders, ... (in that
+  // order): in the layout that wrote them, its own row alone.
+  for (std::size_t r = 0; r < residuals.size(); ++r) {
+    const ResidualItem& ri = residuals[r];
+    if (ri.holder < 0) continue;
+    const HostFlat& rows = bufs[n_state_end + r];
+    const auto n = std::int64_t(ri.residual.extent(0));
+    const std::int64_t file_rows = ri.item.shape[0];
+    auto dst = Kokkos::create_mirror_view(ri.residual);
+    Kokkos::deep_copy(dst, 0.0f);
+    for (std::int64_t k = ri.holder; k < file_rows; k += ri.holders)
+      for (std::int64_t e = 0; e < n; ++e) dst(std::size_t(e)) += rows(std::size_t(k * n + e));
+    Kokkos::deep_copy(ri.residual, dst);
   }
   Kokkos::fence();
   meta.directory = fs::path(file).parent_path().string();

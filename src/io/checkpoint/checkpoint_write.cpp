@@ -82,6 +82,7 @@ void write_file(const std::string& file, const std::vector<Item>& items, const s
   };
   std::vector<const char*> gnames = {kModelGroup};
   if (any_in(kExpAvgGroup)) gnames.insert(gnames.end(), {kOptimGroup, kExpAvgGroup, kExpAvgSqGroup});
+  if (any_in(kResidualGroup)) gnames.push_back(kResidualGroup);
   if (any_in(kStateGroup)) gnames.push_back(kStateGroup);
   // Links stay compact (messages in the group's object header, which the v2
   // format checksums) rather than moving to a fractal heap, whose blocks
@@ -171,6 +172,8 @@ std::string save_checkpoint(const std::string& ckpt_dir, const std::vector<Check
   const CheckpointMeta meta = meta_from_json(meta_text);
   std::vector<Item> items = items_of(tensors, optim);
   for (auto& it : state_items(meta, options.background)) items.push_back(std::move(it));
+  if (optim)
+    for (auto& r : residual_items(tensors, *optim, comm, nullptr)) items.push_back(std::move(r.item));
   phase(comm, [&] { check_same_everywhere(items, comm); });
   std::vector<PieceCover> covers;
   phase(comm, [&] { covers = gather_pieces(items, comm); });
