@@ -29,6 +29,7 @@ Candidate Candidate::from_deck(const deck::Config& cfg) {
   c.weight_compression = cfg.get_string("comm.weight_compression");
   c.a2a_compression = cfg.get_string("comm.a2a_compression");
   c.quant_block = cfg.get_int("comm.quant_block");
+  c.topk_ratio = cfg.get_float("comm.topk_ratio");
   return c;
 }
 

@@ -28,6 +28,7 @@ struct Candidate {
   std::string precision = "fp32";
   std::string compression = "none", weight_compression = "none", a2a_compression = "none";
   std::int64_t quant_block = 256;
+  double topk_ratio = 0.01;  // comm.topk_ratio (compression = "topk")
 
   // The deck's own layout and policies for its world size.
   static Candidate from_deck(const deck::Config& cfg);

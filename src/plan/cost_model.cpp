@@ -273,7 +273,11 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   // as its backward finishes); overlapped with the backward that produces it.
   double dp = 0;
   if (data > 1) {
-    const double wire = wire_bytes(c.compression, c.quant_block);
+    // Top-k sends 6 bytes a kept value: the reduce-scatter's all-to-all
+    // carries 1.5 ratio of the fp32 bytes, the allreduce's allgather every
+    // rank's payload (data / 2 times a ring allreduce's share of it).
+    const double wire = c.compression == "topk" ? 1.5 * c.topk_ratio * (c.zero == 0 ? data / 2.0 : 1.0)
+                                                : wire_bytes(c.compression, c.quant_block);
     const double grads = dp_bytes_step * wire;
     const double wgt = dp_bytes_step * wire_bytes(c.weight_compression, c.quant_block);
     const double backward_last = times[std::size_t(worst)].backward + times[std::size_t(worst)].weight;

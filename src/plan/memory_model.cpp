@@ -198,6 +198,9 @@ MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int 
     }
     alive = it->second;
   }
+  // Top-k's error feedback: a residual per trainable element of the rank's
+  // boxes (the whole boxes, whatever the ZeRO stage), as communication.
+  if (c.compression == "topk" && data > 1) m.communication += state_bytes(cfg, plan, 0, 1, 1).gradients;
   const std::int64_t layers = plan.local_layers() / chunks;
   m.activations = double(alive) * context_bytes(cfg, c, plan, layers);
   if (c.recompute == "full") {

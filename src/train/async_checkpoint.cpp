@@ -71,6 +71,8 @@ void AsyncCheckpointer::prepare(const std::vector<io::CheckpointTensor>& tensors
     auto& m = snap_optim_[t.name];
     copy_into(m.exp_avg, it->second.exp_avg, "exa::ckpt::snapshot_m");
     copy_into(m.exp_avg_sq, it->second.exp_avg_sq, "exa::ckpt::snapshot_v");
+    m.has_residual = it->second.has_residual;
+    if (m.has_residual) copy_into(m.residual, it->second.residual, "exa::ckpt::snapshot_residual");
   }
   Kokkos::fence();
 }

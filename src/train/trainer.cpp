@@ -150,7 +150,8 @@ std::string Trainer::checkpoint_dir() const { return deck_checkpoint_dir(cfg_); 
 
 StepResult Trainer::train_step(std::int64_t step) {
   StepResult r;
-  opt_->set_loss_scale(scaler_.scale());
+  const double scale_before = scaler_.scale();
+  opt_->set_loss_scale(scale_before);
   const auto& acc = opt_->accumulation();
   const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
   parallel::StepWork work{[&](int j) { return batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_))); },
@@ -202,6 +203,11 @@ StepResult Trainer::train_step(std::int64_t step) {
   // agrees). At S = 1 the scaler declines, and the policy decides.
   if (std::isfinite(r.loss) && !r.report.applied) r.overflow = scaler_.after_step(false);
   else if (r.report.applied) scaler_.after_step(true);
+  // Top-k's residuals hold this step's unsent gradient in the loss scale's
+  // units: a step that was not applied may have left inf or NaN in them,
+  // so they are forgotten; a new scale rescales them.
+  if (!r.report.applied) dp_->scale_residuals(0.0f);
+  else if (scaler_.scale() != scale_before) dp_->scale_residuals(float(scaler_.scale() / scale_before));
   if (r.report.applied) dp_->params_stepped();
   balance_.after_step(r.moe, r.report.applied, *model_);
   if (r.report.applied) growth_.after_step(r.moe);
@@ -256,8 +262,11 @@ io::OptimizerState Trainer::optimizer_moments() {
   io::OptimizerState state;
   const auto& store = dp_->store();
   for (std::size_t i = 0; i < store.size(); ++i)
-    if (store.spec(i).trainable)  // the frozen model has no moments
-      state[store.spec(i).name] = io::OptimizerMoments{opt_->adamw().exp_avg(i), opt_->adamw().exp_avg_sq(i)};
+    if (store.spec(i).trainable) {  // the frozen model has no moments
+      const std::string& name = store.spec(i).name;
+      state[name] = io::OptimizerMoments{opt_->adamw().exp_avg(i), opt_->adamw().exp_avg_sq(i),
+                                         dp_->has_residual(name), dp_->residual(name)};
+    }
   return state;
 }
 
@@ -315,6 +324,15 @@ void Trainer::restore(const io::CheckpointMeta& meta) {
                 "a new run (another output.run_dir)", meta.directory, was, cfg_.get_string("train.init_from"),
                 base_root_);
     base_root_ = was;
+  }
+  // Top-k's residuals: what the holders owe, summed and divided by the
+  // data-parallel size, is what the mean gradient is owed; a checkpoint of
+  // another size keeps that (io/checkpoint.hpp folded the rows).
+  const double data_was = double(meta.layout.dp * meta.layout.cp), data_now = double(dp_->size());
+  if (data_was != data_now && dp_->options().topk.enabled()) {
+    dp_->scale_residuals(float(data_now / data_was));
+    log::info("checkpoint: top-k residuals of {} data-parallel ranks folded into {} (scaled by {:g})", data_was,
+              data_now, data_now / data_was);
   }
   step_ = static_cast<std::int64_t>(meta.step);
   tokens_seen_ = static_cast<std::int64_t>(meta.tokens_seen);

@@ -520,6 +520,39 @@ void check_combinations(const Config& c) {
          "comm.stochastic_rounding = true rounds the compressed gradients, but comm.compression = \"none\" sends "
          "them in fp32; set comm.compression = \"int8\" or \"bf16\", or stochastic_rounding = false");
   }
+  if (c.get_string("comm.compression") != "topk") {
+    for (const char* key : {"comm.topk_ratio", "comm.topk_warmup"})
+      if (c.setting(key).origin != Origin::Default)
+        fail(c, {key, "comm.compression"},
+             fmt::format("{} is set, but it applies to comm.compression = \"topk\" only (got \"{}\"); set "
+                         "comm.compression = \"topk\", or remove {}",
+                         key, c.get_string("comm.compression"), key));
+  } else {
+    if (c.get_bool("comm.stochastic_rounding"))
+      fail(c, {"comm.stochastic_rounding", "comm.compression"},
+           "comm.stochastic_rounding = true rounds bf16 or int8 payloads, but comm.compression = \"topk\" sends "
+           "the kept values in fp32 and owes the rest exactly; set stochastic_rounding = false");
+    // Top-k's residuals live beside the gradients of the tensors as they
+    // are placed now; what moves or rebuilds them does not carry them yet.
+    const struct {
+      const char* key;
+      bool on;
+      const char* why;
+    } apart[] = {
+        {"checkpoint.memory_every", c.get_int("checkpoint.memory_every") > 0,
+         "tier-0 memory snapshots do not hold the top-k residuals yet (the disk tiers do)"},
+        {"growth.every", c.get_int("growth.every") > 0,
+         "a growth event rebuilds the model's buffers and would drop the top-k residuals"},
+        {"moe.replace_every", c.get_int("moe.replace_every") > 0,
+         "expert re-placement moves the experts' state but not their top-k residuals yet"},
+    };
+    for (const auto& a : apart)
+      if (a.on)
+        fail(c, {"comm.compression", a.key},
+             fmt::format("comm.compression = \"topk\" with {} > 0 is not built yet: {}; set {} = 0 or choose "
+                         "another comm.compression",
+                         a.key, a.why, a.key));
+  }
   if (const auto comp = c.get_string("comm.a2a_compression"); comp != "none" && c.get_bool("comm.hierarchical_a2a")) {
     fail(c, {"comm.a2a_compression", "comm.hierarchical_a2a"},
          fmt::format("comm.a2a_compression = \"{}\" with comm.hierarchical_a2a = true is not built yet (compression "

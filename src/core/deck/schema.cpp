@@ -150,7 +150,9 @@ std::vector<KeySpec> build() {
 
       F("comm", "bucket_mb", 25.0, 0, 4096, O::lo, "gradient all-reduce bucket size in MiB"),
       B("comm", "overlap", true, "overlap gradient communication with the backward pass"),
-      NotBuilt(S("comm", "compression", "none", {"none", "bf16", "int8", "topk"}, "wire format of the data-parallel gradient collectives (allreduce and reduce-scatter; fp32 sums): none; bf16 (half the bytes); int8 (block-quantized, one fp32 scale per comm.quant_block values, about a quarter); topk (sparsified with error feedback)"), {"topk"}),
+      S("comm", "compression", "none", {"none", "bf16", "int8", "topk"}, "wire format of the data-parallel gradient collectives (allreduce and reduce-scatter; fp32 sums): none; bf16 (half the bytes); int8 (block-quantized, one fp32 scale per comm.quant_block values, about a quarter); topk (the largest comm.topk_ratio of each rank's gradient plus its error-feedback residual, 6 bytes a value sent)"),
+      F("comm", "topk_ratio", 0.01, 0, 1, O::lo, "comm.compression = \"topk\": the fraction of each 64 Ki-value segment of a gradient payload sent (by magnitude); the rest is kept as the rank's residual and added to the next step's gradient"),
+      I("comm", "topk_warmup", 0, 0, kCount, "comm.compression = \"topk\": the first this many steps reduce dense, uncompressed gradients"),
       S("comm", "weight_compression", "none", {"none", "bf16", "int8"}, "wire format of the ZeRO parameter allgathers (zero 3 before use, zero 1/2 after the step; ZeRO++ qwZ): the working copies are the decoded values, the fp32 masters are never quantized"),
       S("comm", "a2a_compression", "none", {"none", "bf16", "int8"}, "wire format of the expert all-to-all's token rows (dispatch, combine and their backward; the flat all-to-all only)"),
       B("comm", "stochastic_rounding", false, "bf16 or int8 gradient compression rounds stochastically (up with probability equal to the distance from the value below: unbiased sums), drawn by Philox from the seed, the step, the rank and the collective, so a resumed run draws the same"),

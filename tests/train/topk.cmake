@@ -1,0 +1,84 @@
+# Top-k gradient compression (comm.compression = "topk") end to end.
+#
+#   cmake -DMPIEXEC=... -DNP_FLAG=... -DEXAMOE=... -DDECK=... -DWORK=... "-DARGS=..."
+#         -DCASE=ratio_one|reshard -P topk.cmake
+#
+# ratio_one: at dp 2, top-k with ratio 1 sends every value unchanged and owes
+#   nothing, and two ranks' sums are the same in either order, so its losses
+#   equal the uncompressed run's digit for digit, under ZeRO 0 (allgather)
+#   and ZeRO 2 (all-to-all). At the default ratio the log line shows the
+#   gradients' wire bytes under 10% of fp32's.
+# reshard: a run at dp 4 checkpoints after step 3, with residuals in it; a
+#   resume at dp 2 (twice the accumulation: the same global batch) folds
+#   its 4 rows into 2 and halves them (the log says so), repeats step 4's
+#   loss (the model is the same) and trains on with finite losses.
+include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
+separate_arguments(ARGS)
+file(REMOVE_RECURSE ${WORK})
+
+function(run np dir)
+  execute_process(COMMAND ${MPIEXEC} ${NP_FLAG} ${np} ${EXAMOE} ${DECK} ${ARGS} ${ARGN} --set output.run_dir=${dir}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "examoe failed (exit ${rc}):\n${out}\n${err}")
+  endif()
+  set(log "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+if(CASE STREQUAL "ratio_one")
+  list(APPEND ARGS --set train.steps=4)
+  foreach(zero 0 2)
+    run(2 ${WORK}/none${zero} --set parallel.zero=${zero})
+    run(2 ${WORK}/topk${zero} --set parallel.zero=${zero} --set comm.compression=topk --set comm.topk_ratio=1)
+    losses_of(${WORK}/none${zero}/metrics.jsonl none)
+    losses_of(${WORK}/topk${zero}/metrics.jsonl topk)
+    message(STATUS "zero ${zero}, none:         ${none}")
+    message(STATUS "zero ${zero}, topk ratio 1: ${topk}")
+    if(NOT none STREQUAL topk)
+      message(FATAL_ERROR "zero ${zero}: top-k at ratio 1 does not repeat the uncompressed losses")
+    endif()
+    # It did run top-k: 6 bytes a value on the wire, against fp32's 4.
+    value_at(${WORK}/topk${zero} 1 wire comm dp_grads wire_bytes)
+    value_at(${WORK}/topk${zero} 1 logical comm dp_grads logical_bytes)
+    execute_process(COMMAND awk "BEGIN{exit !(${wire} > 1.4 * ${logical})}" RESULT_VARIABLE ok)
+    if(NOT ok EQUAL 0)
+      message(FATAL_ERROR "zero ${zero}: the ratio-1 run sent ${wire} bytes for ${logical}: not top-k's payload")
+    endif()
+  endforeach()
+  run(2 ${WORK}/topk_default --set comm.compression=topk)
+  if(NOT log MATCHES "[|] dp_grads wire [0-9][.][0-9]%")
+    message(FATAL_ERROR "the default ratio's log line does not show gradient wire bytes under 10%:\n${log}")
+  endif()
+elseif(CASE STREQUAL "reshard")
+  set(topk --set comm.compression=topk --set comm.topk_ratio=0.05 --set train.steps=6 --set checkpoint.every=3)
+  run(4 ${WORK}/dp4 ${topk} --set parallel.zero=1)
+  file(MAKE_DIRECTORY ${WORK}/dp2)
+  file(COPY ${WORK}/dp4/ckpt DESTINATION ${WORK}/dp2)
+  file(REMOVE_RECURSE ${WORK}/dp2/ckpt/step_00000006)
+  file(CREATE_LINK step_00000003 ${WORK}/dp2/ckpt/latest SYMBOLIC)
+  run(2 ${WORK}/dp2 ${topk} --set parallel.zero=1 --set checkpoint.resume=true --set train.grad_accum=2)
+  if(NOT log MATCHES "top-k residuals of 4 data-parallel ranks folded into 2 [(]scaled by 0[.]5[)]")
+    message(FATAL_ERROR "the resume at dp 2 did not fold the dp 4 residuals:\n${log}")
+  endif()
+  losses_of(${WORK}/dp4/metrics.jsonl dp4)
+  losses_of(${WORK}/dp2/metrics.jsonl dp2)
+  message(STATUS "dp 4:              ${dp4}")
+  message(STATUS "dp 2 from step 3:  ${dp2}")
+  list(LENGTH dp2 n)
+  if(NOT n EQUAL 3)
+    message(FATAL_ERROR "expected 3 step records after the resume, got ${n}")
+  endif()
+  list(GET dp4 3 a)
+  list(GET dp2 0 b)
+  string(REGEX REPLACE ".*:" "" a "${a}")
+  string(REGEX REPLACE ".*:" "" b "${b}")
+  require_close(${a} ${b} "step 4 at dp 4 and resumed at dp 2")
+  foreach(rec IN LISTS dp2)
+    if(NOT rec MATCHES ":[0-9]")
+      message(FATAL_ERROR "a resumed step's loss is not finite: ${rec}")
+    endif()
+  endforeach()
+else()
+  message(FATAL_ERROR "CASE must be ratio_one or reshard")
+endif()
