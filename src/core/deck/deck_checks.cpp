@@ -521,8 +521,9 @@ void check_combinations(const Config& c) {
          "them in fp32; set comm.compression = \"int8\" or \"bf16\", or stochastic_rounding = false");
   }
   if (c.get_string("comm.compression") != "topk") {
+    // At its default a key changes nothing (input/full.toml sets every key).
     for (const char* key : {"comm.topk_ratio", "comm.topk_warmup"})
-      if (c.setting(key).origin != Origin::Default)
+      if (const auto& st = c.setting(key); st.origin != Origin::Default && !(st.value == st.spec->def))
         fail(c, {key, "comm.compression"},
              fmt::format("{} is set, but it applies to comm.compression = \"topk\" only (got \"{}\"); set "
                          "comm.compression = \"topk\", or remove {}",
