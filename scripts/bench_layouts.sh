@@ -18,7 +18,8 @@
 #                       forward allgather)
 #       tp_no_overlap   tp = NP, comm.overlap = false
 #       cp, cp_a2a      cp = NP, parallel.cp_mode ring (cp) or a2a (Ulysses)
-#       dp_bf16, dp_int8  dp = NP with comm.compression = bf16 or int8
+#       dp_bf16, dp_int8, dp_topk  dp = NP with comm.compression = bf16, int8
+#                       or topk (at the deck's comm.topk_ratio)
 #       pp, pp_1f1b     pp = NP, 1f1b; pp_gpipe, pp_zb; pp_interleaved
 #                       (virtual_stages = 2: n_layers divisible by 2 NP)
 #     --compare MODE  a named list (what the earlier per-strategy scripts ran):
@@ -26,7 +27,7 @@
 #       tp        one,dp,tp,tp_no_overlap      (was bench_tp.sh)
 #       cp        one,dp,cp,cp_a2a             (was bench_context.sh)
 #       pp        dp,pp                        (was bench_pipeline.sh vs-dp)
-#       compression  dp,dp_bf16,dp_int8: the bytes ledger's wire bytes,
+#       compression  dp,dp_bf16,dp_int8,dp_topk: the bytes ledger's wire bytes,
 #                 the codec's time and a modeled link time per mode
 #       bubbles   pp_gpipe,pp_1f1b,pp_zb,pp_interleaved on a pipeline
 #                 shrink of DECK (d_model 64, 4 layers, T = 32, micro_batch
@@ -84,7 +85,7 @@ bench_defaults() {
     cp) list=one,dp,cp,cp_a2a ;;
     pp) list=dp,pp ;;
     bubbles) list=pp_gpipe,pp_1f1b,pp_zb,pp_interleaved ;;
-    compression) list=dp,dp_bf16,dp_int8 ;;
+    compression) list=dp,dp_bf16,dp_int8,dp_topk ;;
   esac
   [ "$list" = "$opt_compare" ] || mode=$opt_compare
   IFS=, read -ra configs <<<"$list"
@@ -97,7 +98,7 @@ bench_defaults() {
       tp|tp_no_overlap) s=tp ;;
       cp|cp_a2a) s='cp' ;;
       pp|pp_1f1b|pp_gpipe|pp_zb|pp_interleaved) s=pp ;;
-      dp_bf16|dp_int8) s=compress ;;
+      dp_bf16|dp_int8|dp_topk) s=compress ;;
       *) bench_die "--compare: unknown configuration '$c' (see the header of $0)" ;;
     esac
     case "$seen" in *",$c,"*) bench_die "--compare: $c twice" ;; esac
@@ -144,7 +145,7 @@ for cfg in "${configs[@]}"; do
     dp) own=("${pure[@]}" --set parallel.dp="$NP")
         case "$strategy" in cp) own+=(--set train.grad_accum=1) ;; pp) own+=(--set train.grad_accum=$((m / NP))) ;; esac ;;
     ep) own=(--set parallel.ep="$NP") ;;
-    dp_bf16|dp_int8) own=("${pure[@]}" --set parallel.dp="$NP" --set comm.compression="${cfg#dp_}") ;;
+    dp_bf16|dp_int8|dp_topk) own=("${pure[@]}" --set parallel.dp="$NP" --set comm.compression="${cfg#dp_}") ;;
     tp) own=(--set parallel.tp="$NP" --set comm.overlap=true) ;;
     tp_no_overlap) own=(--set parallel.tp="$NP" --set comm.overlap=false) ;;
     cp|cp_a2a) mode_cp=ring
