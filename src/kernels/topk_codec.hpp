@@ -46,8 +46,9 @@ class TopkCodec {
   std::int64_t words(std::int64_t n) const;
 
   // a = x + residual; out[0, words(n)) <- the kept values of a and their
-  // offsets; residual <- a with the kept values zeroed. x and residual have
-  // the same extent n; x is not written.
+  // offsets; residual <- a with the kept values zeroed. x has extent n, x is
+  // not written; residual covers x's first residual.extent(0) <= n values
+  // (the rest is padding: no residual, and what it leaves is dropped).
   void encode(const View1<const float>& x, const View1<float>& residual, const View1<std::int32_t>& out) const;
   // y[i] += v for every kept (i, v) of the payload `in` of `encoded` values,
   // for i < y.extent(0) (a prefix of a zero-padded payload may be decoded).

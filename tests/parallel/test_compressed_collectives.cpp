@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -271,3 +272,118 @@ TEST(TopkCollectives, WarmupStepsAreDense) {
     EXPECT_EQ(owed > 0, !dense) << "step " << step;
   }
 }
+
+// comm.compress_scope = "inter_node": hierarchical collectives encode their
+// inter-node stage only. On one node nothing is encoded (the dense
+// hierarchical result, bit for bit); with one rank a node the inter-node
+// stage is the whole collective (the flat compressed result, bit for bit);
+// in between every rank ends with the same values, near the exact sum.
+namespace {
+
+enum class Mode { BF16, Int8, Topk };
+
+comm::GridSizes nodes_of(int rpn) {
+  comm::GridSizes s;
+  s.ranks_per_node = rpn > 0 ? rpn : 1;
+  return s;
+}
+
+// A group over the world with nodes of `rpn` ranks (0: flat), compressing
+// as `m` says (`dense`: not at all). Collective.
+struct Groups {
+  Groups(Mode m, int rpn, bool dense)
+      : grid(nodes_of(rpn), MPI_COMM_WORLD),
+        group(grid, rpn > 0, 2, comm::Backend::Mpi, comm::Group::Data,
+              dense || m == Mode::Topk ? WireCodec() : WireCodec(m == Mode::BF16 ? WireFormat::BF16 : WireFormat::Int8, 64),
+              {}, !dense && m == Mode::Topk ? kernels::TopkCodec(0.1) : kernels::TopkCodec(), 0, rpn > 0 && !dense) {}
+  comm::ProcessGrid grid;
+  parallel::data::DataGroup group;
+};
+
+std::unique_ptr<Groups> make_group(Mode m, int rpn, bool dense = false) {
+  return std::make_unique<Groups>(m, rpn, dense);
+}
+
+struct Result {
+  std::vector<float> sum, residual;
+};
+
+Result allreduce(parallel::data::DataGroup& g, std::int64_t n) {
+  auto v = to_device(grads(rank_of(), n));
+  View1<float> residual = to_device(residual0(rank_of(), n));
+  auto r = g.iallreduce(v, 0, g.sparse() ? residual : View1<float>());
+  parallel::data::DataGroup::wait(r);
+  return {to_host(v), to_host(residual)};
+}
+
+Result reduce_scatter(parallel::data::DataGroup& g, std::int64_t B) {
+  const int P = size_of();
+  View1<float> recv("recv", std::size_t(B));
+  View1<float> residual = to_device(residual0(rank_of(), P * B));
+  auto r = g.ireduce_scatter(to_device(grads(rank_of(), P * B)), recv, 1, g.sparse() ? residual : View1<float>());
+  parallel::data::DataGroup::wait(r);
+  return {to_host(recv), to_host(residual)};
+}
+
+}  // namespace
+
+class InterNodeOnly : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(InterNodeOnly, OneNodeEncodesNothing) {
+  const int P = size_of();
+  auto scoped = make_group(GetParam(), P), dense = make_group(GetParam(), P, true);
+  EXPECT_EQ(allreduce(scoped->group, 1001).sum, allreduce(dense->group, 1001).sum);
+  EXPECT_EQ(reduce_scatter(scoped->group, 160).sum, reduce_scatter(dense->group, 160).sum);
+}
+
+TEST_P(InterNodeOnly, OneRankANodeIsTheFlatCompression) {
+  auto scoped = make_group(GetParam(), 1), flat = make_group(GetParam(), 0);
+  const auto a = allreduce(scoped->group, 1001), b = allreduce(flat->group, 1001);
+  EXPECT_EQ(a.sum, b.sum);
+  EXPECT_EQ(a.residual, b.residual);
+  const auto c = reduce_scatter(scoped->group, 160), d = reduce_scatter(flat->group, 160);
+  EXPECT_EQ(c.sum, d.sum);
+  EXPECT_EQ(c.residual, d.residual);
+}
+
+TEST_P(InterNodeOnly, NodesOfSeveralRanksAgreeNearTheSum) {
+  const int P = size_of();
+  const int rpn = P % 2 == 0 && P > 2 ? P / 2 : P;  // 2 nodes of 2 at 4 ranks
+  auto g = make_group(GetParam(), rpn);
+  const std::int64_t n = 1001;
+  const auto before = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::DpGrads)];
+  const auto got = allreduce(g->group, n).sum;
+  const auto after = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::DpGrads)];
+  std::vector<float> rank0 = got;
+  MPI_Bcast(rank0.data(), int(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(got, rank0);
+  if (GetParam() != Mode::Topk) {  // top-k sends a tenth: not near the sum in one step
+    std::vector<double> exact(std::size_t(n), 0.0);
+    for (int q = 0; q < P; ++q) {
+      const auto x = grads(q, n);
+      for (std::int64_t i = 0; i < n; ++i) exact[std::size_t(i)] += x[std::size_t(i)];
+    }
+    double big = 0;
+    for (const double e : exact) big = std::max(big, std::abs(e));
+    for (std::int64_t i = 0; i < n; ++i) EXPECT_NEAR(got[std::size_t(i)], exact[std::size_t(i)], 4e-2 * big) << i;
+  }
+  // The ledger: fp32 on the node-local stages, encoded between the nodes.
+  if (P > 1) {
+    const int L = rpn, I = P / rpn;
+    const std::int64_t B = (n + L - 1) / L;
+    double inter = 0;
+    if (I > 1) {
+      inter = GetParam() == Mode::Topk
+                  ? double(I - 1) * double(kernels::TopkCodec(0.1).words(B)) * 4
+                  : 2.0 * (I - 1) *
+                        double(WireCodec(GetParam() == Mode::BF16 ? WireFormat::BF16 : WireFormat::Int8, 64)
+                                   .words((B + I - 1) / I)) * 4;
+    }
+    EXPECT_DOUBLE_EQ(after.wire - before.wire, 2.0 * (L - 1) * double(B) * 4 + inter);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, InterNodeOnly, ::testing::Values(Mode::BF16, Mode::Int8, Mode::Topk),
+                         [](const auto& info) {
+                           return std::string(info.param == Mode::BF16 ? "bf16" : info.param == Mode::Int8 ? "int8" : "topk");
+                         });

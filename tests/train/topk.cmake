@@ -1,7 +1,7 @@
 # Top-k gradient compression (comm.compression = "topk") end to end.
 #
 #   cmake -DMPIEXEC=... -DNP_FLAG=... -DEXAMOE=... -DDECK=... -DWORK=... "-DARGS=..."
-#         -DCASE=ratio_one|reshard -P topk.cmake
+#         -DCASE=ratio_one|reshard|inter_node -P topk.cmake
 #
 # ratio_one: at dp 2, top-k with ratio 1 sends every value unchanged and owes
 #   nothing, and two ranks' sums are the same in either order, so its losses
@@ -79,6 +79,30 @@ elseif(CASE STREQUAL "reshard")
       message(FATAL_ERROR "a resumed step's loss is not finite: ${rec}")
     endif()
   endforeach()
+elseif(CASE STREQUAL "inter_node")
+  # comm.compress_scope = "inter_node": on one node (2 ranks) nothing is
+  # encoded, so int8 and top-k repeat the uncompressed hierarchical losses
+  # digit for digit; on two nodes of two (4 ranks) only the inter-node stage
+  # is, so the gradients' wire bytes fall between int8's 25.4% and fp32's.
+  list(APPEND ARGS --set train.steps=2 --set parallel.hierarchical=true)
+  run(2 ${WORK}/dense --set parallel.ranks_per_node=2)
+  losses_of(${WORK}/dense/metrics.jsonl dense)
+  foreach(mode int8 topk)
+    run(2 ${WORK}/one_node_${mode} --set parallel.ranks_per_node=2 --set comm.compression=${mode}
+        --set comm.compress_scope=inter_node)
+    losses_of(${WORK}/one_node_${mode}/metrics.jsonl got)
+    message(STATUS "one node, dense: ${dense}")
+    message(STATUS "one node, ${mode}:  ${got}")
+    if(NOT dense STREQUAL got)
+      message(FATAL_ERROR "one node with ${mode} on the inter-node stage only does not repeat the dense losses")
+    endif()
+  endforeach()
+  run(4 ${WORK}/two_nodes --set parallel.ranks_per_node=2 --set comm.compression=int8
+      --set comm.compress_scope=inter_node)
+  if(NOT log MATCHES "step +2/2 .*[|] dp_grads wire ([3-9][0-9])[.][0-9]%")
+    message(FATAL_ERROR "two nodes: the gradients' wire bytes are not between int8's and fp32's:\n${log}")
+  endif()
+  message(STATUS "two nodes of two, int8 between them: dp_grads wire ${CMAKE_MATCH_1}%")
 else()
-  message(FATAL_ERROR "CASE must be ratio_one or reshard")
+  message(FATAL_ERROR "CASE must be ratio_one, reshard or inter_node")
 endif()

@@ -506,14 +506,32 @@ void check_combinations(const Config& c) {
                        cl));
     }
   }
-  // Compressed collectives are built on the flat collectives only.
-  for (const char* key : {"comm.compression", "comm.weight_compression"}) {
-    if (const auto comp = c.get_string(key); comp != "none" && c.get_bool("parallel.hierarchical")) {
-      fail(c, {key, "parallel.hierarchical"},
-           fmt::format("{} = \"{}\" with parallel.hierarchical = true is not built yet (compression runs on the "
-                       "flat collectives); set parallel.hierarchical = false or {} = \"none\"",
-                       key, comp, key));
-    }
+  // The hierarchical collectives compress their inter-node stage only; the
+  // weight gathers are compressed on the flat collectives only.
+  const bool hier = c.get_bool("parallel.hierarchical");
+  const bool inter_node = c.get_string("comm.compress_scope") == "inter_node";
+  if (const auto comp = c.get_string("comm.compression"); comp != "none" && hier && !inter_node) {
+    fail(c, {"comm.compression", "parallel.hierarchical"},
+         fmt::format("comm.compression = \"{}\" with parallel.hierarchical = true compresses the inter-node stage "
+                     "only: set comm.compress_scope = \"inter_node\" (node-local traffic stays fp32), or "
+                     "parallel.hierarchical = false",
+                     comp));
+  }
+  if (inter_node && !hier) {
+    fail(c, {"comm.compress_scope", "parallel.hierarchical"},
+         "comm.compress_scope = \"inter_node\" compresses the hierarchical collectives' inter-node stage, but "
+         "parallel.hierarchical = false has none; set parallel.hierarchical = true, or compress_scope = \"all\"");
+  } else if (inter_node && c.get_string("comm.compression") == "none") {
+    fail(c, {"comm.compress_scope", "comm.compression"},
+         "comm.compress_scope = \"inter_node\" says where comm.compression applies, but comm.compression = "
+         "\"none\"; set comm.compression = \"bf16\", \"int8\" or \"topk\", or remove compress_scope");
+  }
+  if (const auto comp = c.get_string("comm.weight_compression"); comp != "none" && hier) {
+    fail(c, {"comm.weight_compression", "parallel.hierarchical"},
+         fmt::format("comm.weight_compression = \"{}\" with parallel.hierarchical = true is not built yet "
+                     "(the weight gathers are compressed on the flat collectives); set parallel.hierarchical = "
+                     "false or comm.weight_compression = \"none\"",
+                     comp));
   }
   if (c.get_bool("comm.stochastic_rounding") && c.get_string("comm.compression") == "none") {
     fail(c, {"comm.stochastic_rounding", "comm.compression"},

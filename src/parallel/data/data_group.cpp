@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "core/error.hpp"
 #include "comm/traffic_ledger.hpp"
@@ -12,7 +13,7 @@ namespace exa::parallel::data {
 
 DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels, comm::Backend backend,
                      comm::Group over, kernels::WireCodec codec, kernels::WireCodec weight_codec,
-                     kernels::TopkCodec topk, std::int64_t topk_warmup)
+                     kernels::TopkCodec topk, std::int64_t topk_warmup, bool inter_node_only)
     : size_(grid.size(over)),
       rank_(grid.rank(over)),
       block_index_(rank_),
@@ -22,7 +23,8 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
       codec_(codec),
       weight_codec_(weight_codec),
       topk_(topk),
-      topk_warmup_(topk_warmup) {
+      topk_warmup_(topk_warmup),
+      inter_node_only_(inter_node_only) {
   EXA_ASSERT(channels >= 1);
   EXA_ASSERT(over == comm::Group::Data || (over == comm::Group::ExpertData && !hierarchical));
   if (backend == comm::Backend::Nccl) {
@@ -36,14 +38,19 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
     for (int c = 0; c < channels; ++c) hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, backend));
     block_index_ = static_cast<int>(comm::hierarchical_block_index(*hier_[0].local, *hier_[0].inter));
   }
+  EXA_REQUIRE(!inter_node_only || hierarchical, "comm.compress_scope = \"inter_node\" needs the hierarchical "
+              "collectives (parallel.hierarchical = true), which have an inter-node stage");
   if ((compressed() || sparse() || weights_compressed()) && size_ > 1) {
-    EXA_REQUIRE(!hierarchical, "comm.compression = \"{}\" or comm.weight_compression = \"{}\" with "
-                "parallel.hierarchical = true is not built yet; set parallel.hierarchical = false or both to \"none\"",
-                sparse() ? "topk" : kernels::wire_format_name(codec_.format()),
-                kernels::wire_format_name(weight_codec_.format()));
-    for (int c = 0; c < channels; ++c)
-      chan_.push_back(backend == comm::Backend::Nccl ? comm::make_nccl_communicator(grid.comm(over))
-                                                     : comm::make_mpi_communicator(grid.comm(over)));
+    EXA_REQUIRE(!hierarchical || !weights_compressed(), "comm.weight_compression = \"{}\" with "
+                "parallel.hierarchical = true is not built yet; set parallel.hierarchical = false or "
+                "comm.weight_compression = \"none\"", kernels::wire_format_name(weight_codec_.format()));
+    EXA_REQUIRE(!hierarchical || inter_node_only, "comm.compression = \"{}\" with parallel.hierarchical = true "
+                "compresses the inter-node stage only: set comm.compress_scope = \"inter_node\" (or "
+                "parallel.hierarchical = false)", sparse() ? "topk" : kernels::wire_format_name(codec_.format()));
+    if (!hierarchical)
+      for (int c = 0; c < channels; ++c)
+        chan_.push_back(backend == comm::Backend::Nccl ? comm::make_nccl_communicator(grid.comm(over))
+                                                       : comm::make_mpi_communicator(grid.comm(over)));
     packed_.resize(std::size_t(channels));
   }
 }
@@ -73,6 +80,19 @@ DataGroup::Packed& DataGroup::packed(int c, std::int64_t words, std::int64_t pad
   return p;
 }
 
+DataGroup::Packed& DataGroup::node_buffers(int c, std::int64_t padded, std::int64_t part) {
+  auto& p = packed_[std::size_t(c)];
+  if (std::int64_t(p.node_padded.extent(0)) < padded)
+    p.node_padded = View1<float>("exa::dp_packed_node_padded", std::size_t(padded));
+  if (std::int64_t(p.node_part.extent(0)) < part)
+    p.node_part = View1<float>("exa::dp_packed_node_part", std::size_t(part));
+  return p;
+}
+
+comm::Communicator& DataGroup::wire(int c) {
+  return hier_.empty() ? *chan_[std::size_t(c)] : *channel(c).inter;
+}
+
 void DataGroup::set_step(std::uint64_t seed, std::int64_t step) {
   rounding_ = philox_key(seed, "comm.stochastic_rounding");
   step_ = step;
@@ -89,7 +109,7 @@ PhiloxKey DataGroup::next_key() {
 
 comm::Request DataGroup::compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c,
                                                    PhiloxKey key) {
-  const std::int64_t B = std::int64_t(recv.extent(0)), W = codec_.words(B), P = size_;
+  const std::int64_t B = std::int64_t(recv.extent(0)), W = codec_.words(B), P = wire(c).size();
   auto& pk = packed(c, P * W, 0, B);
   {
     ScopedRegion region("compress/encode");
@@ -102,8 +122,7 @@ comm::Request DataGroup::compressed_reduce_scatter(const View1<float>& send, con
   std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
   std::vector<int> displs(static_cast<std::size_t>(P));
   for (std::int64_t j = 0; j < P; ++j) displs[std::size_t(j)] = int(j * W);
-  auto r = chan_[std::size_t(c)]->ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W),
-                                             counts, displs);
+  auto r = wire(c).ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W), counts, displs);
   r.then([this, &pk, recv, B, W, P] {
     ScopedRegion region("compress/decode");
     codec_.decode(part(pk.recv, 0, W), B, recv);
@@ -134,14 +153,13 @@ comm::Request DataGroup::compressed_allgather(const View1<float>& send, const Vi
   return r;
 }
 
-comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c) {
-  const std::int64_t n = std::int64_t(v.extent(0)), P = size_, B = (n + P - 1) / P, W = codec_.words(B);
+comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c, PhiloxKey scatter, PhiloxKey gather) {
+  const std::int64_t n = std::int64_t(v.extent(0)), P = wire(c).size(), B = (n + P - 1) / P, W = codec_.words(B);
   auto& pk = packed(c, P * W, P * B, B);
   // The reduce-scatter's blocks: v, zero-padded to P blocks.
   Kokkos::deep_copy(part(pk.padded, 0, n), v);
   if (P * B > n) Kokkos::deep_copy(part(pk.padded, n, P * B - n), 0.0f);
   const auto padded = part(pk.padded, 0, P * B), block = part(pk.block, 0, B);
-  const PhiloxKey scatter = next_key(), gather = next_key();  // at launch: program order
   return comm::chain(
       {[this, padded, block, c, scatter] { return compressed_reduce_scatter(padded, block, c, scatter); },
        [this, &pk, v, block, n, B, W, P, c, gather] {
@@ -150,7 +168,7 @@ comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c) {
            codec_.encode(block, part(pk.send, 0, W), gather);
            Kokkos::fence();
          }
-         auto r = chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
+         auto r = wire(c).iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
          r.then([this, &pk, v, n, B, W, P] {
            ScopedRegion region("compress/decode");
            for (std::int64_t j = 0; j < P && j * B < n; ++j)
@@ -162,13 +180,13 @@ comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c) {
 }
 
 comm::Request DataGroup::topk_allreduce(const View1<float>& v, const View1<float>& residual, int c) {
-  const std::int64_t n = std::int64_t(v.extent(0)), W = topk_.words(n), P = size_;
+  const std::int64_t n = std::int64_t(v.extent(0)), W = topk_.words(n), P = wire(c).size();
   auto& pk = packed(c, P * W, 0, 0);
   {
     ScopedRegion region("compress/encode");
     topk_.encode(v, residual, part(pk.send, 0, W));
   }
-  auto r = chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
+  auto r = wire(c).iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
   r.then([this, &pk, v, n, W, P] {
     ScopedRegion region("compress/decode");
     Kokkos::deep_copy(v, 0.0f);
@@ -179,7 +197,7 @@ comm::Request DataGroup::topk_allreduce(const View1<float>& v, const View1<float
 
 comm::Request DataGroup::topk_reduce_scatter(const View1<float>& send, const View1<float>& recv,
                                              const View1<float>& residual, int c) {
-  const std::int64_t B = std::int64_t(recv.extent(0)), W = topk_.words(B), P = size_;
+  const std::int64_t B = std::int64_t(recv.extent(0)), W = topk_.words(B), P = wire(c).size();
   auto& pk = packed(c, P * W, 0, 0);
   {
     ScopedRegion region("compress/encode");
@@ -189,14 +207,87 @@ comm::Request DataGroup::topk_reduce_scatter(const View1<float>& send, const Vie
   std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
   std::vector<int> displs(static_cast<std::size_t>(P));
   for (std::int64_t j = 0; j < P; ++j) displs[std::size_t(j)] = int(j * W);
-  auto r = chan_[std::size_t(c)]->ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W),
-                                             counts, displs);
+  auto r = wire(c).ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W), counts, displs);
   r.then([this, &pk, recv, B, W, P] {
     ScopedRegion region("compress/decode");
     Kokkos::deep_copy(recv, 0.0f);
     for (std::int64_t j = 0; j < P; ++j) topk_.decode_add(part(pk.recv, j * W, W), B, recv);
   });
   return r;
+}
+
+comm::Request DataGroup::inter_node_allreduce(const View1<float>& v, int c, const View1<float>& residual) {
+  auto& hc = channel(c);
+  comm::Communicator* local = hc.local.get();
+  const std::int64_t n = std::int64_t(v.extent(0)), L = local->size(), I = hc.inter->size(), B = (n + L - 1) / L;
+  auto& nb = node_buffers(c, L * B, B);
+  const auto padded = part(nb.node_padded, 0, L * B), shard = part(nb.node_part, 0, B);
+  Kokkos::deep_copy(part(padded, 0, n), v);
+  if (L * B > n) Kokkos::deep_copy(part(padded, n, L * B - n), 0.0f);
+  // The shard's residual sits at its elements' places, [r B, (r + 1) B) of
+  // v (the last rank's shard is partly padding, which has none).
+  const std::int64_t at = std::min(n, local->rank() * B), owned = std::min(n, at + B) - at;
+  View1<float> owed;
+  if (residual.extent(0) > 0) owed = part(residual, at, owned);
+  const PhiloxKey scatter = next_key(), gather = next_key();  // at launch: program order
+  std::vector<std::function<comm::Request()>> stages;
+  stages.emplace_back([local, padded, shard] { return local->ireduce_scatter(padded, shard); });
+  if (I > 1)
+    stages.emplace_back([this, shard, owed, c, scatter, gather] {
+      return sparse() ? topk_allreduce(shard, owed, c) : compressed_allreduce(shard, c, scatter, gather);
+    });
+  stages.emplace_back([local, padded, shard, v, n] {
+    auto r = local->iallgather(shard, padded);
+    r.then([v, padded, n] { Kokkos::deep_copy(v, part(padded, 0, n)); });
+    return r;
+  });
+  return comm::chain(std::move(stages));
+}
+
+comm::Request DataGroup::inter_node_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c,
+                                                   const View1<float>& residual) {
+  auto& hc = channel(c);
+  comm::Communicator* local = hc.local.get();
+  const std::int64_t B = std::int64_t(recv.extent(0)), I = hc.inter->size();
+  auto& nb = node_buffers(c, 0, I * B);
+  // This rank's run of I blocks, summed over the node, then reduce-scattered
+  // over the nodes; its residual is at the run's places in send's.
+  const auto run = part(nb.node_part, 0, I * B);
+  View1<float> owed;
+  if (residual.extent(0) > 0) owed = part(residual, local->rank() * I * B, I * B);
+  const PhiloxKey key = next_key();
+  std::vector<std::function<comm::Request()>> stages;
+  stages.emplace_back([local, send, run, recv, I] {
+    auto r = local->ireduce_scatter(send, run);
+    if (I == 1) r.then([recv, run] { Kokkos::deep_copy(recv, run); });
+    return r;
+  });
+  if (I > 1)
+    stages.emplace_back([this, run, recv, owed, c, key] {
+      return sparse() ? topk_reduce_scatter(run, recv, owed, c) : compressed_reduce_scatter(run, recv, c, key);
+    });
+  return comm::chain(std::move(stages));
+}
+
+double DataGroup::wire_bytes_allreduce(std::int64_t n) const {
+  auto encoded = [this](int p, std::int64_t m) {  // the encoded allreduce of m values over p ranks
+    if (p <= 1) return 0.0;
+    if (sparse()) return ring_block_bytes(p, topk_.words(m), 4);
+    return 2.0 * ring_block_bytes(p, codec_.words((m + p - 1) / p), 4);
+  };
+  if (!hierarchical()) return encoded(size_, n);
+  const int L = hier_[0].local->size(), I = hier_[0].inter->size();
+  const std::int64_t B = (n + L - 1) / L;
+  return 2.0 * ring_block_bytes(L, B, 4) + encoded(I, B);
+}
+
+double DataGroup::wire_bytes_reduce_scatter(std::int64_t block) const {
+  auto encoded = [this](int p, std::int64_t b) {
+    return ring_block_bytes(p, sparse() ? topk_.words(b) : codec_.words(b), 4);
+  };
+  if (!hierarchical()) return encoded(size_, block);
+  const int L = hier_[0].local->size(), I = hier_[0].inter->size();
+  return ring_block_bytes(L, std::int64_t(I) * block, 4) + (I > 1 ? encoded(I, block) : 0.0);
 }
 
 comm::HierarchicalComms& DataGroup::channel(int c) {
@@ -217,17 +308,13 @@ comm::Request DataGroup::iallreduce(const View1<float>& v, int c, const View1<fl
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   const std::int64_t n = std::int64_t(v.extent(0));
-  if (topk_step()) {
-    EXA_ASSERT(residual.extent(0) == v.extent(0));
-    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_allreduce_bytes(size_, n, 4),
-                             ring_block_bytes(size_, topk_.words(n), 4));
-    return topk_allreduce(v, residual, c);
-  }
-  if (compressed() && size_ > 1) {
-    const std::int64_t B = (n + size_ - 1) / size_;
-    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_allreduce_bytes(size_, n, 4),
-                             2.0 * ring_block_bytes(size_, codec_.words(B), 4));
-    return compressed_allreduce(v, c);
+  if (topk_step() || (compressed() && size_ > 1)) {
+    EXA_ASSERT(!topk_step() || residual.extent(0) == v.extent(0));
+    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_allreduce_bytes(size_, n, 4), wire_bytes_allreduce(n));
+    if (hierarchical()) return inter_node_allreduce(v, c, topk_step() ? residual : View1<float>());
+    if (topk_step()) return topk_allreduce(v, residual, c);
+    const PhiloxKey scatter = next_key(), gather = next_key();  // at launch: program order
+    return compressed_allreduce(v, c, scatter, gather);
   }
   const double bytes = ring_allreduce_bytes(size_, n, 4);
   comm::TrafficLedger::add(comm::Traffic::DpGrads, bytes, bytes);
@@ -241,15 +328,11 @@ comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<f
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   const std::int64_t B = std::int64_t(recv.extent(0));
-  if (topk_step()) {
-    EXA_ASSERT(residual.extent(0) == send.extent(0));
-    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4),
-                             ring_block_bytes(size_, topk_.words(B), 4));
-    return topk_reduce_scatter(send, recv, residual, c);
-  }
-  if (compressed() && size_ > 1) {
-    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4),
-                             ring_block_bytes(size_, codec_.words(B), 4));
+  if (topk_step() || (compressed() && size_ > 1)) {
+    EXA_ASSERT(!topk_step() || residual.extent(0) == send.extent(0));
+    comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4), wire_bytes_reduce_scatter(B));
+    if (hierarchical()) return inter_node_reduce_scatter(send, recv, c, topk_step() ? residual : View1<float>());
+    if (topk_step()) return topk_reduce_scatter(send, recv, residual, c);
     return compressed_reduce_scatter(send, recv, c, next_key());
   }
   const double bytes = ring_block_bytes(size_, B, 4);

@@ -52,6 +52,16 @@
 // first comm.topk_warmup steps (set_step) are dense and uncompressed, and
 // leave the residual as it was.
 //
+// Inter-node only (comm.compress_scope = "inter_node", hierarchical
+// collectives; ZeRO++'s hpZ idea): the node-local stages (reduce-scatter,
+// allgather) move fp32, and only the inter-node stage is encoded, as the
+// flat collectives are: so an allreduce is a node-local reduce-scatter, the
+// compressed allreduce of each rank's shard over the inter-node group, and
+// a node-local allgather; a reduce-scatter a node-local reduce-scatter of
+// this rank's run of inter-node blocks, then the compressed reduce-scatter
+// of the run. Top-k's residual of a shard or run is kept at its elements'
+// places in the caller's residual (the other places stay zero).
+//
 // Weight compression (comm.weight_compression = bf16 | int8, ZeRO++'s
 // qwZ): the parameter allgathers (ZeRO 3 before use, ZeRO 1/2 after the
 // step) send each rank's part encoded, and every rank decodes every part,
@@ -84,10 +94,13 @@ class DataGroup {
   // `codec`: the gradient collectives' wire format, `weight_codec` the
   // parameter allgathers' (F32: uncompressed); compression needs flat
   // collectives (`hierarchical` false).
+  // `inter_node_only` (comm.compress_scope = "inter_node", with
+  // `hierarchical`): the gradient collectives encode their inter-node stage
+  // only.
   DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1,
             comm::Backend backend = comm::Backend::Mpi, comm::Group over = comm::Group::Data,
             kernels::WireCodec codec = {}, kernels::WireCodec weight_codec = {}, kernels::TopkCodec topk = {},
-            std::int64_t topk_warmup = 0);
+            std::int64_t topk_warmup = 0, bool inter_node_only = false);
 
   int size() const { return size_; }
   int rank() const { return rank_; }
@@ -133,12 +146,23 @@ class DataGroup {
   struct Packed {
     View1<std::int32_t> send, recv;
     View1<float> padded, block, decoded;
+    View1<float> node_padded, node_part;  // inter-node only: the node-local stages' buffers
   };
   Packed& packed(int c, std::int64_t words, std::int64_t padded, std::int64_t block);
+  Packed& node_buffers(int c, std::int64_t padded, std::int64_t part);
   // Encodes send's size() blocks of `block` values and exchanges them over
   // channel c; on completion recv [block] = the decoded sum in rank order.
   comm::Request compressed_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c, PhiloxKey key);
-  comm::Request compressed_allreduce(const View1<float>& v, int c);
+  comm::Request compressed_allreduce(const View1<float>& v, int c, PhiloxKey scatter, PhiloxKey gather);
+  // The communicator the encoded stages run over: the channel's own flat
+  // one, or (inter-node only) its inter-node one.
+  comm::Communicator& wire(int c);
+  // Inter-node only: the fp32 node-local stages around the encoded one.
+  comm::Request inter_node_allreduce(const View1<float>& v, int c, const View1<float>& residual);
+  comm::Request inter_node_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c,
+                                          const View1<float>& residual);
+  double wire_bytes_allreduce(std::int64_t n) const;  // the ledger's wire bytes of one allreduce / reduce-scatter
+  double wire_bytes_reduce_scatter(std::int64_t block) const;
   bool topk_step() const { return sparse() && size_ > 1 && step_ >= topk_warmup_; }
   comm::Request topk_allreduce(const View1<float>& v, const View1<float>& residual, int c);
   comm::Request topk_reduce_scatter(const View1<float>& send, const View1<float>& recv, const View1<float>& residual,
@@ -158,6 +182,7 @@ class DataGroup {
   kernels::WireCodec codec_, weight_codec_;
   kernels::TopkCodec topk_;
   std::int64_t topk_warmup_ = 0;
+  bool inter_node_only_ = false;
   std::vector<std::unique_ptr<comm::Communicator>> chan_;  // compression: one per channel
   std::vector<Packed> packed_;                             // compression: one per channel
 };

@@ -43,6 +43,7 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   const double ratio = cfg.get_float("comm.topk_ratio");  // read either way: deck_checks refuses it set without topk
   if (topk) o.topk = kernels::TopkCodec(ratio);
   o.topk_warmup = cfg.get_int("comm.topk_warmup");
+  o.inter_node_only = cfg.get_string("comm.compress_scope") == "inter_node";
   o.weight_compression = kernels::WireCodec(
       kernels::wire_format_from_name(cfg.get_string("comm.weight_compression")), cfg.get_int("comm.quant_block"));
   return o;
@@ -83,8 +84,11 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
   for (const auto& e : engine_groups(mcfg, plan)) {
     const auto over = e.experts ? comm::Group::ExpertData : comm::Group::Data;
     const bool hier = !e.experts && opt.hierarchical;
-    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, opt.compression, opt.weight_compression,
-                    opt.topk, opt.topk_warmup);
+    // Inter-node only: a flat group has no inter-node stage to compress.
+    const bool exact = opt.inter_node_only && !hier;
+    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, exact ? kernels::WireCodec() : opt.compression,
+                    opt.weight_compression, exact ? kernels::TopkCodec() : opt.topk, opt.topk_warmup,
+                    opt.inter_node_only && hier);
     std::vector<model::Box> boxes;
     for (const auto& s : e.specs) boxes.push_back(model::local_box(s, plan, mcfg));
     ShardLayout layout(e.specs, boxes, mcfg.n_layers, opt.zero > 0 ? group.size() : 1,

@@ -25,9 +25,14 @@ struct DataParallelOptions {
   // steps before it starts (comm.topk_warmup).
   kernels::TopkCodec topk;
   std::int64_t topk_warmup = 0;
+  // comm.compress_scope = "inter_node": with hierarchical collectives only
+  // their inter-node stage is compressed (the flat expert-data collectives,
+  // which have no inter-node stage of their own, then stay exact).
+  bool inter_node_only = false;
   std::uint64_t seed = 0;  // the run's (stochastic rounding's keys)
   // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
-  // comm.compression, comm.topk_ratio, comm.topk_warmup, comm.weight_compression, comm.quant_block,
+  // comm.compression, comm.topk_ratio, comm.topk_warmup, comm.compress_scope, comm.weight_compression,
+  // comm.quant_block,
   // comm.stochastic_rounding, train.seed.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
