@@ -10,8 +10,9 @@ layers, heads with GQA, tied or not, dense/MoE mix, shared experts, top-1/2,
 dropless or capacity 1.0 (over the sequence under cp), bf16 products where
 the build has them, expert growth after every step) and a layout over dp,
 zero 0-3, ep, tp (with or without sequence parallelism), cp (ring or a2a),
-pp (gpipe, 1f1b, zb, interleaved), hierarchical collectives on pretend nodes
-and full activation recomputation, on at most R ranks (default 8). `examoe
+pp (gpipe, 1f1b, zb, interleaved), hierarchical collectives on pretend nodes,
+full activation recomputation and top-k gradient compression at ratio 1
+(exact: every value sent), on at most R ranks (default 8). `examoe
 --check` decides whether the deck accepts the layout: a refused one is
 counted as refused, not run. An accepted one trains K steps (default 3) and
 must give the single-rank run's loss at every step to 1e-5 relative
@@ -95,6 +96,14 @@ def draw(rng, max_ranks, bf16=False):
     # in the reference run too.
     if rng.random() < 0.25:
         model.update({"growth.every": 1, "growth.add": 4, "growth.max_experts": experts + 8, "growth.noise": 0.01})
+    # Top-k gradient compression at ratio 1 (every value sent, nothing
+    # owed: the uncompressed sums in rank order) through every layout's
+    # reductions and residual buffers; on the inter-node
+    # hop only under hierarchical collectives. Not with growth (refused).
+    if dp * cp > 1 and "growth.every" not in model and rng.random() < 0.25:
+        layout.update({"comm.compression": "topk", "comm.topk_ratio": 1.0})
+        if layout.get("parallel.hierarchical"):
+            layout["comm.compress_scope"] = "inter_node"
     return model, layout, ranks
 
 
