@@ -89,6 +89,15 @@ DataGroup::Packed& DataGroup::node_buffers(int c, std::int64_t padded, std::int6
   return p;
 }
 
+comm::Request DataGroup::exchange_blocks(int c, std::int64_t W) {
+  const int P = wire(c).size();
+  auto& pk = packed_[std::size_t(c)];
+  std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
+  std::vector<int> displs(static_cast<std::size_t>(P));
+  for (int j = 0; j < P; ++j) displs[std::size_t(j)] = int(j * W);
+  return wire(c).ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W), counts, displs);
+}
+
 comm::Communicator& DataGroup::wire(int c) {
   return hier_.empty() ? *chan_[std::size_t(c)] : *channel(c).inter;
 }
@@ -119,10 +128,7 @@ comm::Request DataGroup::compressed_reduce_scatter(const View1<float>& send, con
                     {key.k0, key.k1 ^ (std::uint32_t(j) * 0x9E3779B9u)});
     Kokkos::fence();
   }
-  std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
-  std::vector<int> displs(static_cast<std::size_t>(P));
-  for (std::int64_t j = 0; j < P; ++j) displs[std::size_t(j)] = int(j * W);
-  auto r = wire(c).ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W), counts, displs);
+  auto r = exchange_blocks(c, W);
   r.then([this, &pk, recv, B, W, P] {
     ScopedRegion region("compress/decode");
     codec_.decode(part(pk.recv, 0, W), B, recv);
@@ -204,10 +210,7 @@ comm::Request DataGroup::topk_reduce_scatter(const View1<float>& send, const Vie
     for (std::int64_t j = 0; j < P; ++j)
       topk_.encode(part(send, j * B, B), part(residual, j * B, B), part(pk.send, j * W, W));
   }
-  std::vector<int> counts(static_cast<std::size_t>(P), static_cast<int>(W));
-  std::vector<int> displs(static_cast<std::size_t>(P));
-  for (std::int64_t j = 0; j < P; ++j) displs[std::size_t(j)] = int(j * W);
-  auto r = wire(c).ialltoallv(part(pk.send, 0, P * W), counts, displs, part(pk.recv, 0, P * W), counts, displs);
+  auto r = exchange_blocks(c, W);
   r.then([this, &pk, recv, B, W, P] {
     ScopedRegion region("compress/decode");
     Kokkos::deep_copy(recv, 0.0f);

@@ -157,6 +157,9 @@ class DataGroup {
   // The communicator the encoded stages run over: the channel's own flat
   // one, or (inter-node only) its inter-node one.
   comm::Communicator& wire(int c);
+  // The all-to-all of the channel's packed send buffer, W words to each
+  // rank of wire(c), into its packed receive buffer.
+  comm::Request exchange_blocks(int c, std::int64_t W);
   // Inter-node only: the fp32 node-local stages around the encoded one.
   comm::Request inter_node_allreduce(const View1<float>& v, int c, const View1<float>& residual);
   comm::Request inter_node_reduce_scatter(const View1<float>& send, const View1<float>& recv, int c,
