@@ -278,9 +278,10 @@ TEST(TopkCollectives, WarmupStepsAreDense) {
 // hierarchical result, bit for bit); with one rank a node the inter-node
 // stage is the whole collective (the flat compressed result, bit for bit);
 // in between every rank ends with the same values, near the exact sum.
-namespace {
-
+// Outside the anonymous namespace: a test fixture's parameter type.
 enum class Mode { BF16, Int8, Topk };
+
+namespace {
 
 comm::GridSizes nodes_of(int rpn) {
   comm::GridSizes s;
