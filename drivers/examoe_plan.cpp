@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "override a deck value, section.key=value (repeatable)");
   app.add_option("--global-batch", global_batch, "sequences per step (default: the deck's dp*micro_batch*grad_accum)");
   app.add_option("--precisions", precisions, "matmul precisions to try, e.g. fp32,bf16 (default: the deck's)");
-  app.add_option("--compressions", compressions, "gradient wire formats to try, e.g. none,bf16,int8 (default: the deck's)");
+  app.add_option("--compressions", compressions, "gradient wire formats to try, e.g. none,bf16,int8,topk (default: the deck's)");
   app.add_option("--weight-compressions", weight_compressions,
                  "ZeRO parameter-allgather wire formats to try, e.g. none,bf16,int8 (default: the deck's)");
   app.add_option("--a2a-compressions", a2a_compressions,
