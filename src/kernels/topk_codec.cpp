@@ -22,6 +22,15 @@ std::int64_t seg_len(std::int64_t n, std::int64_t s) {
 
 std::int64_t seg_words(std::int64_t k) { return k + (k + 1) / 2; }
 
+// Each segment's first word in an encoded payload of n values, and the
+// payload's size last.
+std::vector<std::int64_t> segment_starts(const TopkCodec& c, std::int64_t n) {
+  std::vector<std::int64_t> at(std::size_t(segments(n)) + 1, 0);
+  for (std::int64_t s = 0; s < segments(n); ++s)
+    at[std::size_t(s) + 1] = at[std::size_t(s)] + seg_words(c.kept_in_segment(seg_len(n, s)));
+  return at;
+}
+
 // The selection's order: larger magnitude first, NaN the largest, ties to
 // the lower index (a strict total order, so the kept set is unique).
 float magnitude(float v) { return std::isnan(v) ? std::numeric_limits<float>::infinity() : std::fabs(v); }
@@ -46,11 +55,7 @@ std::int64_t TopkCodec::kept(std::int64_t n) const {
   return k;
 }
 
-std::int64_t TopkCodec::words(std::int64_t n) const {
-  std::int64_t w = 0;
-  for (std::int64_t s = 0; s < segments(n); ++s) w += seg_words(kept_in_segment(seg_len(n, s)));
-  return w;
-}
+std::int64_t TopkCodec::words(std::int64_t n) const { return segment_starts(*this, n).back(); }
 
 void TopkCodec::encode(const View1<const float>& x, const View1<float>& residual,
                        const View1<std::int32_t>& out) const {
@@ -62,8 +67,7 @@ void TopkCodec::encode(const View1<const float>& x, const View1<float>& residual
   const auto hr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), residual);
   const auto ho = Kokkos::create_mirror_view(out);
   const std::int64_t S = segments(n);
-  std::vector<std::int64_t> at(std::size_t(S) + 1, 0);  // each segment's first word
-  for (std::int64_t s = 0; s < S; ++s) at[std::size_t(s) + 1] = at[std::size_t(s)] + seg_words(kept_in_segment(seg_len(n, s)));
+  const auto at = segment_starts(*this, n);
   Kokkos::parallel_for(
       "exa::topk_encode", Kokkos::RangePolicy<HostSpace>(0, S), [&](const std::int64_t s) {
         const std::int64_t lo = s * kSegment, len = seg_len(n, s), k = kept_in_segment(len);
@@ -105,9 +109,7 @@ void TopkCodec::decode_add(const View1<const std::int32_t>& in, std::int64_t enc
   const auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in);
   const auto hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
   const std::int64_t S = segments(encoded);
-  std::vector<std::int64_t> at(std::size_t(S) + 1, 0);
-  for (std::int64_t s = 0; s < S; ++s)
-    at[std::size_t(s) + 1] = at[std::size_t(s)] + seg_words(kept_in_segment(seg_len(encoded, s)));
+  const auto at = segment_starts(*this, encoded);
   // Segments write disjoint ranges of y.
   Kokkos::parallel_for(
       "exa::topk_decode", Kokkos::RangePolicy<HostSpace>(0, S), [&](const std::int64_t s) {

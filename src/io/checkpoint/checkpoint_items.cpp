@@ -139,12 +139,9 @@ std::vector<ResidualItem> residual_items(const std::vector<CheckpointTensor>& te
     }
     s.count = s.box.numel();
     s = model::resolve_shard(s, h.t->name, shape);
-    View1<float> view = h.residual;
-    if (file_rows && h.here)
-      view = View1<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::ckpt::residual_rows"),
-                          std::size_t(s.count));
-    out.push_back(ResidualItem{Item{kResidualGroup, h.t->name, shape, s, view}, h.here ? before : -1, holders,
-                               h.residual});
+    // A save writes the caller's residual; a load reads into its own buffers.
+    out.push_back(ResidualItem{Item{kResidualGroup, h.t->name, shape, s, file_rows ? View1<float>() : h.residual},
+                               h.here ? before : -1, holders, h.residual});
   }
   return out;
 }

@@ -297,13 +297,15 @@ CheckpointMeta load_from(const std::string& path, const std::vector<CheckpointTe
       }
     });
     residuals = residual_items(tensors, *optim, comm, &rows);
-    bool wanted = false;
-    for (const auto& [name, m] : *optim) wanted = wanted || (m.has_residual && rows.count(name) == 0);
-    if (wanted && me == 0)
+    bool missing = false;
+    for (const auto& [name, m] : *optim) {
+      if (!m.has_residual || rows.count(name) != 0) continue;
+      missing = true;
+      if (m.residual.extent(0) > 0) Kokkos::deep_copy(m.residual, 0.0f);
+    }
+    if (missing && me == 0)
       log::info("checkpoint: {} holds no top-k residuals for some tensors (it was written without "
                 "comm.compression = \"topk\"): their error feedback starts from zero", file);
-    for (const auto& [name, m] : *optim)
-      if (m.has_residual && rows.count(name) == 0 && m.residual.extent(0) > 0) Kokkos::deep_copy(m.residual, 0.0f);
     for (const auto& r : residuals) items.push_back(r.item);
   }
   {

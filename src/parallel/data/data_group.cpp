@@ -311,7 +311,7 @@ comm::Request DataGroup::iallreduce(const View1<float>& v, int c, const View1<fl
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   const std::int64_t n = std::int64_t(v.extent(0));
-  if (topk_step() || (compressed() && size_ > 1)) {
+  if (encoded_step()) {
     EXA_ASSERT(!topk_step() || residual.extent(0) == v.extent(0));
     comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_allreduce_bytes(size_, n, 4), wire_bytes_allreduce(n));
     if (hierarchical()) return inter_node_allreduce(v, c, topk_step() ? residual : View1<float>());
@@ -331,7 +331,7 @@ comm::Request DataGroup::ireduce_scatter(const View1<float>& send, const View1<f
   Kokkos::fence();
   ScopedRegion region("comm/launch");
   const std::int64_t B = std::int64_t(recv.extent(0));
-  if (topk_step() || (compressed() && size_ > 1)) {
+  if (encoded_step()) {
     EXA_ASSERT(!topk_step() || residual.extent(0) == send.extent(0));
     comm::TrafficLedger::add(comm::Traffic::DpGrads, ring_block_bytes(size_, B, 4), wire_bytes_reduce_scatter(B));
     if (hierarchical()) return inter_node_reduce_scatter(send, recv, c, topk_step() ? residual : View1<float>());

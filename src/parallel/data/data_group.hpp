@@ -167,6 +167,9 @@ class DataGroup {
   double wire_bytes_allreduce(std::int64_t n) const;  // the ledger's wire bytes of one allreduce / reduce-scatter
   double wire_bytes_reduce_scatter(std::int64_t block) const;
   bool topk_step() const { return sparse() && size_ > 1 && step_ >= topk_warmup_; }
+  // The gradient collectives encode this step (top-k past its warm-up, or
+  // bf16/int8), rather than moving fp32.
+  bool encoded_step() const { return topk_step() || (compressed() && size_ > 1); }
   comm::Request topk_allreduce(const View1<float>& v, const View1<float>& residual, int c);
   comm::Request topk_reduce_scatter(const View1<float>& send, const View1<float>& recv, const View1<float>& residual,
                                     int c);
