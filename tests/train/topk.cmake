@@ -26,18 +26,25 @@ function(run np dir)
   set(log "${out}${err}" PARENT_SCOPE)
 endfunction()
 
+# same_losses(<run dir a> <run dir b> <label a> <label b> <what>): the two
+# runs' step losses, digit for digit, or a FATAL_ERROR saying `what`.
+function(same_losses a b label_a label_b what)
+  losses_of(${a}/metrics.jsonl la)
+  losses_of(${b}/metrics.jsonl lb)
+  message(STATUS "${label_a}: ${la}")
+  message(STATUS "${label_b}: ${lb}")
+  if(NOT la STREQUAL lb)
+    message(FATAL_ERROR "${what}")
+  endif()
+endfunction()
+
 if(CASE STREQUAL "ratio_one")
   list(APPEND ARGS --set train.steps=4)
   foreach(zero 0 2)
     run(2 ${WORK}/none${zero} --set parallel.zero=${zero})
     run(2 ${WORK}/topk${zero} --set parallel.zero=${zero} --set comm.compression=topk --set comm.topk_ratio=1)
-    losses_of(${WORK}/none${zero}/metrics.jsonl none)
-    losses_of(${WORK}/topk${zero}/metrics.jsonl topk)
-    message(STATUS "zero ${zero}, none:         ${none}")
-    message(STATUS "zero ${zero}, topk ratio 1: ${topk}")
-    if(NOT none STREQUAL topk)
-      message(FATAL_ERROR "zero ${zero}: top-k at ratio 1 does not repeat the uncompressed losses")
-    endif()
+    same_losses(${WORK}/none${zero} ${WORK}/topk${zero} "zero ${zero}, none" "zero ${zero}, topk ratio 1"
+                "zero ${zero}: top-k at ratio 1 does not repeat the uncompressed losses")
     # It did run top-k: 6 bytes a value on the wire, against fp32's 4.
     value_at(${WORK}/topk${zero} 1 wire comm dp_grads wire_bytes)
     value_at(${WORK}/topk${zero} 1 logical comm dp_grads logical_bytes)
@@ -86,16 +93,11 @@ elseif(CASE STREQUAL "inter_node")
   # is, so the gradients' wire bytes fall between int8's 25.4% and fp32's.
   list(APPEND ARGS --set train.steps=2 --set parallel.hierarchical=true)
   run(2 ${WORK}/dense --set parallel.ranks_per_node=2)
-  losses_of(${WORK}/dense/metrics.jsonl dense)
   foreach(mode int8 topk)
     run(2 ${WORK}/one_node_${mode} --set parallel.ranks_per_node=2 --set comm.compression=${mode}
         --set comm.compress_scope=inter_node)
-    losses_of(${WORK}/one_node_${mode}/metrics.jsonl got)
-    message(STATUS "one node, dense: ${dense}")
-    message(STATUS "one node, ${mode}:  ${got}")
-    if(NOT dense STREQUAL got)
-      message(FATAL_ERROR "one node with ${mode} on the inter-node stage only does not repeat the dense losses")
-    endif()
+    same_losses(${WORK}/dense ${WORK}/one_node_${mode} "one node, dense" "one node, ${mode}"
+                "one node with ${mode} on the inter-node stage only does not repeat the dense losses")
   endforeach()
   run(4 ${WORK}/two_nodes --set parallel.ranks_per_node=2 --set comm.compression=int8
       --set comm.compress_scope=inter_node)
