@@ -68,7 +68,9 @@ class Config {
   int world_size() const { return world_size_; }
 
   // Resolved configuration as TOML, each value commented with its origin
-  // (default / file line / --set / derived). It loads back to the same values.
+  // (default / file line / --set / derived). It loads back to the same values,
+  // but for the layout parallel.auto chose: those lines are comments, since
+  // such a deck may not set them, and the loaded dump plans again.
   std::string to_toml() const;
   // Resolved values as a JSON object {"model": {"d_model": 128, ...}, ...}.
   std::string to_json(int indent = -1) const;

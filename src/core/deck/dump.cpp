@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/deck/config.hpp"
+#include "core/deck/deck_checks.hpp"
 
 namespace exa::deck {
 namespace {
@@ -33,6 +34,12 @@ std::string Config::to_toml() const {
       "# ExaMoE resolved configuration\n# deck: {}\n# ranks: {}\n"
       "# after each value: where it came from (default, deck line, --set; derived values say how)\n",
       path_, world_size_);
+  const bool planner = get_bool("parallel.auto");
+  const auto& layout = auto_layout_keys();
+  auto planned = [&](const Setting& s) {
+    return planner && !(s.value == s.spec->def) &&
+           std::find(layout.begin(), layout.end(), s.spec->name()) != layout.end();
+  };
   std::string section;
   for (const Setting& s : settings_) {
     if (s.spec->section != section) {
@@ -40,6 +47,14 @@ std::string Config::to_toml() const {
       out += fmt::format("\n[{}]\n", section);
     }
     const std::string assign = s.spec->key + " = " + to_toml_literal(s.value);
+    if (planned(s)) {
+      // A deck with parallel.auto = true may not set the layout, so the
+      // planner's choice (and what it derived) stays a comment: the dump
+      // plans again when loaded.
+      out += fmt::format("# {:<{}}  # chosen by parallel.auto ({}); to keep it, set auto = false and uncomment\n",
+                         assign, width, origin_text(s));
+      continue;
+    }
     out += fmt::format("{:<{}}  # {}\n", assign, width, origin_text(s));
   }
   return out;
