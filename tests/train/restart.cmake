@@ -7,14 +7,15 @@ set(common ${DECK} ${ARGS} --set train.steps=6 --set checkpoint.every=3)
 run_checked(${EXAMOE} ${common} --set output.run_dir=${WORK}/a)
 
 # Killed right after the step-3 checkpoint (exit code 86 from fault
-# injection). Under mpiexec with more ranks the launcher may report the
-# signal it killed the slower ranks with instead (9): the rank's own line
-# says the fault fired.
+# injection). Under mpiexec the launcher reports whichever rank it saw end
+# first: 86, or the signal it stopped a slower rank with (1 or 9, which one
+# depends on timing), so any failing exit counts when a rank's own line says
+# the fault fired.
 set(ENV{EXAMOE_FAULT_EXIT_AFTER_STEP} 3)
 execute_process(COMMAND ${EXAMOE} ${common} --set output.run_dir=${WORK}/b RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out ERROR_VARIABLE err)
 unset(ENV{EXAMOE_FAULT_EXIT_AFTER_STEP})
-if(NOT (rc EQUAL 86 OR (rc EQUAL 9 AND "${out}${err}" MATCHES "exiting abruptly after step 3 [(]fault injection[)]")))
+if(NOT (rc EQUAL 86 OR (NOT rc EQUAL 0 AND "${out}${err}" MATCHES "exiting abruptly after step 3 [(]fault injection[)]")))
   message(FATAL_ERROR "the injected fault did not fire (exit ${rc}):\n${out}\n${err}")
 endif()
 run_checked(${EXAMOE} ${common} --set output.run_dir=${WORK}/b --set checkpoint.resume=true)
