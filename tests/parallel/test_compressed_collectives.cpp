@@ -7,7 +7,8 @@
 //   - the bytes ledger counts the cut (wire over logical: 1/2 for bf16,
 //     (1 + 4/Q)/4 for int8 in blocks of Q);
 //   - the compressed parameter allgather (comm.weight_compression) gives
-//     every rank every part decoded, its own too;
+//     every rank every part decoded, its own too, flat or hierarchical
+//     (both stages encoded, or the inter-node one only);
 //   - top-k: the sums are every rank's kept values added in rank order
 //     (ratio 1: the dense sum itself), the residuals hold the rest, the
 //     ledger counts 6 bytes a kept value, and warm-up steps are dense.
@@ -388,3 +389,57 @@ INSTANTIATE_TEST_SUITE_P(Modes, InterNodeOnly, ::testing::Values(Mode::BF16, Mod
                          [](const auto& info) {
                            return std::string(info.param == Mode::BF16 ? "bf16" : info.param == Mode::Int8 ? "int8" : "topk");
                          });
+
+// comm.weight_compression with hierarchical gathers: every rank ends with
+// every part at its block index, decoded from its owner's encoding (scope
+// "all": both stages encoded; "inter_node": only between nodes, so on one
+// node the parts stay exact), the same everywhere; the ledger counts the
+// encoded stages' words and the fp32 stages' values.
+struct HierarchicalGather {
+  WireFormat format;
+  bool inter_node;
+  int nodes_of_ranks;  // ranks per node: 0 = half the world (one node below 4 ranks)
+};
+
+class HierarchicalWeights : public ::testing::TestWithParam<HierarchicalGather> {};
+
+TEST_P(HierarchicalWeights, EveryRankGetsEveryPartDecodedAlike) {
+  const int P = size_of(), me = rank_of();
+  const auto& p = GetParam();
+  const int rpn = p.nodes_of_ranks > 0 ? p.nodes_of_ranks : (P % 2 == 0 && P > 2 ? P / 2 : P);
+  const WireCodec codec(p.format, 64);
+  const comm::ProcessGrid grid(nodes_of(rpn), MPI_COMM_WORLD);
+  parallel::data::DataGroup g(grid, true, 2, comm::Backend::Mpi, comm::Group::Data, {}, codec, {}, 0, p.inter_node);
+  std::vector<int> index(std::size_t(P), 0);
+  const int mine = g.block_index();
+  MPI_Allgather(&mine, 1, MPI_INT, index.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const std::int64_t B = 130;
+  View1<float> recv("recv", std::size_t(P * B));
+  const auto before = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::ZeroWeights)];
+  auto r = g.iallgather(to_device(grads(me, B)), recv, 1);
+  parallel::data::DataGroup::wait(r);
+  const auto after = comm::TrafficLedger::totals()[std::size_t(comm::Traffic::ZeroWeights)];
+  const auto got = to_host(recv);
+  const int L = rpn, I = P / rpn;
+  const bool encoded = P > 1 && (!p.inter_node || I > 1);
+  for (int q = 0; q < P; ++q) {
+    const auto want = encoded ? through(codec, grads(q, B)) : grads(q, B);
+    for (std::int64_t i = 0; i < B; ++i)
+      ASSERT_EQ(got[std::size_t(index[std::size_t(q)] * B + i)], want[std::size_t(i)])
+          << "rank " << q << "'s part, element " << i;
+  }
+  const double W = double(codec.words(B));
+  const double wire = p.inter_node ? (L - 1) * double(I) * double(B) * 4 + (I - 1) * W * 4 : (P - 1) * W * 4;
+  EXPECT_DOUBLE_EQ(after.wire - before.wire, wire);
+  EXPECT_DOUBLE_EQ(after.logical - before.logical, double(P - 1) * double(B) * 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Scopes, HierarchicalWeights,
+    ::testing::Values(HierarchicalGather{WireFormat::Int8, false, 0}, HierarchicalGather{WireFormat::BF16, false, 0},
+                      HierarchicalGather{WireFormat::Int8, true, 0}, HierarchicalGather{WireFormat::BF16, true, 0},
+                      HierarchicalGather{WireFormat::Int8, true, 1}),
+    [](const auto& info) {
+      return std::string(kernels::wire_format_name(info.param.format)) +
+             (info.param.inter_node ? "_inter_node" : "_all") + (info.param.nodes_of_ranks == 1 ? "_one_a_node" : "");
+    });

@@ -506,8 +506,9 @@ void check_combinations(const Config& c) {
                        cl));
     }
   }
-  // The hierarchical collectives compress their inter-node stage only; the
-  // weight gathers are compressed on the flat collectives only.
+  // The hierarchical gradient collectives compress their inter-node stage
+  // only (a two-stage sum would round twice); the weight gathers, which do
+  // not sum, compress both stages or the inter-node one.
   const bool hier = c.get_bool("parallel.hierarchical");
   const bool inter_node = c.get_string("comm.compress_scope") == "inter_node";
   if (const auto comp = c.get_string("comm.compression"); comp != "none" && hier && !inter_node) {
@@ -521,17 +522,12 @@ void check_combinations(const Config& c) {
     fail(c, {"comm.compress_scope", "parallel.hierarchical"},
          "comm.compress_scope = \"inter_node\" compresses the hierarchical collectives' inter-node stage, but "
          "parallel.hierarchical = false has none; set parallel.hierarchical = true, or compress_scope = \"all\"");
-  } else if (inter_node && c.get_string("comm.compression") == "none") {
+  } else if (inter_node && c.get_string("comm.compression") == "none" &&
+             c.get_string("comm.weight_compression") == "none") {
     fail(c, {"comm.compress_scope", "comm.compression"},
-         "comm.compress_scope = \"inter_node\" says where comm.compression applies, but comm.compression = "
-         "\"none\"; set comm.compression = \"bf16\", \"int8\" or \"topk\", or remove compress_scope");
-  }
-  if (const auto comp = c.get_string("comm.weight_compression"); comp != "none" && hier) {
-    fail(c, {"comm.weight_compression", "parallel.hierarchical"},
-         fmt::format("comm.weight_compression = \"{}\" with parallel.hierarchical = true is not built yet "
-                     "(the weight gathers are compressed on the flat collectives); set parallel.hierarchical = "
-                     "false or comm.weight_compression = \"none\"",
-                     comp));
+         "comm.compress_scope = \"inter_node\" says where comm.compression and comm.weight_compression apply, but "
+         "both are \"none\"; set comm.compression (\"bf16\", \"int8\" or \"topk\") or comm.weight_compression "
+         "(\"bf16\" or \"int8\"), or remove compress_scope");
   }
   if (c.get_bool("comm.stochastic_rounding") && c.get_string("comm.compression") == "none") {
     fail(c, {"comm.stochastic_rounding", "comm.compression"},

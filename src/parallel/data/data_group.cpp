@@ -41,10 +41,7 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
   EXA_REQUIRE(!inter_node_only || hierarchical, "comm.compress_scope = \"inter_node\" needs the hierarchical "
               "collectives (parallel.hierarchical = true), which have an inter-node stage");
   if ((compressed() || sparse() || weights_compressed()) && size_ > 1) {
-    EXA_REQUIRE(!hierarchical || !weights_compressed(), "comm.weight_compression = \"{}\" with "
-                "parallel.hierarchical = true is not built yet; set parallel.hierarchical = false or "
-                "comm.weight_compression = \"none\"", kernels::wire_format_name(weight_codec_.format()));
-    EXA_REQUIRE(!hierarchical || inter_node_only, "comm.compression = \"{}\" with parallel.hierarchical = true "
+    EXA_REQUIRE(!hierarchical || inter_node_only || !(compressed() || sparse()), "comm.compression = \"{}\" with parallel.hierarchical = true "
                 "compresses the inter-node stage only: set comm.compress_scope = \"inter_node\" (or "
                 "parallel.hierarchical = false)", sparse() ? "topk" : kernels::wire_format_name(codec_.format()));
     if (!hierarchical)
@@ -157,6 +154,62 @@ comm::Request DataGroup::compressed_allgather(const View1<float>& send, const Vi
     Kokkos::fence();
   });
   return r;
+}
+
+comm::Request DataGroup::hierarchical_compressed_allgather(const View1<float>& send, const View1<float>& recv,
+                                                           int c) {
+  auto& hc = channel(c);
+  comm::Communicator* local = hc.local.get();
+  comm::Communicator* inter = hc.inter.get();
+  const std::int64_t B = std::int64_t(send.extent(0)), W = weight_codec_.words(B), L = local->size(),
+                     I = inter->size(), P = L * I;
+  const double logical = ring_block_bytes(size_, B, 4);
+  if (!inter_node_only_) {
+    // Both stages carry the encoded parts, in the hierarchical block order.
+    comm::TrafficLedger::add(comm::Traffic::ZeroWeights, logical, ring_block_bytes(size_, W, 4));
+    auto& pk = packed(c, P * W, 0, 0);
+    {
+      ScopedRegion region("compress/encode");
+      weight_codec_.encode(send, part(pk.send, 0, W));
+      Kokkos::fence();
+    }
+    auto r = comm::ihierarchical_allgather(*local, *inter, part(pk.send, 0, W), part(pk.recv, 0, P * W));
+    r.then([this, &pk, recv, B, W, P] {
+      ScopedRegion region("compress/decode");
+      for (std::int64_t j = 0; j < P; ++j) weight_codec_.decode(part(pk.recv, j * W, W), B, part(recv, j * B, B));
+      Kokkos::fence();
+    });
+    return r;
+  }
+  // Inter-node only: the nodes exchange encoded parts into this rank's run of
+  // I blocks (its final place in recv), every rank of a local index decodes
+  // the same words alike, and the node shares the decoded runs in fp32. On
+  // one node nothing is encoded.
+  comm::TrafficLedger::add(comm::Traffic::ZeroWeights, logical,
+                           ring_block_bytes(int(L), I * B, 4) + ring_block_bytes(int(I), W, 4));
+  const auto run = part(recv, local->rank() * I * B, I * B);
+  std::vector<std::function<comm::Request()>> stages;
+  if (I > 1) {
+    auto& pk = packed(c, I * W, 0, 0);
+    {
+      ScopedRegion region("compress/encode");
+      weight_codec_.encode(send, part(pk.send, 0, W));
+      Kokkos::fence();
+    }
+    stages.emplace_back([this, &pk, inter, run, B, W, I] {
+      auto r = inter->iallgather(part(pk.send, 0, W), part(pk.recv, 0, I * W));
+      r.then([this, &pk, run, B, W, I] {
+        ScopedRegion region("compress/decode");
+        for (std::int64_t j = 0; j < I; ++j) weight_codec_.decode(part(pk.recv, j * W, W), B, part(run, j * B, B));
+        Kokkos::fence();
+      });
+      return r;
+    });
+  } else {
+    Kokkos::deep_copy(run, send);
+  }
+  if (L > 1) stages.emplace_back([local, run, recv] { return local->iallgather(run, recv); });
+  return comm::chain(std::move(stages));
 }
 
 comm::Request DataGroup::compressed_allreduce(const View1<float>& v, int c, PhiloxKey scatter, PhiloxKey gather) {
@@ -351,6 +404,7 @@ comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>
   const std::int64_t B = std::int64_t(send.extent(0));
   const double bytes = ring_block_bytes(size_, B, 4);
   if (weights_compressed() && size_ > 1) {
+    if (hierarchical()) return hierarchical_compressed_allgather(send, recv, c);
     comm::TrafficLedger::add(comm::Traffic::ZeroWeights, bytes, ring_block_bytes(size_, weight_codec_.words(B), 4));
     return compressed_allgather(send, recv, c);
   }

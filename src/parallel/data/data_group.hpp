@@ -66,8 +66,11 @@
 // qwZ): the parameter allgathers (ZeRO 3 before use, ZeRO 1/2 after the
 // step) send each rank's part encoded, and every rank decodes every part,
 // its own too, so the working copies are equal everywhere; the fp32 master
-// parts are never quantized. Every collective is counted in
-// comm::TrafficLedger.
+// parts are never quantized. Hierarchical: both stages move the encoded
+// parts (compress_scope "all"), or (compress_scope "inter_node") the nodes
+// exchange encoded parts, every rank decodes its run of them, and the node
+// shares the decoded runs in fp32; on one node nothing is encoded. Every
+// collective is counted in comm::TrafficLedger.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -93,10 +96,11 @@ class DataGroup {
   // expert parallelism (flat collectives only: `hierarchical` must be false).
   // `codec`: the gradient collectives' wire format, `weight_codec` the
   // parameter allgathers' (F32: uncompressed); compression needs flat
-  // collectives (`hierarchical` false).
+  // collectives (`hierarchical` false) unless `inter_node_only`; the
+  // weight gathers compress either way.
   // `inter_node_only` (comm.compress_scope = "inter_node", with
-  // `hierarchical`): the gradient collectives encode their inter-node stage
-  // only.
+  // `hierarchical`): the gradient collectives and weight gathers encode
+  // their inter-node stage only.
   DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int channels = 1,
             comm::Backend backend = comm::Backend::Mpi, comm::Group over = comm::Group::Data,
             kernels::WireCodec codec = {}, kernels::WireCodec weight_codec = {}, kernels::TopkCodec topk = {},
@@ -176,6 +180,7 @@ class DataGroup {
   // The next collective's stochastic rounding key (zero when it is off).
   PhiloxKey next_key();
   comm::Request compressed_allgather(const View1<float>& send, const View1<float>& recv, int c);
+  comm::Request hierarchical_compressed_allgather(const View1<float>& send, const View1<float>& recv, int c);
 
   int size_ = 1, rank_ = 0, block_index_ = 0, channels_ = 1;
   comm::Group over_;

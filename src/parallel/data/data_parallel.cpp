@@ -87,7 +87,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
     // Inter-node only: a flat group has no inter-node stage to compress.
     const bool exact = opt.inter_node_only && !hier;
     DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, exact ? kernels::WireCodec() : opt.compression,
-                    opt.weight_compression, exact ? kernels::TopkCodec() : opt.topk, opt.topk_warmup,
+                    exact ? kernels::WireCodec() : opt.weight_compression, exact ? kernels::TopkCodec() : opt.topk, opt.topk_warmup,
                     opt.inter_node_only && hier);
     std::vector<model::Box> boxes;
     for (const auto& s : e.specs) boxes.push_back(model::local_box(s, plan, mcfg));

@@ -1,17 +1,25 @@
-# Top-k gradient compression (comm.compression = "topk") end to end.
+# Gradient and weight compression end to end: top-k (comm.compression =
+# "topk") and the compression scope of hierarchical collectives.
 #
 #   cmake -DMPIEXEC=... -DNP_FLAG=... -DEXAMOE=... -DDECK=... -DWORK=... "-DARGS=..."
-#         -DCASE=ratio_one|reshard|inter_node -P topk.cmake
+#         -DCASE=topk_ratio_one|topk_reshard|inter_node|hierarchical_weights -P compression.cmake
 #
-# ratio_one: at dp 2, top-k with ratio 1 sends every value unchanged and owes
-#   nothing, and two ranks' sums are the same in either order, so its losses
-#   equal the uncompressed run's digit for digit, under ZeRO 0 (allgather)
-#   and ZeRO 2 (all-to-all). At the default ratio the log line shows the
-#   gradients' wire bytes under 10% of fp32's.
-# reshard: a run at dp 4 checkpoints after step 3, with residuals in it; a
-#   resume at dp 2 (twice the accumulation: the same global batch) folds
-#   its 4 rows into 2 and halves them (the log says so), repeats step 4's
-#   loss (the model is the same) and trains on with finite losses.
+# topk_ratio_one: at dp 2, top-k with ratio 1 sends every value unchanged and
+#   owes nothing, and two ranks' sums are the same in either order, so its
+#   losses equal the uncompressed run's digit for digit, under ZeRO 0
+#   (allgather) and ZeRO 2 (all-to-all). At the default ratio the log line
+#   shows the gradients' wire bytes under 10% of fp32's.
+# topk_reshard: a run at dp 4 checkpoints after step 3, with residuals in
+#   it; a resume at dp 2 (twice the accumulation: the same global batch)
+#   folds its 4 rows into 2 and halves them (the log says so), repeats step
+#   4's loss (the model is the same) and trains on with finite losses.
+# inter_node: see the case below.
+# hierarchical_weights: comm.weight_compression over hierarchical ZeRO 3
+#   gathers at dp 2. One node of two with compress_scope = "inter_node"
+#   encodes nothing: the uncompressed hierarchical losses, digit for digit.
+#   Nodes of one rank with compress_scope = "all": the gather is its
+#   inter-node stage alone, so the losses are the flat int8 gathers', digit
+#   for digit, and the log shows their 25.4%.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
@@ -38,7 +46,7 @@ function(same_losses a b label_a label_b what)
   endif()
 endfunction()
 
-if(CASE STREQUAL "ratio_one")
+if(CASE STREQUAL "topk_ratio_one")
   list(APPEND ARGS --set train.steps=4)
   foreach(zero 0 2)
     run(2 ${WORK}/none${zero} --set parallel.zero=${zero})
@@ -57,7 +65,7 @@ if(CASE STREQUAL "ratio_one")
   if(NOT log MATCHES "[|] dp_grads wire [0-9][.][0-9]%")
     message(FATAL_ERROR "the default ratio's log line does not show gradient wire bytes under 10%:\n${log}")
   endif()
-elseif(CASE STREQUAL "reshard")
+elseif(CASE STREQUAL "topk_reshard")
   set(topk --set comm.compression=topk --set comm.topk_ratio=0.05 --set train.steps=6 --set checkpoint.every=3)
   run(4 ${WORK}/dp4 ${topk} --set parallel.zero=1)
   file(MAKE_DIRECTORY ${WORK}/dp2)
@@ -105,6 +113,21 @@ elseif(CASE STREQUAL "inter_node")
     message(FATAL_ERROR "two nodes: the gradients' wire bytes are not between int8's and fp32's:\n${log}")
   endif()
   message(STATUS "two nodes of two, int8 between them: dp_grads wire ${CMAKE_MATCH_1}%")
+elseif(CASE STREQUAL "hierarchical_weights")
+  list(APPEND ARGS --set train.steps=2 --set parallel.zero=3)
+  set(hier --set parallel.hierarchical=true)
+  run(2 ${WORK}/one_node_dense ${hier} --set parallel.ranks_per_node=2)
+  run(2 ${WORK}/one_node_int8 ${hier} --set parallel.ranks_per_node=2 --set comm.weight_compression=int8
+      --set comm.compress_scope=inter_node)
+  same_losses(${WORK}/one_node_dense ${WORK}/one_node_int8 "one node, dense" "one node, int8 weights inter-node"
+              "one node with int8 weight gathers on the inter-node stage only does not repeat the dense losses")
+  run(2 ${WORK}/flat_int8 --set comm.weight_compression=int8)
+  run(2 ${WORK}/one_a_node_int8 ${hier} --set parallel.ranks_per_node=1 --set comm.weight_compression=int8)
+  if(NOT log MATCHES "step +2/2 .*[|] zero_weights wire 25[.]4%")
+    message(FATAL_ERROR "nodes of one rank: the weight gathers' wire bytes are not int8's 25.4%:\n${log}")
+  endif()
+  same_losses(${WORK}/flat_int8 ${WORK}/one_a_node_int8 "flat, int8 weights" "nodes of one rank, int8 weights"
+              "hierarchical int8 weight gathers over nodes of one rank do not repeat the flat ones' losses")
 else()
-  message(FATAL_ERROR "CASE must be ratio_one, reshard or inter_node")
+  message(FATAL_ERROR "CASE must be topk_ratio_one, topk_reshard, inter_node or hierarchical_weights")
 endif()
