@@ -31,9 +31,52 @@ std::vector<std::int64_t> segment_starts(const TopkCodec& c, std::int64_t n) {
   return at;
 }
 
-// The selection's order: larger magnitude first, NaN the largest, ties to
-// the lower index (a strict total order, so the kept set is unique).
-float magnitude(float v) { return std::isnan(v) ? std::numeric_limits<float>::infinity() : std::fabs(v); }
+// The selection's order: larger magnitude first, NaN as large as an
+// infinity, ties to the lower index (a strict total order, so the kept set
+// is unique). A magnitude's bits compare as unsigned integers in the same
+// order as the magnitudes, which the radix select below uses.
+std::uint32_t magnitude_key(float v) {
+  if (std::isnan(v)) return 0x7F800000u;  // +inf's bits
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits & 0x7FFFFFFFu;
+}
+
+// The k-th largest of keys [0, len) (1 <= k <= len) by a radix select over
+// three digits of the 31-bit keys (11, 11 and 9 bits), each pass counting
+// only the candidates the previous digits left; and how many keys equal to
+// it are kept (the lowest-indexed ones), so that k are kept in all.
+// Two passes over the segment at most, O(len): nth_element's comparisons
+// were the encoder's cost.
+struct Threshold {
+  std::uint32_t key;
+  std::int64_t equal_kept;
+};
+
+Threshold kth_largest(const std::vector<std::uint32_t>& keys, std::int64_t k, std::vector<std::uint32_t>& candidates) {
+  constexpr int kShift[3] = {20, 9, 0};
+  constexpr std::uint32_t kMask[3] = {0x7FFu, 0x7FFu, 0x1FFu};
+  std::uint32_t prefix = 0;
+  std::int64_t need = k;  // among the keys matching the prefix so far
+  std::vector<std::int64_t> count(2048);
+  for (int d = 0; d < 3; ++d) {
+    std::fill(count.begin(), count.end(), 0);
+    const auto& from = d == 0 ? keys : candidates;
+    for (const std::uint32_t key : from) ++count[(key >> kShift[d]) & kMask[d]];
+    std::int64_t bin = std::int64_t(kMask[d]);
+    for (; bin > 0 && count[std::size_t(bin)] < need; --bin) need -= count[std::size_t(bin)];
+    prefix |= std::uint32_t(bin) << kShift[d];
+    if (d == 2) break;
+    // The keys in the chosen bin (the same higher digits) go on.
+    const std::uint32_t high = ~((1u << kShift[d]) - 1u);
+    std::vector<std::uint32_t> next;
+    next.reserve(std::size_t(count[std::size_t(bin)]));
+    for (const std::uint32_t key : from)
+      if ((key & high) == prefix) next.push_back(key);
+    candidates.swap(next);
+  }
+  return {prefix, need};
+}
 
 }  // namespace
 
@@ -72,30 +115,39 @@ void TopkCodec::encode(const View1<const float>& x, const View1<float>& residual
       "exa::topk_encode", Kokkos::RangePolicy<HostSpace>(0, S), [&](const std::int64_t s) {
         const std::int64_t lo = s * kSegment, len = seg_len(n, s), k = kept_in_segment(len);
         std::vector<float> a(static_cast<std::size_t>(len));
-        std::vector<std::uint16_t> idx(static_cast<std::size_t>(len));
+        std::vector<std::uint32_t> keys(static_cast<std::size_t>(len)), candidates;
         for (std::int64_t i = 0; i < len; ++i) {
-          a[std::size_t(i)] = lo + i < owed ? hx(std::size_t(lo + i)) + hr(std::size_t(lo + i)) : hx(std::size_t(lo + i));
-          idx[std::size_t(i)] = static_cast<std::uint16_t>(i);
+          const float v = lo + i < owed ? hx(std::size_t(lo + i)) + hr(std::size_t(lo + i)) : hx(std::size_t(lo + i));
+          a[std::size_t(i)] = v;
+          keys[std::size_t(i)] = magnitude_key(v);
         }
-        const auto before = [&](std::uint16_t p, std::uint16_t q) {
-          const float mp = magnitude(a[p]), mq = magnitude(a[q]);
-          return mp > mq || (mp == mq && p < q);
-        };
-        if (k < len) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
-        std::sort(idx.begin(), idx.begin() + k);
-        for (std::int64_t i = 0; i < len && lo + i < owed; ++i) hr(std::size_t(lo + i)) = a[std::size_t(i)];
+        // Everything above the threshold, and its first equal_kept equals:
+        // k values in ascending index order.
+        const Threshold t = k < len ? kth_largest(keys, k, candidates) : Threshold{0, len};
         const std::int64_t w = at[std::size_t(s)];
-        for (std::int64_t j = 0; j < k; ++j) {
-          const std::uint16_t i = idx[std::size_t(j)];
+        std::int64_t j = 0, equal = 0;
+        std::uint32_t pending = 0;  // an offset waiting for its word's high half
+        for (std::int64_t i = 0; i < len; ++i) {
+          const std::uint32_t key = keys[std::size_t(i)];
+          const bool keep = key > t.key || (key == t.key && equal++ < t.equal_kept);
+          const bool owes = lo + i < owed;
+          if (!keep) {
+            if (owes) hr(std::size_t(lo + i)) = a[std::size_t(i)];
+            continue;
+          }
           std::int32_t bits = 0;
-          std::memcpy(&bits, &a[i], sizeof bits);
+          std::memcpy(&bits, &a[std::size_t(i)], sizeof bits);
           ho(std::size_t(w + j)) = bits;
-          if (lo + i < owed) hr(std::size_t(lo + i)) = 0.0f;
+          if (owes) hr(std::size_t(lo + i)) = 0.0f;
+          if (j % 2 == 0) {
+            pending = std::uint32_t(i);
+          } else {
+            ho(std::size_t(w + k + j / 2)) = static_cast<std::int32_t>(pending | (std::uint32_t(i) << 16));
+          }
+          ++j;
         }
-        for (std::int64_t j = 0; j < k; j += 2) {
-          const std::uint32_t hi = j + 1 < k ? idx[std::size_t(j + 1)] : 0u;
-          ho(std::size_t(w + k + j / 2)) = static_cast<std::int32_t>(std::uint32_t(idx[std::size_t(j)]) | (hi << 16));
-        }
+        EXA_ASSERT(j == k);
+        if (k % 2 == 1) ho(std::size_t(w + k + k / 2)) = static_cast<std::int32_t>(pending);
       });
   HostSpace().fence();
   Kokkos::deep_copy(residual, hr);

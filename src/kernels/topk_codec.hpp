@@ -23,6 +23,7 @@
 // Encode and decode run on the host (views of a device space are staged
 // through host mirrors, as the MPI backend stages its buffers); segments
 // run in parallel on the host execution space. Both are deterministic.
+// The selection is a radix select on the magnitudes' bits, O(len) a segment.
 #include <cstdint>
 
 #include "core/types.hpp"

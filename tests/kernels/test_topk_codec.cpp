@@ -3,11 +3,14 @@
 // residual is the rest, exactly; ratio 1 sends every value unchanged;
 // error feedback loses nothing over many steps (sum of what was sent plus
 // the last residual equals the sum of the gradients, exactly, on values
-// whose sums are exact in fp32); NaN is always sent; deterministic words.
+// whose sums are exact in fp32); NaN is always sent; deterministic words,
+// equal to a stable sort's selection on values full of ties.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -149,4 +152,67 @@ TEST(TopkCodec, DecodesAPrefixOfAPaddedPayload) {
   const auto full = send(c, x, std::vector<float>(x.size(), 0.0f)).dense;
   const auto got = to_host(y);
   for (std::size_t i = 0; i < 40; ++i) EXPECT_EQ(got[i], full[i]) << i;
+}
+
+namespace {
+
+// The words the format's definition gives: per segment, a stable sort of
+// the indices by magnitude (NaN as +inf), descending, the first k taken in
+// ascending index order, values then 16-bit offsets.
+std::vector<std::int32_t> reference_words(const TopkCodec& c, const std::vector<float>& a) {
+  std::vector<std::int32_t> out;
+  const auto n = std::int64_t(a.size());
+  for (std::int64_t lo = 0; lo < n; lo += TopkCodec::kSegment) {
+    const std::int64_t len = std::min(TopkCodec::kSegment, n - lo), k = c.kept_in_segment(len);
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(len));
+    for (std::int64_t i = 0; i < len; ++i) idx[std::size_t(i)] = i;
+    auto mag = [&](std::int64_t i) {
+      const float v = a[std::size_t(lo + i)];
+      return std::isnan(v) ? std::numeric_limits<float>::infinity() : std::fabs(v);
+    };
+    std::stable_sort(idx.begin(), idx.end(), [&](std::int64_t p, std::int64_t q) { return mag(p) > mag(q); });
+    idx.resize(std::size_t(k));
+    std::sort(idx.begin(), idx.end());
+    for (const auto i : idx) {
+      std::int32_t bits = 0;
+      std::memcpy(&bits, &a[std::size_t(lo + i)], sizeof bits);
+      out.push_back(bits);
+    }
+    for (std::int64_t j = 0; j < k; j += 2) {
+      const std::uint32_t hi = j + 1 < k ? std::uint32_t(idx[std::size_t(j + 1)]) : 0u;
+      out.push_back(std::int32_t(std::uint32_t(idx[std::size_t(j)]) | (hi << 16)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(TopkCodec, SelectionIsTheStableSortByMagnitude) {
+  // Two and a half segments of values with many ties (a few hundred
+  // distinct magnitudes of both signs), signed zeros, denormals, infinities
+  // and NaNs (which tie with +-inf), at ratios from one value a segment to all.
+  const std::int64_t n = 2 * TopkCodec::kSegment + TopkCodec::kSegment / 2;
+  std::vector<float> x(static_cast<std::size_t>(n));
+  std::uint64_t s = 12345;
+  for (auto& v : x) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const auto r = std::uint32_t(s >> 33);
+    switch (r % 16) {
+      case 0: v = (r & 16) ? 0.0f : -0.0f; break;
+      case 1: v = std::numeric_limits<float>::denorm_min() * float(r % 7); break;
+      case 2: v = (r % 97 == 0) ? std::numeric_limits<float>::quiet_NaN() : float(int(r % 301) - 150) * 1e-3f; break;
+      case 3: v = (r % 89 == 0) ? -std::numeric_limits<float>::infinity() : float(int(r % 301) - 150); break;
+      default: v = float(int(r % 601) - 300) * 1e-2f; break;
+    }
+  }
+  for (const double ratio : {1e-9, 0.001, 0.01, 0.1, 0.5, 0.999, 1.0}) {
+    const TopkCodec c(ratio);
+    const auto got = send(c, x, std::vector<float>(x.size(), 0.0f)).words;
+    std::vector<float> a(x.size());  // x + a zero residual: -0 becomes +0
+    for (std::size_t i = 0; i < x.size(); ++i) a[i] = x[i] + 0.0f;
+    const auto want = reference_words(c, a);
+    ASSERT_EQ(got.size(), want.size()) << "ratio " << ratio;
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "ratio " << ratio << ", word " << i;
+  }
 }
