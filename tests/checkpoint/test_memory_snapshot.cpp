@@ -4,7 +4,8 @@
 // segment whose data is damaged is read from its buddy's copy; damaged in
 // every copy, the load throws on every rank naming the tensor; a snapshot
 // of another model is refused; an incomplete newer step gives way to the
-// older complete one. Collective throughout (no early returns).
+// older complete one; top-k residuals come back per rank, and fold in
+// another layout. Collective throughout (no early returns).
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
@@ -274,5 +275,81 @@ TEST(MemorySnapshot, RefusesAnotherModelAndSkipsAnIncompleteStep) {
   EXPECT_FALSE(io::newest_memory_snapshot(job3, notes).has_value());
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) EXPECT_GT(io::remove_memory_snapshots(job), 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+namespace {
+
+// Rank r's top-k residual at global index g of tensor w.
+float owed_at(std::int64_t g, int r) { return float(r + 1) * (0.25f * float(g) + 1.f); }
+
+// Gives tensor w a residual over its box: owed_at(this rank) or zeros.
+void add_residual(Held& h, bool fill) {
+  const auto& t = h.tensors[0];
+  const std::int64_t n = t.shard.box.numel();
+  View1<float> r("owed", std::size_t(n));
+  auto m = Kokkos::create_mirror_view(r);
+  const model::Shard box{0, n, t.shard.box};
+  for (std::int64_t k = 0; k < n; ++k) m(k) = fill ? owed_at(global_index(box, t.shape, k), world_rank()) : 0.f;
+  Kokkos::deep_copy(r, m);
+  h.optim[t.name].has_residual = true;
+  h.optim[t.name].residual = r;
+}
+
+}  // namespace
+
+// Top-k's residuals (io/checkpoint.hpp's rule, as the disk tiers have it):
+// written by replicas that each hold the whole of w, they come back to each
+// rank as its own row in the same layout; in a layout where each rank
+// holds its own rows of w (one holder a box), every holder gets the sum of
+// the rows over its box. A snapshot without them loads zeros, with a note.
+TEST(MemorySnapshot, TopkResidualsComeBackAndFoldIntoAnotherLayout) {
+  const std::string dir = exa::test::scratch_dir("memsnap_topk");
+  Held saved = make(whole, true);
+  add_residual(saved, true);
+  const auto job = job_for(dir, saved);
+  ASSERT_TRUE(io::save_memory_snapshot(job, 1, saved.tensors, saved.optim, meta_at(4), buddy(), MPI_COMM_WORLD).ok);
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto residual_of = [&](const PieceLayout& layout) {
+    std::vector<std::string> notes;
+    const auto c = io::newest_memory_snapshot(job, notes);
+    EXPECT_TRUE(c.has_value());
+    Held into = make(layout, false);
+    add_residual(into, false);
+    io::load_memory_snapshot(*c, into.tensors, into.optim, MPI_COMM_WORLD, notes);
+    EXPECT_EQ(wrong(into), 0);
+    const auto& t = into.tensors[0];
+    auto m = Kokkos::create_mirror_view(into.optim.at("w").residual);
+    Kokkos::deep_copy(m, into.optim.at("w").residual);
+    std::vector<std::pair<std::int64_t, float>> out;  // (global index, owed)
+    const model::Shard box{0, t.shard.box.numel(), t.shard.box};
+    for (std::int64_t k = 0; k < box.count; ++k) out.emplace_back(global_index(box, t.shape, k), m(k));
+    return out;
+  };
+  for (const auto& [g, v] : residual_of(whole)) EXPECT_EQ(v, owed_at(g, world_rank())) << g;
+  float all = 0;  // every old row's factor, summed
+  for (int r = 0; r < world_size(); ++r) all += float(r + 1);
+  for (const auto& [g, v] : residual_of(rows)) EXPECT_EQ(v, world_size() == 1 ? owed_at(g, 0) : all * (0.25f * float(g) + 1.f)) << g;
+
+  // Written without residuals: zeros and a note.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) io::remove_memory_snapshots(job);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const Held plain = make(whole, true);
+  ASSERT_TRUE(io::save_memory_snapshot(job, 1, plain.tensors, plain.optim, meta_at(5), buddy(), MPI_COMM_WORLD).ok);
+  std::vector<std::string> notes;
+  const auto c = io::newest_memory_snapshot(job, notes);
+  ASSERT_TRUE(c.has_value());
+  Held into = make(whole, false);
+  add_residual(into, true);
+  io::load_memory_snapshot(*c, into.tensors, into.optim, MPI_COMM_WORLD, notes);
+  auto m = Kokkos::create_mirror_view(into.optim.at("w").residual);
+  Kokkos::deep_copy(m, into.optim.at("w").residual);
+  for (std::size_t k = 0; k < m.extent(0); ++k) EXPECT_EQ(m(k), 0.f) << k;
+  bool noted = false;
+  for (const auto& n : notes) noted |= contains(n, "holds no top-k residuals");
+  EXPECT_EQ(noted, world_rank() == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) io::remove_memory_snapshots(job);
   MPI_Barrier(MPI_COMM_WORLD);
 }

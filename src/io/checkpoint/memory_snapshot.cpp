@@ -170,6 +170,109 @@ bool t0_boxes_meet(const model::Box& a, const model::Box& b) {
   return true;
 }
 
+// A tensor's top-k residual as this rank holds it now: its box, its index
+// among the ranks holding the same box (world-rank order) and their number.
+struct ResidualHolder {
+  std::string name;
+  model::Box box;
+  View1<float> residual;  // empty: this rank holds none of the tensor
+  std::int64_t holder = -1, holders = 0;
+};
+
+std::vector<ResidualHolder> t0_residual_holders(const std::vector<CheckpointTensor>& tensors,
+                                                const OptimizerState& optim, MPI_Comm comm) {
+  std::vector<ResidualHolder> out;
+  for (const auto& t : tensors) {
+    const auto it = optim.find(t.name);
+    if (it == optim.end() || !it->second.has_residual) continue;
+    const model::Shard s = model::resolve_shard(t.shard, t.name, t.shape);
+    out.push_back({t.name, s.box, it->second.residual});
+  }
+  const int P = comm_size(comm), me = comm_rank(comm);
+  std::vector<std::uint64_t> mine(out.size(), 0), all(out.size() * std::size_t(P));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].residual.extent(0) == 0) continue;
+    const std::string b = model::box_str(out[i].box);
+    mine[i] = t0_hash(b.data(), b.size()) | 1u;  // 0: holds none
+  }
+  if (!out.empty())
+    MPI_Allgather(mine.data(), int(out.size()), MPI_UINT64_T, all.data(), int(out.size()), MPI_UINT64_T, comm);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (mine[i] == 0) continue;
+    out[i].holder = 0;
+    for (int r = 0; r < P; ++r) {
+      if (all[std::size_t(r) * out.size() + i] != mine[i]) continue;
+      ++out[i].holders;
+      if (r < me) ++out[i].holder;
+    }
+  }
+  return out;
+}
+
+// This rank's residual of `h` from the snapshot: the owners holding the
+// same box wrote rows 0, 1, ... (world-rank order); holder j of a box now
+// gets the sum, over its box, of the rows k with k mod holders == j (the
+// disk tiers' rule, io/checkpoint.hpp). `without`: the snapshot has no
+// residual of the tensor (zeros). A row no copy verifies sets `error`.
+template <class Header>
+std::vector<float> t0_fold_residual(const MemoryCandidate& c, Header& header, const ResidualHolder& h,
+                                    std::string& error, bool& without) {
+  std::vector<float> out(std::size_t(h.residual.extent(0)), 0.0f);
+  struct Row {
+    int owner;
+    model::Box box;
+  };
+  std::vector<Row> rows;  // every owner's residual piece, in owner order
+  for (int o = 0; o < c.world; ++o) {
+    for (const auto& path : c.files[std::size_t(o)]) {
+      const auto& hdr = header(path);
+      if (!hdr) continue;
+      for (const auto& p : hdr->j.at("pieces"))
+        if (p.at("name") == h.name && p.contains("residual_data")) rows.push_back({o, t0_box(p)});
+      break;
+    }
+  }
+  if (rows.empty()) {
+    without = true;
+    return out;
+  }
+  if (h.holder < 0) return out;
+  const Piece mine{h.box, {0, h.box.numel()}};
+  for (const auto& row : rows) {
+    std::int64_t k = 0;  // the row's index among its box's owners
+    for (const auto& other : rows)
+      if (other.owner < row.owner && other.box.offset == row.box.offset && other.box.extent == row.box.extent) ++k;
+    if (k % h.holders != h.holder || !t0_boxes_meet(row.box, h.box)) continue;
+    bool done = false;
+    for (const auto& path : c.files[std::size_t(row.owner)]) {
+      const auto& hdr = header(path);
+      if (!hdr) continue;
+      for (const auto& p : hdr->j.at("pieces")) {
+        if (p.at("name") != h.name || !p.contains("residual_data")) continue;
+        std::vector<float> v(std::size_t(row.box.numel()));
+        std::ifstream f(path, std::ios::binary);
+        f.seekg(std::streamoff(hdr->data + p.at("residual_data").template get<std::uint64_t>()));
+        f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+        if (!f || t0_hash(v.data(), v.size() * sizeof(float)) != p.at("residual_sum").template get<std::uint64_t>())
+          break;
+        for_each_overlap_run(Piece{row.box, {0, row.box.numel()}}, mine,
+                             [&](std::int64_t s, std::int64_t d, std::int64_t n) {
+                               for (std::int64_t e = 0; e < n; ++e) out[std::size_t(d + e)] += v[std::size_t(s + e)];
+                             });
+        done = true;
+        break;
+      }
+      if (done) break;
+    }
+    if (!done) {
+      error = fmt::format("tier 0: rank {}'s top-k residual of {} verifies in no copy ({})", row.owner, h.name,
+                          fmt::join(c.files[std::size_t(row.owner)], ", "));
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string memory_job_key(const std::string& run_dir) {
@@ -238,6 +341,17 @@ MemorySaveReport save_memory_snapshot(const MemoryJob& job, std::uint64_t launch
       data.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
     }
     p["sums"] = sums;
+    // Top-k's residual covers the rank's whole box (io/checkpoint.hpp): its
+    // own array after the others, found by its own offset.
+    if (const auto it = optim.find(t.name);
+        it != optim.end() && it->second.has_residual && it->second.residual.extent(0) > 0) {
+      const auto v = t0_host(it->second.residual);
+      EXA_REQUIRE(std::int64_t(v.size()) == s.box.numel(), "tier 0: {}'s top-k residual holds {} values for a box of {}",
+                  t.name, v.size(), s.box.numel());
+      p["residual_data"] = data.size();
+      p["residual_sum"] = t0_hash(v.data(), v.size() * sizeof(float));
+      data.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    }
     pieces.push_back(std::move(p));
   }
   h["pieces"] = std::move(pieces);
@@ -383,6 +497,9 @@ CheckpointMeta load_memory_snapshot(const MemoryCandidate& c, const std::vector<
     }
     return it->second;
   };
+  // Top-k's residuals: who holds the same box now (collective, so before
+  // anything a rank may stop early on).
+  const auto now = t0_residual_holders(tensors, optim, comm);
   // What this rank assembles: per tensor, the value and (when kept) moments.
   struct Target {
     Piece piece;
@@ -456,6 +573,14 @@ CheckpointMeta load_memory_snapshot(const MemoryCandidate& c, const std::vector<
     if (error.empty() && std::count(tg.filled.begin(), tg.filled.end(), 0) != 0)
       error = fmt::format("tier 0: the step-{} snapshot leaves elements of {} uncovered", c.step, t.name);
   }
+  std::vector<std::vector<float>> residuals(now.size());
+  bool without = false;
+  for (std::size_t i = 0; i < now.size() && error.empty(); ++i)
+    residuals[i] = t0_fold_residual(c, header, now[i], error, without);
+  if (without && rank == 0)
+    notes.push_back(fmt::format("tier 0: the step-{} snapshot holds no top-k residuals for some tensors (written "
+                                "without comm.compression = \"topk\"): their error feedback starts from zero",
+                                c.step));
   // Agree: the message of the lowest rank that failed, on every rank.
   int bad = error.empty() ? INT_MAX : rank;
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MIN, comm);
@@ -478,6 +603,12 @@ CheckpointMeta load_memory_snapshot(const MemoryCandidate& c, const std::vector<
       std::copy(targets[i].arrays[a].begin(), targets[i].arrays[a].end(), h.data());
       Kokkos::deep_copy(views[a], h);
     }
+  }
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    if (now[i].residual.extent(0) == 0) continue;
+    auto h = Kokkos::create_mirror_view(now[i].residual);
+    std::copy(residuals[i].begin(), residuals[i].end(), h.data());
+    Kokkos::deep_copy(now[i].residual, h);
   }
   const auto& hdr = header(c.files.front().front());
   EXA_REQUIRE(hdr.has_value(), "tier 0: the header of {} no longer verifies", c.files.front().front());
