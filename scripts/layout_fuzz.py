@@ -99,8 +99,8 @@ def draw(rng, max_ranks, bf16=False):
     # Top-k gradient compression at ratio 1 (every value sent, nothing
     # owed: the uncompressed sums in rank order) through every layout's
     # reductions and residual buffers; on the inter-node
-    # hop only under hierarchical collectives. Not with growth (refused).
-    if dp * cp > 1 and "growth.every" not in model and rng.random() < 0.25:
+    # hop only under hierarchical collectives, and through growth events.
+    if dp * cp > 1 and rng.random() < 0.25:
         layout.update({"comm.compression": "topk", "comm.topk_ratio": 1.0})
         if layout.get("parallel.hierarchical"):
             layout["comm.compress_scope"] = "inter_node"

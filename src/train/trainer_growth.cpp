@@ -2,7 +2,10 @@
 // "Expert growth"): building the state for an expert count, rebuilding it
 // for a resume of another count, and growing it in the running job.
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "core/log.hpp"
 #include "core/philox.hpp"
@@ -163,6 +166,120 @@ void fill_teacher(const HostState& from, const model::ParameterStore& teacher, c
   to.to_device();
 }
 
+// Top-k's residuals through a growth event (comm.compression = "topk"):
+// each rank's residual covers its whole box and differs between the ranks
+// holding the same box, so holder j of each box (world-rank order; the
+// grid, hence who holds the same box, does not change) receives from the
+// old holder j, one exchange per holder index. The old experts' rows keep
+// what they are owed; the new experts' rows (`from_experts` and up) start
+// at zero: a clone owes nothing of its parent's gradient. Collective.
+// Returns the sum over the world of the residuals' bit patterns before and
+// after (an order-free checksum: equal when nothing owed was lost).
+std::pair<std::uint64_t, std::uint64_t> carry_residuals(const parallel::data::DataParallel& from,
+                                                        const parallel::data::DataParallel& to,
+                                                        std::vector<io::ExchangeTensor> tensors,
+                                                        std::int64_t from_experts, MPI_Comm world) {
+  struct Held {
+    model::Box from_box, to_box;
+    optim::AdamW::Flat from_r, to_r;
+  };
+  auto find = [](const model::ParameterStore& store, const std::string& name) -> std::optional<std::size_t> {
+    for (std::size_t i = 0; i < store.size(); ++i)
+      if (store.spec(i).name == name) return i;
+    return std::nullopt;
+  };
+  // The tensors some rank holds a residual of, the same list everywhere.
+  std::vector<int> flag(tensors.size(), 0);
+  std::vector<Held> held(tensors.size());
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const auto i = find(to.store(), tensors[t].name), k = find(from.store(), tensors[t].name);
+    if (!i || !k || !to.has_residual(tensors[t].name)) continue;
+    auto box = [](const model::ParameterStore& st, std::size_t n) {
+      return model::resolve_shard(st.shard(n), st.spec(n).name, st.spec(n).shape).box;
+    };
+    held[t] = Held{box(from.store(), *k), box(to.store(), *i), from.residual(tensors[t].name),
+                   to.residual(tensors[t].name)};
+    flag[t] = held[t].to_r.extent(0) > 0 ? 1 : 0;
+  }
+  if (!flag.empty()) MPI_Allreduce(MPI_IN_PLACE, flag.data(), int(flag.size()), MPI_INT, MPI_MAX, world);
+  // Holder index of each rank's box now, and the holders' number.
+  const int P = comm_size(world), me = comm_rank(world);
+  std::vector<std::uint64_t> sig(tensors.size(), 0), all(tensors.size() * std::size_t(P));
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    if (held[t].to_r.extent(0) > 0) {
+      const std::string b = model::box_str(held[t].to_box);
+      sig[t] = std::hash<std::string>{}(b) | 1u;
+    }
+  if (!sig.empty())
+    MPI_Allgather(sig.data(), int(sig.size()), MPI_UINT64_T, all.data(), int(sig.size()), MPI_UINT64_T, world);
+  std::vector<int> holder(tensors.size(), -1);
+  int holders = 0;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    if (!flag[t]) continue;
+    int before = 0, count = 0;
+    for (int r = 0; r < P; ++r) {
+      const std::uint64_t x = all[std::size_t(r) * tensors.size() + t];
+      if (x == 0) continue;
+      if (sig[t] != 0 && x == sig[t]) {
+        ++count;
+        if (r < me) ++before;
+      }
+    }
+    if (sig[t] != 0) holder[t] = before;
+    holders = std::max(holders, count);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &holders, 1, MPI_INT, MPI_MAX, world);
+  // Host copies; the clones' rows are not mapped (left at zero).
+  std::vector<std::vector<float>> src(tensors.size()), dst(tensors.size());
+  std::uint64_t sums[2] = {0, 0};
+  auto checksum = [](const std::vector<float>& v) {
+    std::uint64_t c = 0;
+    for (const float x : v) {
+      std::uint32_t b = 0;
+      std::memcpy(&b, &x, sizeof b);
+      c += b;
+    }
+    return c;
+  };
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    if (held[t].to_r.extent(0) == 0) continue;
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), held[t].from_r);
+    src[t].assign(h.data(), h.data() + h.extent(0));
+    dst[t].assign(held[t].to_r.extent(0), 0.0f);
+    sums[0] += checksum(src[t]);
+    for (std::size_t r = 0; r < tensors[t].rows.size(); ++r)
+      if (std::int64_t(r) >= from_experts) tensors[t].rows[r] = -1;
+  }
+  for (int j = 0; j < holders; ++j) {
+    std::vector<io::ExchangePiece> a, b;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      io::ExchangePiece none;
+      none.piece.box.offset.assign(tensors[t].to_shape.size(), 0);
+      none.piece.box.extent.assign(tensors[t].to_shape.size(), 0);
+      if (holder[t] != j) {
+        io::ExchangePiece old_none = none;
+        old_none.piece.box.offset.assign(tensors[t].from_shape.size(), 0);
+        old_none.piece.box.extent.assign(tensors[t].from_shape.size(), 0);
+        a.push_back(old_none);
+        b.push_back(none);
+        continue;
+      }
+      a.push_back({io::Piece{held[t].from_box, {0, held[t].from_box.numel()}}, {src[t].data()}});
+      b.push_back({io::Piece{held[t].to_box, {0, held[t].to_box.numel()}}, {dst[t].data()}});
+    }
+    io::exchange_pieces(tensors, a, b, world);
+  }
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    if (held[t].to_r.extent(0) == 0) continue;
+    sums[1] += checksum(dst[t]);
+    auto h = Kokkos::create_mirror_view(held[t].to_r);
+    std::copy(dst[t].begin(), dst[t].end(), h.data());
+    Kokkos::deep_copy(held[t].to_r, h);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, world);
+  return {sums[0], sums[1]};
+}
+
 }  // namespace
 
 void Trainer::build_state(const std::function<bool(const std::string&)>& only) {
@@ -240,6 +357,12 @@ void Trainer::grow(std::int64_t steps_done) {
   const io::ExchangeReport moved = io::exchange_pieces(tensors, a, b, world_);
   add_noise(to, ev, growth_.schedule().noise, static_cast<std::uint64_t>(cfg_.get_int("train.seed")));
   to.to_device();
+  if (dp_->options().topk.enabled()) {
+    const auto [was, now] = carry_residuals(*old_dp, *dp_, tensors, ev.from, world_);
+    log::info("growth: top-k residuals carried to the grown model (checksum {:016x} before, {:016x} after; the new "
+              "experts owe nothing yet)",
+              was, now);
+  }
   double teacher_s = 0;
   if (distill_.enabled()) {
     // The model before the event becomes the teacher, filled from the host

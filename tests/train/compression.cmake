@@ -2,7 +2,8 @@
 # "topk") and the compression scope of hierarchical collectives.
 #
 #   cmake -DMPIEXEC=... -DNP_FLAG=... -DEXAMOE=... -DDECK=... -DWORK=... "-DARGS=..."
-#         -DCASE=topk_ratio_one|topk_reshard|inter_node|hierarchical_weights -P compression.cmake
+#         -DCASE=topk_ratio_one|topk_reshard|inter_node|hierarchical_weights|topk_growth[_ep4]
+#         -P compression.cmake
 #
 # topk_ratio_one: at dp 2, top-k with ratio 1 sends every value unchanged and
 #   owes nothing, and two ranks' sums are the same in either order, so its
@@ -20,6 +21,7 @@
 #   Nodes of one rank with compress_scope = "all": the gather is its
 #   inter-node stage alone, so the losses are the flat int8 gathers', digit
 #   for digit, and the log shows their 25.4%.
+# topk_growth, topk_growth_ep4: see the case below.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
@@ -128,6 +130,35 @@ elseif(CASE STREQUAL "hierarchical_weights")
   endif()
   same_losses(${WORK}/flat_int8 ${WORK}/one_a_node_int8 "flat, int8 weights" "nodes of one rank, int8 weights"
               "hierarchical int8 weight gathers over nodes of one rank do not repeat the flat ones' losses")
+elseif(CASE MATCHES "^topk_growth")
+  # Expert growth after step 2 (4 -> 6 experts) under top-k at ratio 0.05:
+  # the residuals carried to the grown model hold every owed value (the
+  # checksums of the residuals' bits over the world agree, and are not
+  # zero). At 2 ranks dp 2 (the experts' residuals on both ranks whole)
+  # and dp 2 x ep 2 (the router's rows move, the experts' groups are one
+  # rank: no residual); at 4 ranks dp 4 x ep 2, where the experts' rows
+  # move between ranks.
+  set(grow --set comm.compression=topk --set comm.topk_ratio=0.05 --set growth.every=2 --set growth.add=2
+      --set growth.max_experts=8 --set train.steps=3)
+  set(runs "1")
+  if(CASE STREQUAL "topk_growth")
+    set(np 2)
+    set(runs "1;2")
+  else()
+    set(np 4)
+    set(runs "2")
+  endif()
+  foreach(ep IN LISTS runs)
+    run(${np} ${WORK}/ep${ep} ${grow} --set parallel.ep=${ep})
+    if(NOT log MATCHES "checksum ([0-9a-f]+) before, ([0-9a-f]+) after")
+      message(FATAL_ERROR "ep ${ep}: no top-k residual line at the growth event:\n${log}")
+    endif()
+    if(NOT CMAKE_MATCH_1 STREQUAL CMAKE_MATCH_2 OR CMAKE_MATCH_1 STREQUAL "0000000000000000")
+      message(FATAL_ERROR "ep ${ep}: the residuals' checksum went from ${CMAKE_MATCH_1} to ${CMAKE_MATCH_2} at growth")
+    endif()
+    message(STATUS "${np} ranks, ep ${ep}: residual checksum ${CMAKE_MATCH_1} before and after the growth event")
+  endforeach()
 else()
-  message(FATAL_ERROR "CASE must be topk_ratio_one, topk_reshard, inter_node or hierarchical_weights")
+  message(FATAL_ERROR "CASE must be topk_ratio_one, topk_reshard, inter_node, hierarchical_weights, topk_growth "
+                      "or topk_growth_ep4")
 endif()

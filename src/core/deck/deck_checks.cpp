@@ -554,8 +554,6 @@ void check_combinations(const Config& c) {
       bool on;
       const char* why;
     } apart[] = {
-        {"growth.every", c.get_int("growth.every") > 0,
-         "a growth event rebuilds the model's buffers and would drop the top-k residuals"},
         {"moe.replace_every", c.get_int("moe.replace_every") > 0,
          "expert re-placement moves the experts' state but not their top-k residuals yet"},
     };
