@@ -3,15 +3,18 @@
 // for a resume of another count, and growing it in the running job.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <utility>
 
+#include "comm/mpi_env.hpp"
 #include "core/log.hpp"
 #include "core/philox.hpp"
 #include "core/profiling.hpp"
 #include "io/checkpoint/piece_exchange.hpp"
 #include "model/router_bias.hpp"
+#include "model/shard.hpp"
 #include "parallel/build_model.hpp"
 #include "train/trainer.hpp"
 
