@@ -3,15 +3,14 @@
 // for a resume of another count, and growing it in the running job.
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <optional>
 #include <utility>
 
-#include "comm/mpi_env.hpp"
 #include "core/log.hpp"
 #include "core/philox.hpp"
 #include "core/profiling.hpp"
+#include "io/checkpoint/box_holders.hpp"
 #include "io/checkpoint/piece_exchange.hpp"
 #include "model/router_bias.hpp"
 #include "model/shard.hpp"
@@ -191,9 +190,8 @@ std::pair<std::uint64_t, std::uint64_t> carry_residuals(const parallel::data::Da
       if (store.spec(i).name == name) return i;
     return std::nullopt;
   };
-  // The tensors some rank holds a residual of, the same list everywhere.
-  std::vector<int> flag(tensors.size(), 0);
   std::vector<Held> held(tensors.size());
+  std::vector<std::optional<model::Box>> boxes(tensors.size());
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const auto i = find(to.store(), tensors[t].name), k = find(from.store(), tensors[t].name);
     if (!i || !k || !to.has_residual(tensors[t].name)) continue;
@@ -202,36 +200,12 @@ std::pair<std::uint64_t, std::uint64_t> carry_residuals(const parallel::data::Da
     };
     held[t] = Held{box(from.store(), *k), box(to.store(), *i), from.residual(tensors[t].name),
                    to.residual(tensors[t].name)};
-    flag[t] = held[t].to_r.extent(0) > 0 ? 1 : 0;
+    if (held[t].to_r.extent(0) > 0) boxes[t] = held[t].to_box;
   }
-  if (!flag.empty()) MPI_Allreduce(MPI_IN_PLACE, flag.data(), int(flag.size()), MPI_INT, MPI_MAX, world);
-  // Holder index of each rank's box now, and the holders' number.
-  const int P = comm_size(world), me = comm_rank(world);
-  std::vector<std::uint64_t> sig(tensors.size(), 0), all(tensors.size() * std::size_t(P));
-  for (std::size_t t = 0; t < tensors.size(); ++t)
-    if (held[t].to_r.extent(0) > 0) {
-      const std::string b = model::box_str(held[t].to_box);
-      sig[t] = std::hash<std::string>{}(b) | 1u;
-    }
-  if (!sig.empty())
-    MPI_Allgather(sig.data(), int(sig.size()), MPI_UINT64_T, all.data(), int(sig.size()), MPI_UINT64_T, world);
-  std::vector<int> holder(tensors.size(), -1);
-  int holders = 0;
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    if (!flag[t]) continue;
-    int before = 0, count = 0;
-    for (int r = 0; r < P; ++r) {
-      const std::uint64_t x = all[std::size_t(r) * tensors.size() + t];
-      if (x == 0) continue;
-      if (sig[t] != 0 && x == sig[t]) {
-        ++count;
-        if (r < me) ++before;
-      }
-    }
-    if (sig[t] != 0) holder[t] = before;
-    holders = std::max(holders, count);
-  }
-  MPI_Allreduce(MPI_IN_PLACE, &holders, 1, MPI_INT, MPI_MAX, world);
+  // Holder index of each rank's box now; the most holders of any box.
+  const auto who = io::box_holders(boxes, world);
+  std::int64_t holders = 0;
+  for (const auto& w : who) holders = std::max(holders, w.most);
   // Host copies; the clones' rows are not mapped (left at zero).
   std::vector<std::vector<float>> src(tensors.size()), dst(tensors.size());
   std::uint64_t sums[2] = {0, 0};
@@ -253,13 +227,13 @@ std::pair<std::uint64_t, std::uint64_t> carry_residuals(const parallel::data::Da
     for (std::size_t r = 0; r < tensors[t].rows.size(); ++r)
       if (std::int64_t(r) >= from_experts) tensors[t].rows[r] = -1;
   }
-  for (int j = 0; j < holders; ++j) {
+  for (std::int64_t j = 0; j < holders; ++j) {
     std::vector<io::ExchangePiece> a, b;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       io::ExchangePiece none;
       none.piece.box.offset.assign(tensors[t].to_shape.size(), 0);
       none.piece.box.extent.assign(tensors[t].to_shape.size(), 0);
-      if (holder[t] != j) {
+      if (who[t].holder != j) {
         io::ExchangePiece old_none = none;
         old_none.piece.box.offset.assign(tensors[t].from_shape.size(), 0);
         old_none.piece.box.extent.assign(tensors[t].from_shape.size(), 0);

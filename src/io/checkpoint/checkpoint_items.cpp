@@ -5,10 +5,12 @@
 #include <fmt/ranges.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "comm/mpi_env.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint/box_holders.hpp"
 #include "io/checkpoint/checkpoint.hpp"
 #include "io/checkpoint/checkpoint_internal.hpp"
 #include "io/checkpoint/chunk_sums.hpp"
@@ -97,32 +99,17 @@ std::vector<ResidualItem> residual_items(const std::vector<CheckpointTensor>& te
     EXA_ASSERT(n == 0 || n == r.box.numel());
     held.push_back(Held{&t, r, it->second.residual, n > 0});
   }
-  // Who holds the same box: equal signatures (0: none of it).
-  const int P = comm_size(comm), me = comm_rank(comm);
-  std::vector<std::uint64_t> mine(held.size()), all(held.size() * std::size_t(P));
-  for (std::size_t i = 0; i < held.size(); ++i) {
-    if (!held[i].here) continue;
-    const std::uint64_t sig = kernels::checksum_leaf(model::box_str(held[i].box.box), held[i].box.box.numel());
-    mine[i] = sig == 0 ? 1 : sig;
-  }
-  if (!held.empty())
-    MPI_Allgather(mine.data(), int(held.size()), MPI_UINT64_T, all.data(), int(held.size()), MPI_UINT64_T, comm);
+  // Who holds the same box.
+  std::vector<std::optional<model::Box>> boxes;
+  for (const auto& h : held) boxes.push_back(h.here ? std::optional<model::Box>(h.box.box) : std::nullopt);
+  const auto who = box_holders(boxes, comm);
   std::vector<ResidualItem> out;
   for (std::size_t i = 0; i < held.size(); ++i) {
     const Held& h = held[i];
-    std::map<std::uint64_t, std::int64_t> count;  // holders of each box
-    std::int64_t before = 0;
-    for (int r = 0; r < P; ++r) {
-      const std::uint64_t sig = all[std::size_t(r) * held.size() + i];
-      if (sig == 0) continue;
-      ++count[sig];
-      if (r < me && sig == mine[i]) ++before;
-    }
-    EXA_REQUIRE(!count.empty(), "checkpoint: no rank holds the top-k residual of '{}'", h.t->name);
-    const std::int64_t holders = count.begin()->second;
-    for (const auto& [sig, c] : count)
-      EXA_REQUIRE(c == holders, "checkpoint: the boxes of '{}' are held by different numbers of ranks ({} and {}), "
-                  "so its top-k residuals have no common row count", h.t->name, holders, c);
+    EXA_REQUIRE(who[i].most > 0, "checkpoint: no rank holds the top-k residual of '{}'", h.t->name);
+    const std::int64_t holders = who[i].most, before = who[i].holder;
+    EXA_REQUIRE(who[i].fewest == holders, "checkpoint: the boxes of '{}' are held by different numbers of ranks ({} "
+                "and {}), so its top-k residuals have no common row count", h.t->name, who[i].fewest, holders);
     const std::int64_t rows = file_rows ? file_rows->at(h.t->name) : holders;
     std::vector<std::int64_t> shape{rows};
     shape.insert(shape.end(), h.t->shape.begin(), h.t->shape.end());

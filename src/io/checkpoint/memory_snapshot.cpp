@@ -12,10 +12,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "comm/mpi_env.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint/box_holders.hpp"
 #include "io/checkpoint/meta_json.hpp"
 #include "io/checkpoint/piece_copy.hpp"
 #include "io/checkpoint/piece_cover.hpp"
@@ -188,23 +190,12 @@ std::vector<ResidualHolder> t0_residual_holders(const std::vector<CheckpointTens
     const model::Shard s = model::resolve_shard(t.shard, t.name, t.shape);
     out.push_back({t.name, s.box, it->second.residual});
   }
-  const int P = comm_size(comm), me = comm_rank(comm);
-  std::vector<std::uint64_t> mine(out.size(), 0), all(out.size() * std::size_t(P));
+  std::vector<std::optional<model::Box>> boxes;
+  for (const auto& h : out) boxes.push_back(h.residual.extent(0) > 0 ? std::optional<model::Box>(h.box) : std::nullopt);
+  const auto who = box_holders(boxes, comm);
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (out[i].residual.extent(0) == 0) continue;
-    const std::string b = model::box_str(out[i].box);
-    mine[i] = t0_hash(b.data(), b.size()) | 1u;  // 0: holds none
-  }
-  if (!out.empty())
-    MPI_Allgather(mine.data(), int(out.size()), MPI_UINT64_T, all.data(), int(out.size()), MPI_UINT64_T, comm);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (mine[i] == 0) continue;
-    out[i].holder = 0;
-    for (int r = 0; r < P; ++r) {
-      if (all[std::size_t(r) * out.size() + i] != mine[i]) continue;
-      ++out[i].holders;
-      if (r < me) ++out[i].holder;
-    }
+    out[i].holder = who[i].holder;
+    out[i].holders = who[i].holders;
   }
   return out;
 }
