@@ -147,7 +147,12 @@ comm::Request DataGroup::compressed_allgather(const View1<float>& send, const Vi
     weight_codec_.encode(send, part(pk.send, 0, W));
     Kokkos::fence();
   }
-  auto r = chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
+  // Flat, or both hierarchical stages moving the encoded parts (in the
+  // hierarchical block order, which recv's blocks follow too).
+  auto r = hierarchical()
+               ? comm::ihierarchical_allgather(*channel(c).local, *channel(c).inter, part(pk.send, 0, W),
+                                               part(pk.recv, 0, P * W))
+               : chan_[std::size_t(c)]->iallgather(part(pk.send, 0, W), part(pk.recv, 0, P * W));
   r.then([this, &pk, recv, B, W, P] {
     ScopedRegion region("compress/decode");
     for (std::int64_t j = 0; j < P; ++j) weight_codec_.decode(part(pk.recv, j * W, W), B, part(recv, j * B, B));
@@ -156,31 +161,13 @@ comm::Request DataGroup::compressed_allgather(const View1<float>& send, const Vi
   return r;
 }
 
-comm::Request DataGroup::hierarchical_compressed_allgather(const View1<float>& send, const View1<float>& recv,
-                                                           int c) {
+comm::Request DataGroup::inter_node_allgather(const View1<float>& send, const View1<float>& recv, int c) {
   auto& hc = channel(c);
   comm::Communicator* local = hc.local.get();
   comm::Communicator* inter = hc.inter.get();
   const std::int64_t B = std::int64_t(send.extent(0)), W = weight_codec_.words(B), L = local->size(),
-                     I = inter->size(), P = L * I;
+                     I = inter->size();
   const double logical = ring_block_bytes(size_, B, 4);
-  if (!inter_node_only_) {
-    // Both stages carry the encoded parts, in the hierarchical block order.
-    comm::TrafficLedger::add(comm::Traffic::ZeroWeights, logical, ring_block_bytes(size_, W, 4));
-    auto& pk = packed(c, P * W, 0, 0);
-    {
-      ScopedRegion region("compress/encode");
-      weight_codec_.encode(send, part(pk.send, 0, W));
-      Kokkos::fence();
-    }
-    auto r = comm::ihierarchical_allgather(*local, *inter, part(pk.send, 0, W), part(pk.recv, 0, P * W));
-    r.then([this, &pk, recv, B, W, P] {
-      ScopedRegion region("compress/decode");
-      for (std::int64_t j = 0; j < P; ++j) weight_codec_.decode(part(pk.recv, j * W, W), B, part(recv, j * B, B));
-      Kokkos::fence();
-    });
-    return r;
-  }
   // Inter-node only: the nodes exchange encoded parts into this rank's run of
   // I blocks (its final place in recv), every rank of a local index decodes
   // the same words alike, and the node shares the decoded runs in fp32. On
@@ -404,7 +391,7 @@ comm::Request DataGroup::iallgather(const View1<float>& send, const View1<float>
   const std::int64_t B = std::int64_t(send.extent(0));
   const double bytes = ring_block_bytes(size_, B, 4);
   if (weights_compressed() && size_ > 1) {
-    if (hierarchical()) return hierarchical_compressed_allgather(send, recv, c);
+    if (hierarchical() && inter_node_only_) return inter_node_allgather(send, recv, c);
     comm::TrafficLedger::add(comm::Traffic::ZeroWeights, bytes, ring_block_bytes(size_, weight_codec_.words(B), 4));
     return compressed_allgather(send, recv, c);
   }

@@ -179,8 +179,10 @@ class DataGroup {
                                     int c);
   // The next collective's stochastic rounding key (zero when it is off).
   PhiloxKey next_key();
+  // The weight gathers' encoded parts, over the flat collective or both
+  // hierarchical stages; inter_node_allgather encodes the inter-node stage only.
   comm::Request compressed_allgather(const View1<float>& send, const View1<float>& recv, int c);
-  comm::Request hierarchical_compressed_allgather(const View1<float>& send, const View1<float>& recv, int c);
+  comm::Request inter_node_allgather(const View1<float>& send, const View1<float>& recv, int c);
 
   int size_ = 1, rank_ = 0, block_index_ = 0, channels_ = 1;
   comm::Group over_;
