@@ -84,10 +84,14 @@ def draw(rng, max_ranks, bf16=False):
     if dp > 1 and rng.random() < 0.25:
         layout["parallel.hierarchical"] = True
         layout["parallel.ranks_per_node"] = rng.choice([r for r in (1, 2) if ranks % r == 0])
-    # Full activation recomputation (not with zb, which the deck refuses):
-    # the same losses as the reference, which stores its activations.
-    if rng.random() < 0.3 and layout.get("pipeline.schedule") != "zb":
+    # Activation recomputation, full (not with zb, which the deck refuses)
+    # or selective: the same losses as the reference, which stores its
+    # activations. One draw for both, so other draws keep their cases.
+    r = rng.random()
+    if r < 0.3 and layout.get("pipeline.schedule") != "zb":
         layout["memory.recompute"] = "full"
+    elif r < 0.5:
+        layout["memory.recompute"] = "selective"
     # bf16 products, in the reference run too (a model key), where the
     # build has them; their tolerance is BF16_TOL.
     if bf16 and rng.random() < 0.25:

@@ -10,7 +10,7 @@
 // micro-batch shape changes.
 //
 // Everything a LayerContext holds is recomputable from `x` (the block input)
-// and the weights, which is what activation recomputation will exploit.
+// and the weights, which is what activation recomputation exploits.
 #include <cstdint>
 #include <vector>
 
@@ -63,6 +63,11 @@ struct LayerContext {
   // before each forward and backward from the stage context's, so a
   // recomputed forward and the backward draw the forward's masks.
   std::uint64_t lora_key = 0;
+  // memory.recompute = "selective": attn_xn, ffn_xn, h, eh and sh are
+  // buffers the model shares between all contexts, not this one's. Forward
+  // writes them and reads them at once; backward computes them again (a
+  // norm, a SwiGLU: element-wise work) right before it reads them.
+  bool shared_cheap = false;
   // Attention sub-block (local heads).
   V2 x;          // block input (residual stream) [N,d]
   V1 attn_rstd;  // [N]
@@ -99,15 +104,18 @@ struct LayerContext {
   kernels::RouterLosses router_losses;
 
   // Bytes held for the backward pass (the memory activation recomputation
-  // would give back).
+  // would give back); the shared buffers of shared_cheap are the model's.
   std::size_t bytes() const {
     std::size_t n = 0;
     auto add = [&n](const auto& v) { n += v.span() * sizeof(typename std::decay_t<decltype(v)>::value_type); };
-    for (const auto* v2 : {&x, &attn_xn, &q, &k, &v, &attn_o, &x_mid, &ffn_xn, &a, &b, &h, &router_logits, &probs,
-                           &gates, &xp, &ea, &eb, &eh, &yp, &xr})
+    for (const auto* v2 : {&x, &q, &k, &v, &attn_o, &x_mid, &a, &b, &router_logits, &probs, &gates, &xp, &ea, &eb,
+                           &yp, &xr})
       add(*v2);
+    if (!shared_cheap)
+      for (const auto* v2 : {&attn_xn, &ffn_xn, &h, &eh}) add(*v2);
     for (const auto* v1 : {&attn_rstd, &ffn_rstd, &router_lse}) add(*v1);
-    for (const auto* v3 : {&attn_lse, &sa, &sb, &sh}) add(*v3);
+    for (const auto* v3 : {&attn_lse, &sa, &sb}) add(*v3);
+    if (!shared_cheap) add(sh);
     add(topk);
     add(counts);
     add(plan.row_of);

@@ -66,7 +66,13 @@ namespace exa::model {
 // one work context per layer kind, and backward runs each layer's forward
 // again, from that input, right before its backward: the same arithmetic,
 // so the same gradients bit for bit, for one more forward of compute.
-enum class Recompute { none, full };
+// selective: as none, but what is cheap to compute again and large to keep
+// (both RMSNorm outputs, the SwiGLU products of the dense, routed and shared
+// experts) lives in buffers all contexts share, and backward computes it
+// again right before reading it (LayerContext::shared_cheap). Attention
+// keeps no scores or probabilities in any mode (the kernels recompute them
+// from q, k, v and the log-sum-exp), and routing is never recomputed.
+enum class Recompute { none, selective, full };
 
 // ModelOptions::checkpoint_layers for memory.checkpoint_layers = "sqrt".
 constexpr std::int64_t kSqrtLayers = -1;
@@ -244,6 +250,15 @@ class StageModel {
   LayerContext<T, D> work_moe_, work_dense_;
   V2 recompute_out_;
   std::vector<V2> segment_x_;  // [N-1] inputs of a segment's later layers
+  // Selective recompute: the buffers every context shares (for the shape of
+  // the last contexts allocated; older contexts keep theirs alive).
+  struct SharedCheap {
+    MicroBatchShape shape;
+    V2 xn, h, eh;
+    typename LayerContext<T, D>::V3 sh;
+    std::size_t bytes() const { return (xn.span() + h.span() + eh.span() + sh.span()) * sizeof(T); }
+  };
+  mutable SharedCheap cheap_;
   std::uint64_t dropout_key_ = 1, forwards_ = 0;  // set_dropout_key
 };
 

@@ -160,7 +160,7 @@ void StageModel<T, D>::allocate(Context& c, MicroBatchShape shape, int chunk) co
   for (std::size_t i = first; i < first + c.layers.size(); ++i) {
     auto& lc = c.layers[i - first];
     if (std::int64_t(i - first) % seg == 0) lc.x = v2("x", Ns, d);
-    if (opt_.recompute == Recompute::none) allocate_layer(lc, layers_[i].is_moe(), shape);
+    if (opt_.recompute != Recompute::full) allocate_layer(lc, layers_[i].is_moe(), shape);
   }
   c.out = v2("h_final", Ns, d);
   if (chunk_has_embedding(chunk)) c.tokens = typename Context::Ids("exa::model::tokens", N);
@@ -185,8 +185,22 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
     return typename L::V3(std::string("exa::model::") + l, a, b, e);
   };
   const std::int64_t Ns = plan_.stream_rows(N);
+  // Selective recompute: one set of the cheap buffers for all contexts of a shape.
+  const bool shared = opt_.recompute == Recompute::selective;
+  if (shared && cheap_.shape != shape) {
+    cheap_ = SharedCheap{};
+    cheap_.shape = shape;
+    cheap_.xn = v2("shared_xn", Ns, d);
+    const bool any_moe = std::any_of(layers_.begin(), layers_.end(), [](const auto& l) { return l.is_moe(); });
+    if (any_moe) cheap_.eh = v2("shared_eh", N * K, F);
+    if (any_moe && S > 0) cheap_.sh = v3("shared_sh", S, N, Fs);
+    if (std::any_of(layers_.begin(), layers_.end(), [](const auto& l) { return !l.is_moe(); }))
+      cheap_.h = v2("shared_h", N, Fd);
+  }
+  lc.shared_cheap = shared;
+  auto cheap2 = [&](const V2& s, const char* l, std::int64_t a, std::int64_t b) { return shared ? s : v2(l, a, b); };
   lc.attn_rstd = v1("attn_rstd", Ns);
-  lc.attn_xn = v2("attn_xn", Ns, d);
+  lc.attn_xn = cheap2(cheap_.xn, "attn_xn", Ns, d);
   lc.q = v2("q", N, H * hd);
   lc.k = v2("k", N, Hkv * hd);
   lc.v = v2("v", N, Hkv * hd);
@@ -194,7 +208,7 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
   lc.attn_lse = v3("attn_lse", B, H, Tn);
   lc.x_mid = v2("x_mid", Ns, d);
   lc.ffn_rstd = v1("ffn_rstd", Ns);
-  lc.ffn_xn = v2("ffn_xn", Ns, d);
+  lc.ffn_xn = cheap2(cheap_.xn, "ffn_xn", Ns, d);
   if (moe) {
     lc.router_logits = v2("router_logits", N, E);
     lc.probs = v2("router_probs", N, E);
@@ -205,24 +219,24 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
     lc.xp = v2("xp", N * K, d);
     lc.ea = v2("ea", N * K, F);
     lc.eb = v2("eb", N * K, F);
-    lc.eh = v2("eh", N * K, F);
+    lc.eh = cheap2(cheap_.eh, "eh", N * K, F);
     lc.yp = v2("yp", N * K, d);
     if (S > 0) {
       lc.sa = v3("sa", S, N, Fs);
       lc.sb = v3("sb", S, N, Fs);
-      lc.sh = v3("sh", S, N, Fs);
+      lc.sh = shared ? cheap_.sh : v3("sh", S, N, Fs);
     }
   } else {
     lc.a = v2("a", N, Fd);
     lc.b = v2("b", N, Fd);
-    lc.h = v2("h", N, Fd);
+    lc.h = cheap2(cheap_.h, "h", N, Fd);
   }
 }
 
 template <class T, class D>
 LayerContext<T, D>& StageModel<T, D>::layer_context(Context& c, std::size_t i, const TransformerLayer<T, D>& layer) {
   const std::uint64_t key = lora::key(c.lora_key, std::uint64_t(layer.index()));
-  if (opt_.recompute == Recompute::none) {
+  if (opt_.recompute != Recompute::full) {
     c.layers[i].lora_key = key;
     return c.layers[i];
   }
@@ -234,7 +248,7 @@ LayerContext<T, D>& StageModel<T, D>::layer_context(Context& c, std::size_t i, c
 
 template <class T, class D>
 std::int64_t StageModel<T, D>::segment_layers(int chunk) const {
-  if (opt_.recompute == Recompute::none) return 1;
+  if (opt_.recompute != Recompute::full) return 1;
   const std::int64_t n = std::int64_t(chunk_first_[std::size_t(chunk) + 1] - chunk_first_[std::size_t(chunk)]);
   std::int64_t seg = opt_.checkpoint_layers;
   if (seg == kSqrtLayers) {
@@ -607,7 +621,7 @@ std::size_t StageModel<T, D>::activation_bytes() const {
   // The work contexts' x is a context's input, counted above.
   for (const auto* w : {&work_moe_, &work_dense_}) n += w->bytes() - w->x.span() * sizeof(T);
   for (const auto& x : segment_x_) n += x.span() * sizeof(T);
-  return n + recompute_out_.span() * sizeof(T);
+  return n + recompute_out_.span() * sizeof(T) + cheap_.bytes();
 }
 
 }  // namespace exa::model

@@ -236,7 +236,13 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     // more again to rebuild its inputs: (N - 1) / N of a forward on top.
     const double seg = recompute_segment(c, double(plan.local_layers()) / chunks);
     const double re_factor = recompute ? 1 + (seg - 1) / seg : 0;
-    const double re = re_factor * (f_compute + fwd_comm);
+    // Selective recomputation: the norms and SwiGLU products once more, a
+    // pass over the bytes it does not keep.
+    const double re_cheap = c.recompute == "selective"
+                                ? cheap_bytes(cfg, c, plan, plan.local_layers() / chunks).per_context *
+                                      cl.elementwise_passes / mem_bw / 3
+                                : 0;
+    const double re = re_factor * (f_compute + fwd_comm) + re_cheap;
     const double bwd_comm = 2 * fwd_comm;  // each forward collective has its transpose, twice the data for cp's dk, dv
     const double zg_b = c.zero == 3 && data > 1 ? zg_f : 0;
     if (c.schedule == "zb" && pp > 1) {

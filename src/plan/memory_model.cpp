@@ -144,6 +144,23 @@ double recompute_segment(const Candidate& c, double layers) {
   return std::min(layers, double(std::stoll(c.checkpoint_layers)));
 }
 
+CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
+                       std::int64_t layers) {
+  const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
+  const double Nr = plan.sequence_parallel ? N / double(plan.tp) : N;
+  const double d = double(cfg.d_model), rows = N * double(cfg.top_k), F = double(plan.d_expert),
+               Fd = double(plan.d_ff), Fs = double(plan.d_shared), S = double(cfg.n_shared_experts);
+  std::int64_t n_moe = 0, n_dense = 0;
+  for (const auto& [l0, l1] : plan.layer_ranges())
+    for (std::int64_t l = l0; l < l1; ++l) (cfg.is_moe_layer(l) ? n_moe : n_dense) += 1;
+  const double frac = double(layers) / double(std::max<std::int64_t>(1, plan.local_layers()));
+  const double moe = 2 * Nr * d + rows * F + S * N * Fs, dense = 2 * Nr * d + N * Fd;
+  CheapBytes b;
+  b.per_context = 4 * frac * (double(n_moe) * moe + double(n_dense) * dense);
+  b.shared = 4 * (Nr * d + (n_moe > 0 ? rows * F + S * N * Fs : 0) + (n_dense > 0 ? N * Fd : 0));
+  return b;
+}
+
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                      std::int64_t layers) {
   const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
@@ -168,6 +185,7 @@ double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const mo
   per_layer_moe = attn + ffn_common + moe;
   per_layer_dense = attn + ffn_common + dense;
   double bytes = 4 * frac * (double(n_moe) * per_layer_moe + double(n_dense) * per_layer_dense);
+  if (c.recompute == "selective") bytes -= cheap_bytes(cfg, c, plan, layers).per_context;
   if (c.recompute == "full") {
     // Only each layer's input stays (every N-th with checkpoint_layers).
     const double kept = std::ceil(double(layers) / recompute_segment(c, double(layers)));
@@ -209,6 +227,7 @@ MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int 
     none.recompute = "none";
     m.activations += context_bytes(cfg, none, plan, 1);
   }
+  if (c.recompute == "selective") m.activations += cheap_bytes(cfg, c, plan, layers).shared;
   return m;
 }
 

@@ -44,6 +44,16 @@ double recompute_segment(const Candidate& c, double layers);
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                      std::int64_t layers);
 
+// memory.recompute = "selective": the bytes of what is computed again in
+// backward (both norms' outputs, the SwiGLU products) that a context of
+// `layers` layers would otherwise keep, and the one set of buffers the
+// model shares between contexts instead.
+struct CheapBytes {
+  double per_context = 0, shared = 0;
+};
+CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
+                       std::int64_t layers);
+
 // Every category for pipeline stage `stage`; and the largest over stages.
 MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int stage);
 MemoryBytes peak_memory(const model::ModelConfig& cfg, const Candidate& c, int* worst_stage = nullptr);

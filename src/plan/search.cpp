@@ -116,7 +116,8 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                     c.zero = zero;
                     std::vector<std::pair<std::string, std::string>> recomputes = {
                         {deck.recompute, deck.checkpoint_layers}};
-                    if (opt.vary_recompute) recomputes = {{"none", "all"}, {"full", "all"}, {"full", "sqrt"}};
+                    if (opt.vary_recompute)
+                      recomputes = {{"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}};
                     bool fitted = false;
                     const auto policies = policies_for(data > 1, ep > 1, data > 1 && zero >= 1);
                     for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {

@@ -381,8 +381,6 @@ TEST(DeckReads, ReservedAndNotBuiltValuesAreRefusedWhereSet) {
   EXPECT_NE(load_error(tiny, {"memory.offload_experts=true"}, 1)
                 .find("--set memory.offload_experts=true: memory.offload_experts = true is reserved"),
             std::string::npos);
-  EXPECT_NE(load_error(tiny, {"memory.recompute=selective"}, 1).find("is not available in this build yet"),
-            std::string::npos);
   EXPECT_NE(load_error(tiny, {"precision.matmul=tf32"}, 1).find("is not available in this build yet"),
             std::string::npos);
   EXPECT_NE(exa::deck::schema_markdown().find("reserved: only the default false is accepted in this build"),

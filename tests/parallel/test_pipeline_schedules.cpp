@@ -125,3 +125,34 @@ TEST(DeferredWeights, RecordedGradientEqualsImmediate) {
   for (int o = 0; o < out; ++o)
     for (int i = 0; i < in; ++i) EXPECT_FLOAT_EQ(h2(o, i), h1(o, i));
 }
+
+// An input buffer written again between two recorded products (selective
+// recomputation's shared norm output feeds the FFN's w1 and then, with
+// other values, the attention's wq) gets a copy of its own each time: the
+// later product must not read the earlier one's copy.
+TEST(DeferredWeights, ABufferWrittenAgainIsCopiedAgain) {
+  using Q = WeightGradQueue;
+  auto inner = std::make_shared<const exa::model::LocalLinear<float>>();
+  auto queue = std::make_shared<Q>();
+  const DeferredLinear lin(inner, queue);
+  const int N = 4, in = 3, out = 2;
+  Q::Act x("x", N, in), other("other", N, in), dy("dy", N, out);
+  Kokkos::deep_copy(dy, 1.0f);
+  Kokkos::View<float**, exa::Layout, exa::Device> g1("g1", out, in), g2("g2", out, in), g3("g3", out, in);
+  const Q::Wt w1(g1.data(), out, in), w2(g2.data(), out, in), w3(g3.data(), out, in);
+  queue->open(0);
+  Kokkos::deep_copy(x, 1.0f);
+  lin.backward_weight(x, dy, w1, true);
+  lin.backward_weight(other, dy, w2, true);  // another input in between
+  Kokkos::deep_copy(x, 2.0f);                // the same buffer, new values
+  lin.backward_weight(x, dy, w3, true);
+  queue->close();
+  queue->run_all();
+  auto h1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g1);
+  auto h3 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g3);
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) {
+      EXPECT_FLOAT_EQ(h1(o, i), float(N) * 1.0f);
+      EXPECT_FLOAT_EQ(h3(o, i), float(N) * 2.0f);
+    }
+}

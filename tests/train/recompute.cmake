@@ -1,12 +1,15 @@
-# memory.recompute = "full" against "none" on one rank: the same step
-# records (loss, gradient norm, validation loss) digit for digit, since the
-# recomputed forward is the same arithmetic, and the activation bytes of
-# the run's own accounting at most LIMIT of none's.
-#   -DEXAMOE=... -DDECK=... -DWORK=... -DARGS="..." -DLIMIT=0.5
+# memory.recompute = MODE ("full" or "selective") against "none" on one
+# rank: the same step records (loss, gradient norm, validation loss) digit
+# for digit, since what is recomputed is the same arithmetic, and the
+# activation bytes of the run's own accounting at most LIMIT of none's.
+#   -DEXAMOE=... -DDECK=... -DWORK=... -DARGS="..." -DMODE=full -DLIMIT=0.5
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
-foreach(mode none full)
+if(NOT MODE)
+  set(MODE full)
+endif()
+foreach(mode none ${MODE})
   run_checked(${EXAMOE} ${DECK} ${ARGS} --set memory.recompute=${mode} --set output.run_dir=${WORK}/${mode})
   losses_of(${WORK}/${mode}/metrics.jsonl loss_${mode})
   values_of(${WORK}/${mode}/metrics.jsonl norm_${mode} grad_norm)
@@ -14,22 +17,22 @@ foreach(mode none full)
   values_of(${WORK}/${mode}/metrics.jsonl act_${mode} memory activations)
 endforeach()
 message(STATUS "none: ${loss_none}")
-message(STATUS "full: ${loss_full}")
+message(STATUS "${MODE}: ${loss_${MODE}}")
 list(LENGTH loss_none n)
 if(n EQUAL 0)
   message(FATAL_ERROR "the runs logged no steps")
 endif()
 foreach(what loss norm val)
-  if(NOT "${${what}_none}" STREQUAL "${${what}_full}")
-    message(FATAL_ERROR "full recompute changed the ${what}: ${${what}_none} vs ${${what}_full}")
+  if(NOT "${${what}_none}" STREQUAL "${${what}_${MODE}}")
+    message(FATAL_ERROR "${MODE} recompute changed the ${what}: ${${what}_none} vs ${${what}_${MODE}}")
   endif()
 endforeach()
 list(GET act_none -1 a)
-list(GET act_full -1 b)
+list(GET act_${MODE} -1 b)
 string(REGEX REPLACE ".*:" "" a "${a}")
 string(REGEX REPLACE ".*:" "" b "${b}")
-message(STATUS "activation bytes: none ${a}, full ${b}")
+message(STATUS "activation bytes: none ${a}, ${MODE} ${b}")
 execute_process(COMMAND awk "BEGIN{exit !(${b} <= ${LIMIT} * ${a})}" RESULT_VARIABLE ok)
 if(NOT ok EQUAL 0)
-  message(FATAL_ERROR "full recompute keeps ${b} activation bytes, more than ${LIMIT} x none's ${a}")
+  message(FATAL_ERROR "${MODE} recompute keeps ${b} activation bytes, more than ${LIMIT} x none's ${a}")
 endif()

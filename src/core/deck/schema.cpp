@@ -144,7 +144,7 @@ std::vector<KeySpec> build() {
       S("precision", "loss_scaling", "static", {"static", "dynamic"}, "static: loss_scale throughout; dynamic: a step whose gradient overflows is skipped and the scale halved, and the scale doubles after loss_scale_window clean steps"),
       I("precision", "loss_scale_window", 1000, 1, 1 << 30, "clean steps in a row before dynamic loss scaling doubles the scale"),
 
-      NotBuilt(S("memory", "recompute", "none", {"none", "selective", "full"}, "activation recomputation: none (keep every layer's activations for backward); full (keep only each layer's input and run its forward again right before its backward: the same gradients, one more forward of compute); selective (the cheap, large parts only)"), {"selective"}),
+      S("memory", "recompute", "none", {"none", "selective", "full"}, "activation recomputation: none (keep every layer's activations for backward); selective (keep the matrix products' inputs, and compute the norms' outputs and the SwiGLU products again in backward: element-wise work, the same gradients); full (keep only each layer's input and run its forward again right before its backward: the same gradients, one more forward of compute)"),
       S("memory", "checkpoint_layers", "all", {}, "with recompute = \"full\": keep the input of every layer (\"all\"), or of every N-th layer only (an integer N, or \"sqrt\" for N = ceil(sqrt(layers per stage))), recomputing a segment's other inputs in backward"),
       Reserved(B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer")),
 

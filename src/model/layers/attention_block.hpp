@@ -75,6 +75,7 @@ class AttentionBlock {
     core_->backward(do4, q4, k4, v4, o4, c.attn_lse, dq4, dk4, dv4, positions(chunks));
     for_chunks(chunks, dq4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
     for_chunks(chunks, dk4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
+    if (c.shared_cheap) norm_.forward(c.x, lw.attn_norm, c.attn_xn, c.attn_rstd);  // selective recompute
     column_->backward(c.attn_xn, lw.wq, s.dq, s.dxn, lg.wq, /*accumulate_dx=*/false,
                       lora::in(c, lw, lw.lora_wq, 1, &lg.lora_wq));
     column_->backward(c.attn_xn, lw.wk, s.dk, s.dxn, lg.wk, true, lora::in(c, lw, lw.lora_wk, 2, &lg.lora_wk));

@@ -50,9 +50,11 @@ class DenseMlp {
   void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& lw, const LayerWeights<T, D>& lg,
                 LayerScratch<T, D>& s) const {
     ScopedRegion region("backward/ffn", fence_);
+    if (c.shared_cheap) kernels::swiglu_forward(c.a, c.b, c.h);  // selective recompute
     row_->backward(c.h, lw.mlp_w2, s.dres, s.ddh, lg.mlp_w2, false,
                    lora::in(c, lw, lw.lora_mlp_w2, 7, &lg.lora_mlp_w2));
     kernels::swiglu_backward(c.a, c.b, s.ddh, s.dda, s.ddb);
+    if (c.shared_cheap) norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);
     column_->backward(c.ffn_xn, lw.mlp_w1, s.dda, s.dxn, lg.mlp_w1, /*accumulate_dx=*/false,
                       lora::in(c, lw, lw.lora_mlp_w1, 5, &lg.lora_mlp_w1));
     column_->backward(c.ffn_xn, lw.mlp_w3, s.ddb, s.dxn, lg.mlp_w3, true,

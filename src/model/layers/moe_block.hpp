@@ -223,9 +223,11 @@ class MoeBlock {
       ScopedRegion r("backward/moe/experts", fence_);
       dispatcher_->backward(c, lw, lg, s.dres, s.dxn, s.dgates);  // overwrites dxn
     }
+    if (c.shared_cheap) norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);  // selective recompute
     if (shape_.n_shared > 0) {
       ScopedRegion r("backward/moe/shared", fence_);
       for (index_t e = 0; e < shape_.n_shared; ++e) {
+        if (c.shared_cheap) K::swiglu_forward(mat(c.sa, e), mat(c.sb, e), mat(c.sh, e));
         row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, moe_detail::mat_or_empty(lg.shared_w2, e), false,
                        lora::in(c, lw, lw.lora_shared_w2, e, 1002, &lg.lora_shared_w2));
         K::swiglu_backward(mat(c.sa, e), mat(c.sb, e), s.dsh, s.dsa, s.dsb);

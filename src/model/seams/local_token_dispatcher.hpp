@@ -62,6 +62,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     const bool ad = w.lora_w1.a.data() != nullptr;
     const double s = w.lora_scale, p = w.lora_dropout;
     const auto key = [&](std::uint64_t proj) { return lora::key(c.lora_key, proj); };
+    if (c.shared_cheap) K::swiglu_forward(k.ea, k.eb, k.eh);  // selective recompute
     K::grouped_linear_backward(k.eh, w.w2, dyp, off, deh, g.w2, true);
     if (ad) lora::grouped_backward<T, D>(k.eh, w.lora_w2, g.lora_w2, s, dyp, off, deh, lora_, p, key(102));
     K::swiglu_backward(k.ea, k.eb, deh, dea, deb);

@@ -152,6 +152,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const bool ad = w.lora_w1.a.data() != nullptr;
     const double s = w.lora_scale, p = w.lora_dropout;
     const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
+    if (c.shared_cheap) K::swiglu_forward(ea, eb, eh);  // selective recompute
     K::grouped_linear_backward(eh, w.w2, dye, off, deh, g.w2, true);
     if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, lora_, p, key(102));
     K::swiglu_backward(ea, eb, deh, dea, deb);

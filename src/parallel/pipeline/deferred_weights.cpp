@@ -14,14 +14,21 @@ void WeightGradQueue::open(int micro) {
 void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate,
                            const L::Adapter& ad) {
   auto& b = batches_.back();
+  // Only the previous entry's copy can be shared: between two products a
+  // buffer may be written again (selective recomputation's norm output is
+  // the shared input of both sub-blocks of every layer), so an older copy
+  // of the same address can hold other values.
   Act xc;
-  for (const auto& [orig, copy] : b.inputs)
-    if (orig == x.data() && copy.extent(0) == x.extent(0) && copy.extent(1) == x.extent(1)) xc = copy;
+  if (!b.entries.empty() && b.last == x.data()) {
+    const Act& prev = b.entries.back().x;
+    if (prev.extent(0) == x.extent(0) && prev.extent(1) == x.extent(1)) xc = prev;
+  }
   if (xc.data() == nullptr) {
     xc = Act("exa::pipeline::deferred_x", x.extent(0), x.extent(1));
     Kokkos::deep_copy(xc, x);
-    b.inputs.emplace_back(x.data(), xc);
+    b.inputs.push_back(xc);
   }
+  b.last = x.data();
   Act dyc("exa::pipeline::deferred_dy", dy.extent(0), dy.extent(1));
   Kokkos::deep_copy(dyc, dy);
   b.entries.push_back(Entry{&inner, xc, dyc, dw, accumulate, ad});
@@ -42,7 +49,7 @@ std::size_t WeightGradQueue::bytes() const {
   std::size_t n = 0;
   for (const auto& b : batches_) {
     for (const auto& e : b.entries) n += e.dy.span() * sizeof(float);
-    for (const auto& in : b.inputs) n += in.second.span() * sizeof(float);
+    for (const auto& in : b.inputs) n += in.span() * sizeof(float);
   }
   return n;
 }

@@ -7,9 +7,9 @@
 // ones under tensor parallelism). While its queue is deferring (the
 // pipeline opens it around a micro-batch's backward), backward_weight
 // records its product instead of running it: the input x and output
-// gradient dy are copied (dy lives in scratch the next layer overwrites; a
-// micro-batch's projections of one input share one copy) next to the
-// gradient they accumulate into. The pipeline runs a micro-batch's recorded
+// gradient dy are copied (dy lives in scratch the next layer overwrites)
+// next to the gradient they accumulate into; consecutive products of one
+// input (wq, wk, wv; w1, w3) share its copy. The pipeline runs a micro-batch's recorded
 // products, its W, when the stage would otherwise wait for a receive, and
 // all of them before the step's last backward, which runs undeferred so
 // that the data-parallel reduction hooks see complete gradients. The
@@ -54,7 +54,8 @@ class WeightGradQueue {
   struct Batch {
     int micro = 0;
     std::vector<Entry> entries;
-    std::vector<std::pair<const float*, Act>> inputs;  // original data -> its copy
+    std::vector<Act> inputs;        // the input copies
+    const float* last = nullptr;    // the data the last entry's x copies
   };
   std::deque<Batch> batches_;
   bool deferring_ = false;
