@@ -25,6 +25,7 @@
 #include "inference/evaluate_checkpoint.hpp"
 #include "kernels/onednn_matmul.hpp"
 #include "plan/auto_layout.hpp"
+#include "plan/memory_fit.hpp"
 #include "train/preflight.hpp"
 #include "train/trainer.hpp"
 
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
       std::string text = config.to_toml() + "\n# --check found:\n";
       if (!planned.empty()) text += "#   " + planned + "\n";
       for (const auto& line : found) text += "#   " + line + "\n";
+      for (const auto& line : exa::plan::memory_fit_report(config)) text += "#   " + line + "\n";
       exa::log::info("{}", text);
       return 0;
     }

@@ -3,6 +3,7 @@
 #include <Kokkos_Core.hpp>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 namespace exa {
@@ -23,11 +24,23 @@ std::atomic<bool>& installed_flag() {
   return f;
 }
 
+std::atomic<std::int64_t> g_total{0}, g_cap{0};
+std::mutex g_over_mutex;
+MemoryLedger::OverCap g_over;
+
 void add(const char* label, std::int64_t bytes) {
   auto& c = counters()[std::size_t(MemoryLedger::category_of(label ? label : ""))];
   const std::int64_t now = c.current.fetch_add(bytes) + bytes;
   std::int64_t p = c.peak.load();
   while (now > p && !c.peak.compare_exchange_weak(p, now)) {
+  }
+  const std::int64_t total = g_total.fetch_add(bytes) + bytes, cap = g_cap.load();
+  if (cap > 0 && bytes > 0 && total > cap) {
+    std::lock_guard<std::mutex> lock(g_over_mutex);
+    if (total > g_over.total) {
+      g_over.total = total;
+      for (int k = 0; k < kMemCategories; ++k) g_over.bytes[std::size_t(k)] = counters()[std::size_t(k)].current.load();
+    }
   }
 }
 
@@ -90,6 +103,24 @@ std::array<MemBytes, kMemCategories> MemoryLedger::snapshot() {
 
 void MemoryLedger::restart_peaks() {
   for (auto& c : counters()) c.peak.store(c.current.load());
+}
+
+void MemoryLedger::set_cap(std::int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_over_mutex);
+  g_cap.store(bytes);
+  g_over = OverCap{};
+  // Bytes allocated before the cap count too.
+  if (bytes > 0 && g_total.load() > bytes) {
+    g_over.total = g_total.load();
+    for (int k = 0; k < kMemCategories; ++k) g_over.bytes[std::size_t(k)] = counters()[std::size_t(k)].current.load();
+  }
+}
+
+std::int64_t MemoryLedger::cap() { return g_cap.load(); }
+
+MemoryLedger::OverCap MemoryLedger::over_cap() {
+  std::lock_guard<std::mutex> lock(g_over_mutex);
+  return g_over;
 }
 
 }  // namespace exa

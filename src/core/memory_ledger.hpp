@@ -16,6 +16,12 @@
 //
 // Current and peak bytes per category; the trainer writes the peaks of each
 // logging interval to metrics.jsonl ("mem") and restarts them.
+//
+// A cap (memory.cap_gb) bounds the sum over categories. The allocation
+// that crosses it is not refused (a callback cannot fail an allocation);
+// the ledger remembers the largest sum seen above the cap and the
+// categories' bytes at that moment, and the trainer stops the run with
+// them at the end of the step (every rank together).
 #include <array>
 #include <cstdint>
 #include <string>
@@ -39,6 +45,14 @@ class MemoryLedger {
   static std::array<MemBytes, kMemCategories> snapshot();
   // Peaks restart from the current bytes (a new interval).
   static void restart_peaks();
+  // The cap on the sum over categories (0: none), and what was seen above it.
+  static void set_cap(std::int64_t bytes);
+  static std::int64_t cap();
+  struct OverCap {
+    std::int64_t total = 0;                        // 0: never above the cap
+    std::array<std::int64_t, kMemCategories> bytes{};  // each category's current bytes then
+  };
+  static OverCap over_cap();
   static MemCategory category_of(const std::string& label);
   static const char* name(MemCategory c);  // "parameters", ...
 };

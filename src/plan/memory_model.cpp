@@ -161,6 +161,33 @@ CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const 
   return b;
 }
 
+ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan) {
+  const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
+  const double Nr = plan.sequence_parallel ? N / double(plan.tp) : N;
+  const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
+               Hkv = double(plan.kv_heads), k = double(cfg.top_k), E = double(cfg.n_experts),
+               F = double(plan.d_expert), Fd = double(plan.d_ff), Fs = double(plan.d_shared),
+               S = double(cfg.n_shared_experts), rows = N * k;
+  std::int64_t n_moe = 0, n_dense = 0;
+  for (const auto& [l0, l1] : plan.layer_ranges())
+    for (std::int64_t l = l0; l < l1; ++l) (cfg.is_moe_layer(l) ? n_moe : n_dense) += 1;
+  ScratchBytes b;
+  // dres, dxn; dq, dout; dk, dv (LayerScratch)
+  double act = 2 * Nr * d + 2 * N * H * hd + 2 * N * Hkv * hd;
+  if (n_dense > 0) act += 3 * N * Fd;
+  if (n_moe > 0) {
+    act += N * k + N * E + Nr * d + (S > 0 ? 3 * N * Fs : 0);  // dgates, drouter, moe_y; dsa, dsb, dsh
+    // The dispatcher's dyp, dxp [rows, d] and dea, deb, deh [rows, F];
+    // with expert parallelism also the exchanged rows [R, d] twice (R =
+    // rows, balanced), in exa::ep:: buffers.
+    const double dispatch = 2 * rows * d + 3 * rows * F;
+    if (c.grid.ep > 1) b.communication = 4 * (dispatch + 2 * rows * d);
+    else act += dispatch;
+  }
+  b.activations = 4 * act;
+  return b;
+}
+
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                      std::int64_t layers) {
   const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
@@ -228,6 +255,9 @@ MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int 
     m.activations += context_bytes(cfg, none, plan, 1);
   }
   if (c.recompute == "selective") m.activations += cheap_bytes(cfg, c, plan, layers).shared;
+  const ScratchBytes sb = scratch_bytes(cfg, c, plan);
+  m.activations += sb.activations;
+  m.communication += sb.communication;
   return m;
 }
 

@@ -54,6 +54,15 @@ struct CheapBytes {
 CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                        std::int64_t layers);
 
+// The backward's scratch the model keeps once per stage, whatever the
+// contexts in flight (model/layers/scratch.hpp, the token dispatcher's
+// permuted-row gradients): activations, and under expert parallelism the
+// all-to-all dispatcher's rows, which the ledger counts as communication.
+struct ScratchBytes {
+  double activations = 0, communication = 0;
+};
+ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan);
+
 // Every category for pipeline stage `stage`; and the largest over stages.
 MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int stage);
 MemoryBytes peak_memory(const model::ModelConfig& cfg, const Candidate& c, int* worst_stage = nullptr);

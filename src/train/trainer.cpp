@@ -591,6 +591,7 @@ double Trainer::run() {
     }
     if (line_due) line.begin(eval_comm_s_);
     if (record_due) record.begin(eval_comm_s_);
+    cap_.check(step_);  // memory.cap_gb: every rank stops here if one went above it
     // Expert growth after the step's log (its loads and placement are of
     // the model that ran it) and before its checkpoint (which holds the
     // grown model, the model of this step count).

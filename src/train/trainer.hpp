@@ -41,6 +41,7 @@
 #include "train/flops.hpp"
 #include "parallel/expert/moe_load.hpp"
 #include "train/nan_policy.hpp"
+#include "train/memory_cap.hpp"
 #include "train/replica_check.hpp"
 #include "train/step_log.hpp"
 #include "train/stop_signal.hpp"
@@ -175,6 +176,7 @@ class Trainer {
   NanGuard nan_{cfg_};  // resilience.nan_check / nan_policy
   optim::LossScaler scaler_ = optim::LossScaler::from_deck(cfg_);  // precision.loss_scaling
   ReplicaCheck replica_{cfg_, grid_, layout_->options().data.zero};  // resilience.replica_check_every
+  MemoryCap cap_{cfg_, world_};  // memory.cap_gb
   std::unique_ptr<CheckpointManager> ckpt_;  // tiers 0, 1 and 2, the async writer, resume and rollback
 };
 

@@ -1,6 +1,7 @@
 # The planner's parameter, gradient and optimizer bytes equal the memory
 # ledger's (metrics.jsonl "mem", rank 0: pipeline stage 0, tensor part 0,
-# EP rank 0, ZeRO part 0) for one layout, exactly:
+# EP rank 0, ZeRO part 0) for one layout, exactly, and its activations
+# within 10%:
 #   -DEXAMOE -DPLAN -DMPIEXEC -DNP -DCLUSTER -DWORK "-DARGS=<deck and --set>"
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
@@ -42,3 +43,15 @@ foreach(cat parameters gradients optimizer)
                         "(${ARGS}, ${NP} ranks)")
   endif()
 endforeach()
+# Activations (the contexts, the backward's scratch): the ledger's peak
+# over the step, within 10% of the prediction.
+string(JSON measured GET "${record}" mem activations peak)
+string(JSON predicted GET "${pred}" stage_memory 0 activations)
+execute_process(COMMAND awk "BEGIN{r=(${predicted} - ${measured}) / ${measured}; printf \"%.4f\", r}"
+                OUTPUT_VARIABLE rel)
+message(STATUS "activations: ledger peak ${measured} B, planner ${predicted} B (${rel} relative)")
+execute_process(COMMAND awk "BEGIN{r=${rel}; if(r<0)r=-r; exit !(r <= 0.10)}" RESULT_VARIABLE close)
+if(NOT close EQUAL 0)
+  message(FATAL_ERROR "activations: the planner predicts ${predicted} B, the ledger's peak on rank 0 is ${measured} B "
+                      "(${rel} relative, more than 10%; ${ARGS}, ${NP} ranks)")
+endif()

@@ -146,6 +146,7 @@ std::vector<KeySpec> build() {
 
       S("memory", "recompute", "none", {"none", "selective", "full"}, "activation recomputation: none (keep every layer's activations for backward); selective (keep the matrix products' inputs, and compute the norms' outputs and the SwiGLU products again in backward: element-wise work, the same gradients); full (keep only each layer's input and run its forward again right before its backward: the same gradients, one more forward of compute)"),
       S("memory", "checkpoint_layers", "all", {}, "with recompute = \"full\": keep the input of every layer (\"all\"), or of every N-th layer only (an integer N, or \"sqrt\" for N = ceil(sqrt(layers per stage))), recomputing a segment's other inputs in backward"),
+      F("memory", "cap_gb", 0.0, 0, 1e6, O::none, "per-rank memory cap (GiB, the memory ledger's sum over every category): a rank that needs more stops the run at the end of the step with the ledger's table and the policies that would fit (examoe --check estimates the table beforehand); 0 = none"),
       Reserved(B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer")),
 
       F("comm", "bucket_mb", 25.0, 0, 4096, O::lo, "gradient all-reduce bucket size in MiB"),
