@@ -5,6 +5,7 @@
 #   scripts/test.sh serial           # Debian's Kokkos 3.4.1 (Serial): full suite
 #   scripts/test.sh openmp           # OpenMP Kokkos 4.6.01 (scripts/build-kokkos.sh), 2 threads: the suite
 #                                    # less the layout matrix (label `layouts`; one case per feature stays)
+#                                    # and the tests that run no kernels (labels batch, docs, layering, selftest)
 #   scripts/test.sh cuda             # CUDA Kokkos: compile and link only (no GPU here)
 #   scripts/test.sh spack            # the Spack package with an offline Spack (scripts/test-spack.sh;
 #                                    # skipped when there is none)
@@ -94,8 +95,12 @@ for leg in "${legs[@]}"; do
   leg_counts=""
   case "$leg" in
     serial) "$root/scripts/setup.sh" serial && run_ctest "${BUILD_DIR:-$root/build}" ;;
+    # The layout matrix, and what runs no Kokkos kernel of its own (the
+    # batch scripts, the docs and layering checks, the PyTorch reference's
+    # self-test), run in the serial leg only.
     openmp) "$root/scripts/setup.sh" openmp &&
-              CTEST_ARGS="-LE layouts ${CTEST_ARGS:-}" run_ctest "$root/build-openmp" OMP_NUM_THREADS=2 OMP_PROC_BIND=false ;;
+              CTEST_ARGS="-LE layouts|batch|docs|layering|selftest ${CTEST_ARGS:-}" \
+              run_ctest "$root/build-openmp" OMP_NUM_THREADS=2 OMP_PROC_BIND=false ;;
     cuda)   "$root/scripts/setup.sh" cuda && leg_counts="compiled and linked; no test runs (no GPU)" &&
               echo "[cuda] every target compiled and linked (nothing runs: no GPU)" ;;
     spack)  "$root/scripts/test-spack.sh" ;;
