@@ -108,6 +108,10 @@ def draw(rng, max_ranks, bf16=False):
         layout.update({"comm.compression": "topk", "comm.topk_ratio": 1.0})
         if layout.get("parallel.hierarchical"):
             layout["comm.compress_scope"] = "inter_node"
+    # The expert all-to-all in parts (moe.a2a_chunks), on the flat path.
+    if layout.get("parallel.ep", 1) > 1 and rng.random() < 0.3:
+        layout["moe.a2a_chunks"] = rng.choice([2, 3, 8])
+        layout["comm.hierarchical_a2a"] = False
     return model, layout, ranks
 
 

@@ -49,6 +49,18 @@ struct ExpertExchange {
   // [E] the physical slot of each expert when the placement is not the
   // identity (re-placement), empty otherwise: plan.counts is then by slot.
   std::vector<int> slot_of;
+  // moe.a2a_chunks > 1: the exchange in parts that travel while the
+  // previous part is computed. Part k's received rows are rows [first,
+  // first + received) of R, source-major within the part, and its maps and
+  // offsets are relative to `first`.
+  struct Part {
+    std::vector<int> send_rows, recv_rows;  // [P] rows to / from each rank in this part
+    std::vector<int> send_at, recv_at;      // [P] first permuted row sent to / row of R received from each rank
+    std::vector<index_t> expert_offsets;    // [El+1]
+    Kokkos::View<int*, Layout, D> expert_row, source_row;  // [received]
+    index_t first = 0, received = 0;
+  };
+  std::vector<Part> parts;
 };
 
 template <class T, class D = Device>

@@ -31,7 +31,8 @@ LayoutOptions LayoutOptions::from_deck(const deck::Config& cfg) {
   o.data = data::DataParallelOptions::from_deck(cfg);
   o.expert = {o.data.backend, cfg.get_bool("comm.hierarchical_a2a"),
               kernels::WireCodec(kernels::wire_format_from_name(cfg.get_string("comm.a2a_compression")),
-                                 cfg.get_int("comm.quant_block"))};
+                                 cfg.get_int("comm.quant_block")),
+              int(cfg.get_int("moe.a2a_chunks"))};
   o.tensor = {o.data.overlap, cfg.get_bool("parallel.sequence_parallel")};
   o.context = context::ContextOptions::from_deck(cfg);
   o.pipeline = pipeline::PipelineOptions::from_deck(cfg);

@@ -39,6 +39,7 @@ struct ExpertOptions {
   comm::Backend backend = comm::Backend::Mpi;
   bool hierarchical = false;
   kernels::WireCodec compression;  // comm.a2a_compression: the token rows' wire format
+  int chunks = 1;                  // moe.a2a_chunks: parts of each exchange, overlapped with the experts
 };
 
 // Tensor parallelism: `overlap` (comm.overlap) runs the column-parallel

@@ -5,7 +5,9 @@
 // over all ranks of the single-rank gradients of its experts. Cases:
 // balanced routing, every token of every rank routed to one rank's experts
 // (zero-row messages and experts, the skew that hangs naive dispatchers),
-// and a capacity that drops. Run at 1, 2 and 4 ranks.
+// and a capacity that drops; each with the exchange in one piece and cut
+// into parts (moe.a2a_chunks: 3, and 64, more parts than rows between two
+// ranks, so most parts carry nothing). Run at 1, 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
@@ -131,7 +133,7 @@ void expect_near(const std::vector<float>& a, const std::vector<float>& b, const
     ASSERT_NEAR(a[i], b[i], 1e-5 + 1e-5 * std::fabs(b[i])) << what << " element " << i;
 }
 
-class AllToAllDispatcher : public ::testing::TestWithParam<Routing> {};
+class AllToAllDispatcher : public ::testing::TestWithParam<std::tuple<Routing, int>> {};
 
 TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
   exa::comm::GridSizes sizes;
@@ -141,7 +143,7 @@ TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
   const exa::comm::ProcessGrid grid(sizes);
   const int P = grid.size(exa::comm::Group::Ep), rank = grid.rank(exa::comm::Group::Ep);
   const int El = 2, E = El * P;
-  const Routing routing = GetParam();
+  const auto [routing, chunks] = GetParam();
   const index_t capacity = routing == Routing::Capacity ? 3 : 0;
 
   // The same experts everywhere; different tokens on every rank.
@@ -161,6 +163,7 @@ TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
 
   std::shared_ptr<exa::comm::Communicator> ep = exa::comm::make_mpi_communicator(grid.comm(exa::comm::Group::Ep));
   exa::parallel::expert::AllToAllDispatcher<float> a2a(ep, ep, E);
+  a2a.set_chunks(chunks);
   ASSERT_EQ(a2a.local_experts(), El);
   const Result got = run(a2a, make_context(E, routing, rank), slice(all, rank * El, (rank + 1) * El), El, capacity,
                          xn, dy);
@@ -181,11 +184,15 @@ TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Routings, AllToAllDispatcher,
-                         ::testing::Values(Routing::Balanced, Routing::AllToRankZero, Routing::Capacity),
+                         ::testing::Combine(::testing::Values(Routing::Balanced, Routing::AllToRankZero,
+                                                              Routing::Capacity),
+                                            ::testing::Values(1, 3, 64)),
                          [](const auto& info) {
-                           return info.param == Routing::Balanced        ? std::string("Balanced")
-                                  : info.param == Routing::AllToRankZero ? std::string("AllToRankZero")
-                                                                         : std::string("Capacity");
+                           const Routing r = std::get<0>(info.param);
+                           const std::string name = r == Routing::Balanced        ? "Balanced"
+                                                    : r == Routing::AllToRankZero ? "AllToRankZero"
+                                                                                  : "Capacity";
+                           return name + "_chunks" + std::to_string(std::get<1>(info.param));
                          });
 
 }  // namespace

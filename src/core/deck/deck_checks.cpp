@@ -571,6 +571,17 @@ void check_combinations(const Config& c) {
                      "\"none\"",
                      comp));
   }
+  if (const auto chunks = c.get_int("moe.a2a_chunks"); chunks > 1) {
+    for (const char* key : {"comm.hierarchical_a2a", "comm.a2a_compression"}) {
+      const bool on = std::string(key) == "comm.hierarchical_a2a" ? c.get_bool(key) : c.get_string(key) != "none";
+      if (on)
+        fail(c, {"moe.a2a_chunks", key},
+             fmt::format("moe.a2a_chunks = {} with {} is not built yet: the parts overlap the flat, uncompressed "
+                         "all-to-all; set moe.a2a_chunks = 1, or comm.hierarchical_a2a = false and "
+                         "comm.a2a_compression = \"none\"",
+                         chunks, key));
+    }
+  }
   // Tier 1 is written synchronously; it must not overlap a background write.
   if (c.get_int("checkpoint.local_every") > 0 && c.get_bool("checkpoint.async")) {
     fail(c, {"checkpoint.local_every", "checkpoint.async"},

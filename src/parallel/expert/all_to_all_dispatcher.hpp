@@ -103,33 +103,21 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     grow(c.eb, R, F, "exa::model::eb");
     grow(c.eh, R, F, "exa::model::eh");
     ensure_scratch(R, std::int64_t(c.xp.extent(0)), d, F);
-    const auto xr = rows(c.xr, R), ea = rows(c.ea, R), eb = rows(c.eb, R), eh = rows(c.eh, R);
-    const auto src = rows(source_, R), ye = rows(expert_, R);
-    {
-      ScopedRegion r("comm/all_to_all");
-      send(xp, c.exchange.send_rows, src, c.exchange.recv_rows);
-    }
-    K::permute_forward(src, first(c.exchange.expert_row, R), xr);
-    const auto& off = c.exchange.expert_offsets;
-    K::grouped_linear_forward(xr, w.w1, off, ea);
-    K::grouped_linear_forward(xr, w.w3, off, eb);
-    // Each expert's adapters live with it (LoRA), their input dropout keyed
-    // per projection.
-    const double p = w.lora_dropout;
-    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
-    if (w.lora_w1.a.data()) {
-      model::lora::grouped_forward<T, D>(xr, w.lora_w1, w.lora_scale, off, ea, lora_, p, key(101));
-      model::lora::grouped_forward<T, D>(xr, w.lora_w3, w.lora_scale, off, eb, lora_, p, key(103));
-    }
-    K::swiglu_forward(ea, eb, eh);
-    K::grouped_linear_forward(eh, w.w2, off, ye);
-    if (w.lora_w2.a.data())
-      model::lora::grouped_forward<T, D>(eh, w.lora_w2, w.lora_scale, off, ye, lora_, p, key(102));
-    K::permute_forward(ye, first(c.exchange.source_row, R), src);
     const auto yp = rows(c.yp, c.plan.rows);
-    {
-      ScopedRegion r("comm/all_to_all");
-      send(src, c.exchange.recv_rows, yp, c.exchange.send_rows);
+    if (!c.exchange.parts.empty()) {
+      forward_parts(c, w, xp, yp);
+    } else {
+      const auto src = rows(source_, R), ye = rows(expert_, R);
+      {
+        ScopedRegion r("comm/all_to_all");
+        send(xp, c.exchange.send_rows, src, c.exchange.recv_rows);
+      }
+      experts_forward(c, w, 0, R, c.exchange.expert_offsets, first(c.exchange.expert_row, R),
+                      first(c.exchange.source_row, R));
+      {
+        ScopedRegion r("comm/all_to_all");
+        send(src, c.exchange.recv_rows, yp, c.exchange.send_rows);
+      }
     }
     K::unpermute_forward(yp, c.gates, c.plan.row_of, y);
   }
@@ -139,36 +127,37 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     namespace K = kernels;
     const index_t R = c.exchange.received, M = c.plan.rows;
     const auto dyp = rows(dyp_, M), dxp = rows(dxp_, M);
-    const auto src = rows(source_, R), dye = rows(expert_, R);
-    const auto dea = rows(dea_, R), deb = rows(deb_, R), deh = rows(deh_, R);
-    const auto xr = rows(c.xr, R), ea = rows(c.ea, R), eb = rows(c.eb, R), eh = rows(c.eh, R);
-    const auto& off = c.exchange.expert_offsets;
     K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
-    {
-      ScopedRegion r("comm/all_to_all");
-      send(dyp, c.exchange.send_rows, src, c.exchange.recv_rows);
-    }
-    K::permute_forward(src, first(c.exchange.expert_row, R), dye);
-    const bool ad = w.lora_w1.a.data() != nullptr;
-    const double s = w.lora_scale, p = w.lora_dropout;
-    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
-    if (c.shared_cheap) K::swiglu_forward(ea, eb, eh);  // selective recompute
-    K::grouped_linear_backward(eh, w.w2, dye, off, deh, g.w2, true);
-    if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, lora_, p, key(102));
-    K::swiglu_backward(ea, eb, deh, dea, deb);
-    const auto dxe = dye;  // dye is dead once deh is computed
-    K::grouped_linear_backward(xr, w.w1, dea, off, dxe, g.w1, true, false);
-    K::grouped_linear_backward(xr, w.w3, deb, off, dxe, g.w3, true, true);
-    if (ad) {
-      model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, lora_, p, key(101));
-      model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, lora_, p, key(103));
-    }
-    K::permute_forward(dxe, first(c.exchange.source_row, R), src);
-    {
-      ScopedRegion r("comm/all_to_all");
-      send(src, c.exchange.recv_rows, dxp, c.exchange.send_rows);
+    if (c.shared_cheap) K::swiglu_forward(rows(c.ea, R), rows(c.eb, R), rows(c.eh, R));  // selective recompute
+    if (!c.exchange.parts.empty()) {
+      backward_parts(c, w, g, dyp, dxp);
+    } else {
+      const auto src = rows(source_, R);
+      {
+        ScopedRegion r("comm/all_to_all");
+        send(dyp, c.exchange.send_rows, src, c.exchange.recv_rows);
+      }
+      experts_backward(c, w, g, 0, R, c.exchange.expert_offsets, first(c.exchange.expert_row, R),
+                       first(c.exchange.source_row, R));
+      {
+        ScopedRegion r("comm/all_to_all");
+        send(src, c.exchange.recv_rows, dxp, c.exchange.send_rows);
+      }
     }
     K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
+  }
+
+  // moe.a2a_chunks: the number of parts the exchange is cut into (1: one
+  // blocking exchange). Parts overlap the next part's dispatch and the
+  // previous part's combine with this part's experts; they need the flat,
+  // uncompressed all-to-all.
+  void set_chunks(int chunks) {
+    EXA_REQUIRE(chunks >= 1, "moe.a2a_chunks = {} must be at least 1", chunks);
+    EXA_REQUIRE(chunks == 1 || (!hier_ && codec_.format() == kernels::WireFormat::F32),
+                "moe.a2a_chunks = {} overlaps the flat, uncompressed expert all-to-all: set comm.hierarchical_a2a = "
+                "false and comm.a2a_compression = \"none\", or moe.a2a_chunks = 1",
+                chunks);
+    chunks_ = chunks;
   }
 
   std::size_t scratch_bytes() const override {
@@ -249,6 +238,153 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     x.received = p.received;
     to_device(x.expert_row, p.expert_row, "exa::ep::expert_row");
     to_device(x.source_row, p.source_row, "exa::ep::source_row");
+    if (chunks_ == 1) {
+      x.parts.clear();
+      return;
+    }
+    const auto parts = plan_chunks(x.send_counts, x.recv_counts, P, El, d, chunks_);
+    x.parts.resize(parts.size());
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      auto& part = x.parts[k];
+      part.send_rows = parts[k].plan.send_rows;
+      part.recv_rows = parts[k].plan.recv_rows;
+      part.send_at = parts[k].send_at;
+      part.recv_at = parts[k].recv_at;
+      part.expert_offsets = parts[k].plan.expert_offsets;
+      part.first = parts[k].first;
+      part.received = parts[k].plan.received;
+      to_device(part.expert_row, parts[k].plan.expert_row, "exa::ep::part_expert_row");
+      to_device(part.source_row, parts[k].plan.source_row, "exa::ep::part_source_row");
+    }
+  }
+
+  // Rows [at, at + n) of a [R, .] buffer.
+  static V2 span(const V2& v, index_t at, index_t n) {
+    return Kokkos::subview(v, Kokkos::make_pair(at, at + n), Kokkos::ALL);
+  }
+
+  // The experts on received rows [at, at + n) (one part, or all of R):
+  // source-major rows in source_ to expert-major xr, the SwiGLU experts
+  // (and their adapters) into ea, eb, eh and expert_, and the results back
+  // to source-major order in source_, ready to return.
+  void experts_forward(Context& c, const Weights& w, index_t at, index_t n, const std::vector<index_t>& off,
+                       const I1& expert_row, const I1& source_row) {
+    namespace K = kernels;
+    const auto src = span(source_, at, n), ye = span(expert_, at, n), xr = span(c.xr, at, n);
+    const auto ea = span(c.ea, at, n), eb = span(c.eb, at, n), eh = span(c.eh, at, n);
+    K::permute_forward(src, expert_row, xr);
+    K::grouped_linear_forward(xr, w.w1, off, ea);
+    K::grouped_linear_forward(xr, w.w3, off, eb);
+    // Each expert's adapters live with it (LoRA), their input dropout keyed
+    // per projection.
+    const double p = w.lora_dropout;
+    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
+    if (w.lora_w1.a.data()) {
+      model::lora::grouped_forward<T, D>(xr, w.lora_w1, w.lora_scale, off, ea, lora_, p, key(101));
+      model::lora::grouped_forward<T, D>(xr, w.lora_w3, w.lora_scale, off, eb, lora_, p, key(103));
+    }
+    K::swiglu_forward(ea, eb, eh);
+    K::grouped_linear_forward(eh, w.w2, off, ye);
+    if (w.lora_w2.a.data())
+      model::lora::grouped_forward<T, D>(eh, w.lora_w2, w.lora_scale, off, ye, lora_, p, key(102));
+    K::permute_forward(ye, source_row, src);
+  }
+
+  // The mirror image on received rows [at, at + n): the row gradients in
+  // source_ (source-major), the experts' weight gradients (accumulated),
+  // and the input-row gradients back in source_.
+  void experts_backward(Context& c, const Weights& w, const Weights& g, index_t at, index_t n,
+                        const std::vector<index_t>& off, const I1& expert_row, const I1& source_row) {
+    namespace K = kernels;
+    const auto src = span(source_, at, n), dye = span(expert_, at, n);
+    const auto dea = span(dea_, at, n), deb = span(deb_, at, n), deh = span(deh_, at, n);
+    const auto xr = span(c.xr, at, n), ea = span(c.ea, at, n), eb = span(c.eb, at, n), eh = span(c.eh, at, n);
+    K::permute_forward(src, expert_row, dye);
+    const bool ad = w.lora_w1.a.data() != nullptr;
+    const double s = w.lora_scale, p = w.lora_dropout;
+    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
+    K::grouped_linear_backward(eh, w.w2, dye, off, deh, g.w2, true);
+    if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, lora_, p, key(102));
+    K::swiglu_backward(ea, eb, deh, dea, deb);
+    const auto dxe = dye;  // dye is dead once deh is computed
+    K::grouped_linear_backward(xr, w.w1, dea, off, dxe, g.w1, true, false);
+    K::grouped_linear_backward(xr, w.w3, deb, off, dxe, g.w3, true, true);
+    if (ad) {
+      model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, lora_, p, key(101));
+      model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, lora_, p, key(103));
+    }
+    K::permute_forward(dxe, source_row, src);
+  }
+
+  // One part's rows on their way: rows [out_at[r], + out[r]) of `from` to
+  // each rank r, into rows [in_at[s], + in[s]) of `to` from each rank s.
+  comm::Request post_part(const V2& from, const std::vector<int>& out, const std::vector<int>& out_at, const V2& to,
+                          const std::vector<int>& in, const std::vector<int>& in_at) {
+    const std::int64_t d = from.extent(1);
+    const std::size_t P = out.size();
+    std::vector<int> sc(P), sd(P), rc(P), rd(P);
+    std::int64_t leaving = 0;
+    for (std::size_t r = 0; r < P; ++r) {
+      sc[r] = int(out[r] * d);
+      sd[r] = int(out_at[r] * d);
+      rc[r] = int(in[r] * d);
+      rd[r] = int(in_at[r] * d);
+      if (int(r) != rows_->rank()) leaving += out[r];
+    }
+    comm::TrafficLedger::sent(comm::Traffic::ExpertA2a, double(leaving) * double(d) * sizeof(T));
+    using Flat = Kokkos::View<T*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const Flat a(from.data(), from.span()), b(to.data(), to.span());
+    Kokkos::fence();  // the rows are written by kernels the host does not wait for otherwise
+    return rows_->ialltoallv(a, sc, sd, b, rc, rd);
+  }
+
+  // moe.a2a_chunks: part k's dispatch is in flight while part k - 1's
+  // experts run, and part k - 1's results travel back while part k's do.
+  // The waits are the exposed exchange time (region comm/all_to_all).
+  void forward_parts(Context& c, const Weights& w, const V2& xp, const V2& yp) {
+    auto& parts = c.exchange.parts;
+    const std::size_t n = parts.size();
+    std::vector<comm::Request> dispatch(n), combine(n);
+    // The sender's rows of part k sit at the same permuted rows going and
+    // coming back; the receiver's part k is rows [first, + received) of R.
+    dispatch[0] = post_part(xp, parts[0].send_rows, parts[0].send_at, source_, parts[0].recv_rows, parts[0].recv_at);
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto& part = parts[k];
+      {
+        ScopedRegion r("comm/all_to_all");
+        dispatch[k].wait();
+      }
+      if (k + 1 < n)
+        dispatch[k + 1] = post_part(xp, parts[k + 1].send_rows, parts[k + 1].send_at, source_,
+                                    parts[k + 1].recv_rows, parts[k + 1].recv_at);
+      experts_forward(c, w, part.first, part.received, part.expert_offsets,
+                      first(part.expert_row, part.received), first(part.source_row, part.received));
+      combine[k] = post_part(source_, part.recv_rows, part.recv_at, yp, part.send_rows, part.send_at);
+    }
+    ScopedRegion r("comm/all_to_all");
+    comm::wait_all(combine);
+  }
+
+  void backward_parts(Context& c, const Weights& w, const Weights& g, const V2& dyp, const V2& dxp) {
+    auto& parts = c.exchange.parts;
+    const std::size_t n = parts.size();
+    std::vector<comm::Request> there(n), back(n);
+    there[0] = post_part(dyp, parts[0].send_rows, parts[0].send_at, source_, parts[0].recv_rows, parts[0].recv_at);
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto& part = parts[k];
+      {
+        ScopedRegion r("comm/all_to_all");
+        there[k].wait();
+      }
+      if (k + 1 < n)
+        there[k + 1] = post_part(dyp, parts[k + 1].send_rows, parts[k + 1].send_at, source_,
+                                 parts[k + 1].recv_rows, parts[k + 1].recv_at);
+      experts_backward(c, w, g, part.first, part.received, part.expert_offsets,
+                       first(part.expert_row, part.received), first(part.source_row, part.received));
+      back[k] = post_part(source_, part.recv_rows, part.recv_at, dxp, part.send_rows, part.send_at);
+    }
+    ScopedRegion r("comm/all_to_all");
+    comm::wait_all(back);
   }
 
   static void to_device(Kokkos::View<int*, Layout, D>& v, const std::vector<int>& h, const char* name) {
@@ -342,6 +478,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   std::map<std::int64_t, SlotTable> slot_tables_;  // per MoE layer
   I2 slot_topk_;                                   // [N,k], shared by the layers
   int n_experts_ = 0, local_experts_ = 0;
+  int chunks_ = 1;                  // moe.a2a_chunks
   V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
   model::lora::Scratch<T, D> lora_;  // the experts' adapters' products

@@ -1,5 +1,6 @@
 #include "parallel/expert/expert_exchange.hpp"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/error.hpp"
@@ -58,6 +59,60 @@ ExchangePlan plan_exchange(const std::vector<std::int64_t>& send_counts, const s
     }
   }
   return x;
+}
+
+namespace {
+
+// Rows of each (rank, local expert) of one block inside part c of C: the
+// block's rows [n c / C, n (c + 1) / C), the block ordered by expert.
+std::vector<std::int64_t> part_counts(const std::vector<std::int64_t>& counts, std::size_t P, std::size_t El, int c,
+                                      int C) {
+  std::vector<std::int64_t> out(P * El, 0);
+  for (std::size_t r = 0; r < P; ++r) {
+    std::int64_t n = 0;
+    for (std::size_t e = 0; e < El; ++e) n += counts[r * El + e];
+    const std::int64_t a = n * c / C, b = n * (c + 1) / C;
+    std::int64_t at = 0;
+    for (std::size_t e = 0; e < El; ++e) {
+      const std::int64_t lo = std::max(a, at), hi = std::min(b, at + counts[r * El + e]);
+      out[r * El + e] = std::max<std::int64_t>(0, hi - lo);
+      at += counts[r * El + e];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ChunkPlan> plan_chunks(const std::vector<std::int64_t>& send_counts,
+                                   const std::vector<std::int64_t>& recv_counts, int ranks, int local_experts,
+                                   std::int64_t row_width, int chunks) {
+  EXA_REQUIRE(chunks >= 1, "expert all-to-all: {} chunks (moe.a2a_chunks must be at least 1)", chunks);
+  const std::size_t P = std::size_t(ranks), El = std::size_t(local_experts);
+  // Where each destination's block starts among the permuted rows.
+  std::vector<std::int64_t> block(P + 1, 0);
+  for (std::size_t r = 0; r < P; ++r) {
+    block[r + 1] = block[r];
+    for (std::size_t e = 0; e < El; ++e) block[r + 1] += send_counts[r * El + e];
+  }
+  std::vector<ChunkPlan> out(static_cast<std::size_t>(chunks));
+  index_t first = 0;
+  for (int c = 0; c < chunks; ++c) {
+    auto& k = out[std::size_t(c)];
+    k.plan = plan_exchange(part_counts(send_counts, P, El, c, chunks), part_counts(recv_counts, P, El, c, chunks),
+                           ranks, local_experts, row_width);
+    k.first = first;
+    k.send_at.assign(P, 0);
+    k.recv_at.assign(P, 0);
+    index_t at = first;
+    for (std::size_t r = 0; r < P; ++r) {
+      k.send_at[r] = int(block[r] + (block[r + 1] - block[r]) * c / chunks);
+      k.recv_at[r] = int(at);
+      at += k.plan.recv_rows[r];
+    }
+    first += k.plan.received;
+  }
+  return out;
 }
 
 RowMessages row_messages(const std::vector<int>& rows, std::int64_t row_width) {

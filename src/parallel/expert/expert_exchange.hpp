@@ -28,6 +28,24 @@ struct ExchangePlan {
 ExchangePlan plan_exchange(const std::vector<std::int64_t>& send_counts, const std::vector<std::int64_t>& recv_counts,
                            int ranks, int local_experts, std::int64_t row_width);
 
+// moe.a2a_chunks: the exchange cut into `chunks` parts that travel and are
+// computed one after another. Part c of the rows between two ranks is rows
+// [n c / C, n (c + 1) / C) of their block (which is ordered by the
+// receiver's local expert), so sender and receiver cut alike from the
+// counts both hold. Each part has a plan of its own over its rows (the
+// plan's expert_row, source_row and expert_offsets are relative to the
+// part's first received row, `first`), and the row within this rank's
+// permuted rows where each destination's part starts (`send_at`).
+struct ChunkPlan {
+  ExchangePlan plan;
+  std::vector<int> send_at;  // [P] first permuted row sent to each rank in this part
+  std::vector<int> recv_at;  // [P] first row (of R, source-major) received from each rank
+  index_t first = 0;         // the part's first received row (of R)
+};
+std::vector<ChunkPlan> plan_chunks(const std::vector<std::int64_t>& send_counts,
+                                   const std::vector<std::int64_t>& recv_counts, int ranks, int local_experts,
+                                   std::int64_t row_width, int chunks);
+
 // Element counts and displacements of an all-to-all-v of `rows` per rank with
 // `row_width` elements per row.
 struct RowMessages {

@@ -23,6 +23,7 @@ void use_expert_parallel(model::Seams<float>& seams, const ParallelLayout& layou
                                                                 int(cfg.n_experts), std::move(hier),
                                                                 std::move(placement));
   dispatcher->set_wire_codec(opt.compression);
+  dispatcher->set_chunks(opt.chunks);
   seams.dispatcher = std::move(dispatcher);
 }
 
