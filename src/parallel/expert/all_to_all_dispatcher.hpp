@@ -105,7 +105,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     ensure_scratch(R, std::int64_t(c.xp.extent(0)), d, F);
     const auto yp = rows(c.yp, c.plan.rows);
     if (!c.exchange.parts.empty()) {
-      forward_parts(c, w, xp, yp);
+      pipeline_parts(c, xp, yp, [&](const auto& part, const I1& expert_row, const I1& source_row) {
+        experts_forward(c, w, part.first, part.received, part.expert_offsets, expert_row, source_row);
+      });
     } else {
       const auto src = rows(source_, R), ye = rows(expert_, R);
       {
@@ -130,7 +132,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
     if (c.shared_cheap) K::swiglu_forward(rows(c.ea, R), rows(c.eb, R), rows(c.eh, R));  // selective recompute
     if (!c.exchange.parts.empty()) {
-      backward_parts(c, w, g, dyp, dxp);
+      pipeline_parts(c, dyp, dxp, [&](const auto& part, const I1& expert_row, const I1& source_row) {
+        experts_backward(c, w, g, part.first, part.received, part.expert_offsets, expert_row, source_row);
+      });
     } else {
       const auto src = rows(source_, R);
       {
@@ -338,50 +342,30 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     return rows_->ialltoallv(a, sc, sd, b, rc, rd);
   }
 
-  // moe.a2a_chunks: part k's dispatch is in flight while part k - 1's
-  // experts run, and part k - 1's results travel back while part k's do.
-  // The waits are the exposed exchange time (region comm/all_to_all).
-  void forward_parts(Context& c, const Weights& w, const V2& xp, const V2& yp) {
-    auto& parts = c.exchange.parts;
-    const std::size_t n = parts.size();
-    std::vector<comm::Request> dispatch(n), combine(n);
-    // The sender's rows of part k sit at the same permuted rows going and
-    // coming back; the receiver's part k is rows [first, + received) of R.
-    dispatch[0] = post_part(xp, parts[0].send_rows, parts[0].send_at, source_, parts[0].recv_rows, parts[0].recv_at);
-    for (std::size_t k = 0; k < n; ++k) {
-      const auto& part = parts[k];
-      {
-        ScopedRegion r("comm/all_to_all");
-        dispatch[k].wait();
-      }
-      if (k + 1 < n)
-        dispatch[k + 1] = post_part(xp, parts[k + 1].send_rows, parts[k + 1].send_at, source_,
-                                    parts[k + 1].recv_rows, parts[k + 1].recv_at);
-      experts_forward(c, w, part.first, part.received, part.expert_offsets,
-                      first(part.expert_row, part.received), first(part.source_row, part.received));
-      combine[k] = post_part(source_, part.recv_rows, part.recv_at, yp, part.send_rows, part.send_at);
-    }
-    ScopedRegion r("comm/all_to_all");
-    comm::wait_all(combine);
-  }
-
-  void backward_parts(Context& c, const Weights& w, const Weights& g, const V2& dyp, const V2& dxp) {
-    auto& parts = c.exchange.parts;
+  // moe.a2a_chunks: part k's rows travel from `from` to source_ while part
+  // k - 1's `compute` runs, and part k - 1's results travel back from
+  // source_ into `to` while part k's run. The sender's rows of a part sit
+  // at the same permuted rows going and coming back; the receiver's part
+  // is rows [first, + received) of R. The waits are the exposed exchange
+  // time (region comm/all_to_all).
+  template <class Compute>
+  void pipeline_parts(Context& c, const V2& from, const V2& to, Compute&& compute) {
+    const auto& parts = c.exchange.parts;
     const std::size_t n = parts.size();
     std::vector<comm::Request> there(n), back(n);
-    there[0] = post_part(dyp, parts[0].send_rows, parts[0].send_at, source_, parts[0].recv_rows, parts[0].recv_at);
+    const auto post_there = [&](std::size_t k) {
+      return post_part(from, parts[k].send_rows, parts[k].send_at, source_, parts[k].recv_rows, parts[k].recv_at);
+    };
+    there[0] = post_there(0);
     for (std::size_t k = 0; k < n; ++k) {
       const auto& part = parts[k];
       {
         ScopedRegion r("comm/all_to_all");
         there[k].wait();
       }
-      if (k + 1 < n)
-        there[k + 1] = post_part(dyp, parts[k + 1].send_rows, parts[k + 1].send_at, source_,
-                                 parts[k + 1].recv_rows, parts[k + 1].recv_at);
-      experts_backward(c, w, g, part.first, part.received, part.expert_offsets,
-                       first(part.expert_row, part.received), first(part.source_row, part.received));
-      back[k] = post_part(source_, part.recv_rows, part.recv_at, dxp, part.send_rows, part.send_at);
+      if (k + 1 < n) there[k + 1] = post_there(k + 1);
+      compute(part, first(part.expert_row, part.received), first(part.source_row, part.received));
+      back[k] = post_part(source_, part.recv_rows, part.recv_at, to, part.send_rows, part.send_at);
     }
     ScopedRegion r("comm/all_to_all");
     comm::wait_all(back);
