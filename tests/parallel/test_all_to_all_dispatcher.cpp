@@ -5,9 +5,11 @@
 // over all ranks of the single-rank gradients of its experts. Cases:
 // balanced routing, every token of every rank routed to one rank's experts
 // (zero-row messages and experts, the skew that hangs naive dispatchers),
-// and a capacity that drops; each with the exchange in one piece and cut
-// into parts (moe.a2a_chunks: 3, and 64, more parts than rows between two
-// ranks, so most parts carry nothing). Run at 1, 2 and 4 ranks.
+// and a capacity that drops. Each runs in a context that first carried a
+// skewed micro-batch (its buffers and maps keep that size), with the
+// exchange in one piece and cut into parts (moe.a2a_chunks: 3, and 64,
+// more parts than rows between two ranks, so most parts carry nothing).
+// Run at 1, 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
@@ -118,7 +120,7 @@ struct Result {
 };
 
 template <class Dispatcher>
-Result run(Dispatcher& disp, Context c, const Weights& w, int E_local, index_t capacity, const V2& xn,
+Result run(Dispatcher& disp, Context& c, const Weights& w, int E_local, index_t capacity, const V2& xn,
            const V2& dy) {
   V2 y("y", kN, kD), dxn("dxn", kN, kD), dgates("dgates", kN, kK);
   const Grads g(E_local);
@@ -159,14 +161,23 @@ TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
   const V2 dy = random_view<V2>("dy", {std::size_t(kN), std::size_t(kD)}, 200 + rank);
 
   exa::model::LocalTokenDispatcher<float> local(E);
-  const Result ref = run(local, make_context(E, routing, rank), all, E, capacity, xn, dy);
+  Context one = make_context(E, routing, rank);
+  const Result ref = run(local, one, all, E, capacity, xn, dy);
 
   std::shared_ptr<exa::comm::Communicator> ep = exa::comm::make_mpi_communicator(grid.comm(exa::comm::Group::Ep));
   exa::parallel::expert::AllToAllDispatcher<float> a2a(ep, ep, E);
   a2a.set_chunks(chunks);
   ASSERT_EQ(a2a.local_experts(), El);
-  const Result got = run(a2a, make_context(E, routing, rank), slice(all, rank * El, (rank + 1) * El), El, capacity,
-                         xn, dy);
+  // The context first carries a micro-batch whose routing sends every row
+  // to rank 0's experts, as a training run's pooled context does: its
+  // buffers and row maps keep that size for the next micro-batch.
+  const Weights mine = slice(all, rank * El, (rank + 1) * El);
+  Context c = make_context(E, Routing::AllToRankZero, rank);
+  run(a2a, c, mine, El, 0, xn, dy);
+  const Context next = make_context(E, routing, rank);
+  c.topk = next.topk;
+  c.gates = next.gates;
+  const Result got = run(a2a, c, mine, El, capacity, xn, dy);
 
   expect_near(got.y, ref.y, "y");
   expect_near(got.dxn, ref.dxn, "dxn");
