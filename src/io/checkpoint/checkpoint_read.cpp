@@ -195,7 +195,6 @@ std::vector<BadChunk> repair_chunks(const std::string& copy, const std::string& 
       });
     });
     std::vector<BadChunk> left;
-    h5::Id dxpl = collective_transfer();
     for (std::size_t b = 0; b < bad.size();) {
       const std::size_t i = bad[b].item;
       const Item& it = items[i];
@@ -203,7 +202,10 @@ std::vector<BadChunk> repair_chunks(const std::string& copy, const std::string& 
       std::vector<std::uint64_t> sums(static_cast<std::size_t>(chunk_count(numel, chunk_elems[i])), 0);
       HostFlat got;
       phase(comm, [&] {
-        damaged_if_h5_fails(cfile, [&] { got = read_item(f, cfile, it, covers[i], me, dxpl, chunk_elems[i], sums); });
+        damaged_if_h5_fails(cfile, [&] {
+          h5::Id dxpl = transfer_for(dataset_bytes(it.shape));
+          got = read_item(f, cfile, it, covers[i], me, dxpl, chunk_elems[i], sums);
+        });
       });
       const std::vector<std::uint64_t> total = allreduce_sum(sums, comm);
       const auto map = model::box_index(it.shard, it.shape);
@@ -333,9 +335,9 @@ CheckpointMeta load_from(const std::string& path, const std::vector<CheckpointTe
   std::vector<std::uint64_t> partial(at.back(), 0);
   phase(comm, [&] {
     damaged_if_h5_fails(file, [&] {
-      h5::Id dxpl = collective_transfer();
       for (std::size_t i = 0; i < items.size(); ++i) {
         std::vector<std::uint64_t> sums(at[i + 1] - at[i], 0);
+        h5::Id dxpl = transfer_for(dataset_bytes(items[i].shape));
         bufs[i] = read_item(f, file, items[i], covers[i], me, dxpl, chunk_elems[i], sums);
         std::copy(sums.begin(), sums.end(), partial.begin() + static_cast<std::ptrdiff_t>(at[i]));
       }

@@ -48,10 +48,17 @@ h5::Id file_access(MPI_Comm comm) {
   return fapl;
 }
 
-h5::Id collective_transfer() {
+h5::Id transfer_for(std::uint64_t bytes) {
   h5::Id dxpl = h5::plist(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate");
-  h5::check(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+  h5::check(H5Pset_dxpl_mpio(dxpl, bytes >= kCollectiveTransferBytes ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT),
+            "H5Pset_dxpl_mpio");
   return dxpl;
+}
+
+std::uint64_t dataset_bytes(const std::vector<std::int64_t>& shape) {
+  std::uint64_t n = sizeof(float);
+  for (const std::int64_t e : shape) n *= std::uint64_t(e);
+  return n;
 }
 
 }  // namespace exa::io::detail

@@ -93,7 +93,6 @@ void write_file(const std::string& file, const std::vector<Item>& items, const s
   for (const char* g : gnames) {
     groups.push_back(h5::group(H5Gcreate2(f, g, H5P_DEFAULT, gcpl, H5P_DEFAULT), fmt::format("creating {}", g)));
   }
-  h5::Id dxpl = collective_transfer();
   h5::Id dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
   h5::check(H5Pset_layout(dcpl, H5D_CONTIGUOUS), "H5Pset_layout");
   h5::check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
@@ -115,6 +114,7 @@ void write_file(const std::string& file, const std::vector<Item>& items, const s
     HostFlat host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), it.view);
     select_ranges(fspace, it.shard.box, owned);
     h5::Id mspace = memory_space(it.shard.count, shifted(owned, it.shard.offset));
+    h5::Id dxpl = transfer_for(dataset_bytes(it.shape));
     h5::check(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, it.shard.count > 0 ? host.data() : &dummy),
               "writing dataset " + it.path());
     std::vector<std::uint64_t> mine(at[i + 1] - at[i], 0);
