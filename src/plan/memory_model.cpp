@@ -144,15 +144,32 @@ double recompute_segment(const Candidate& c, double layers) {
   return std::min(layers, double(std::stoll(c.checkpoint_layers)));
 }
 
+namespace {
+
+// A micro-batch on one stage: its tokens (N, this cp rank's), the rows of
+// the residual stream (Nr: N / tp under sequence parallelism), and the
+// stage's MoE and dense layers.
+struct StageRows {
+  double N = 0, Nr = 0;
+  std::int64_t n_moe = 0, n_dense = 0;
+};
+
+StageRows stage_rows(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan) {
+  StageRows r;
+  r.N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
+  r.Nr = plan.sequence_parallel ? r.N / double(plan.tp) : r.N;
+  for (const auto& [l0, l1] : plan.layer_ranges())
+    for (std::int64_t l = l0; l < l1; ++l) (cfg.is_moe_layer(l) ? r.n_moe : r.n_dense) += 1;
+  return r;
+}
+
+}  // namespace
+
 CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                        std::int64_t layers) {
-  const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
-  const double Nr = plan.sequence_parallel ? N / double(plan.tp) : N;
+  const auto [N, Nr, n_moe, n_dense] = stage_rows(cfg, c, plan);
   const double d = double(cfg.d_model), rows = N * double(cfg.top_k), F = double(plan.d_expert),
                Fd = double(plan.d_ff), Fs = double(plan.d_shared), S = double(cfg.n_shared_experts);
-  std::int64_t n_moe = 0, n_dense = 0;
-  for (const auto& [l0, l1] : plan.layer_ranges())
-    for (std::int64_t l = l0; l < l1; ++l) (cfg.is_moe_layer(l) ? n_moe : n_dense) += 1;
   const double frac = double(layers) / double(std::max<std::int64_t>(1, plan.local_layers()));
   const double moe = 2 * Nr * d + rows * F + S * N * Fs, dense = 2 * Nr * d + N * Fd;
   CheapBytes b;
@@ -162,15 +179,11 @@ CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const 
 }
 
 ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan) {
-  const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
-  const double Nr = plan.sequence_parallel ? N / double(plan.tp) : N;
+  const auto [N, Nr, n_moe, n_dense] = stage_rows(cfg, c, plan);
   const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
                Hkv = double(plan.kv_heads), k = double(cfg.top_k), E = double(cfg.n_experts),
                F = double(plan.d_expert), Fd = double(plan.d_ff), Fs = double(plan.d_shared),
                S = double(cfg.n_shared_experts), rows = N * k;
-  std::int64_t n_moe = 0, n_dense = 0;
-  for (const auto& [l0, l1] : plan.layer_ranges())
-    for (std::int64_t l = l0; l < l1; ++l) (cfg.is_moe_layer(l) ? n_moe : n_dense) += 1;
   ScratchBytes b;
   // dres, dxn; dq, dout; dk, dv (LayerScratch)
   double act = 2 * Nr * d + 2 * N * H * hd + 2 * N * Hkv * hd;
@@ -190,8 +203,7 @@ ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, co
 
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                      std::int64_t layers) {
-  const double N = double(c.micro_batch * cfg.seq_len / c.grid.cp);
-  const double Nr = plan.sequence_parallel ? N / double(plan.tp) : N;
+  const auto [N, Nr, n_moe, n_dense] = stage_rows(cfg, c, plan);
   const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
                Hkv = double(plan.kv_heads), k = double(cfg.top_k), E = double(cfg.n_experts),
                F = double(plan.d_expert), Fd = double(plan.d_ff), Fs = double(plan.d_shared),
@@ -205,9 +217,6 @@ double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const mo
   const double moe = 2 * N * E + N + 2 * N * k + E + 2 * rows * d + 3 * rows * F + 2 * rows +
                      (c.grid.ep > 1 ? rows * d + 2 * rows : 0) + 3 * S * N * Fs;
   double per_layer_moe = 0, per_layer_dense = 0;
-  std::int64_t n_moe = 0, n_dense = 0;
-  for (const auto& [l0, l1] : plan.layer_ranges())
-    for (std::int64_t l = l0; l < l1; ++l) (cfg.is_moe_layer(l) ? n_moe : n_dense) += 1;
   const double frac = double(layers) / double(std::max<std::int64_t>(1, plan.local_layers()));
   per_layer_moe = attn + ffn_common + moe;
   per_layer_dense = attn + ffn_common + dense;
