@@ -199,7 +199,10 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   }
 
  private:
-  static V2 rows(const V2& v, index_t n) { return Kokkos::subview(v, Kokkos::make_pair(index_t(0), n), Kokkos::ALL); }
+  // Rows [at, at + n) of a buffer (the first n by default).
+  static V2 rows(const V2& v, index_t n, index_t at = 0) {
+    return Kokkos::subview(v, Kokkos::make_pair(at, at + n), Kokkos::ALL);
+  }
   // The first R entries of a row map (the maps keep the largest size seen).
   static Kokkos::View<int*, Layout, D> first(const Kokkos::View<int*, Layout, D>& v, index_t n) {
     return Kokkos::subview(v, Kokkos::make_pair(index_t(0), n));
@@ -240,12 +243,13 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     x.recv_rows = std::move(p.recv_rows);
     x.expert_offsets = std::move(p.expert_offsets);
     x.received = p.received;
-    to_device(x.expert_row, p.expert_row, "exa::ep::expert_row");
-    to_device(x.source_row, p.source_row, "exa::ep::source_row");
     if (chunks_ == 1) {
+      to_device(x.expert_row, p.expert_row, "exa::ep::expert_row");
+      to_device(x.source_row, p.source_row, "exa::ep::source_row");
       x.parts.clear();
       return;
     }
+    // In parts, only the parts' maps are read.
     const auto parts = plan_chunks(x.send_counts, x.recv_counts, P, El, d, chunks_);
     x.parts.resize(parts.size());
     for (std::size_t k = 0; k < parts.size(); ++k) {
@@ -262,11 +266,6 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     }
   }
 
-  // Rows [at, at + n) of a [R, .] buffer.
-  static V2 span(const V2& v, index_t at, index_t n) {
-    return Kokkos::subview(v, Kokkos::make_pair(at, at + n), Kokkos::ALL);
-  }
-
   // The experts on received rows [at, at + n) (one part, or all of R):
   // source-major rows in source_ to expert-major xr, the SwiGLU experts
   // (and their adapters) into ea, eb, eh and expert_, and the results back
@@ -274,8 +273,8 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   void experts_forward(Context& c, const Weights& w, index_t at, index_t n, const std::vector<index_t>& off,
                        const I1& expert_row, const I1& source_row) {
     namespace K = kernels;
-    const auto src = span(source_, at, n), ye = span(expert_, at, n), xr = span(c.xr, at, n);
-    const auto ea = span(c.ea, at, n), eb = span(c.eb, at, n), eh = span(c.eh, at, n);
+    const auto src = rows(source_, n, at), ye = rows(expert_, n, at), xr = rows(c.xr, n, at);
+    const auto ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
     K::permute_forward(src, expert_row, xr);
     K::grouped_linear_forward(xr, w.w1, off, ea);
     K::grouped_linear_forward(xr, w.w3, off, eb);
@@ -300,9 +299,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   void experts_backward(Context& c, const Weights& w, const Weights& g, index_t at, index_t n,
                         const std::vector<index_t>& off, const I1& expert_row, const I1& source_row) {
     namespace K = kernels;
-    const auto src = span(source_, at, n), dye = span(expert_, at, n);
-    const auto dea = span(dea_, at, n), deb = span(deb_, at, n), deh = span(deh_, at, n);
-    const auto xr = span(c.xr, at, n), ea = span(c.ea, at, n), eb = span(c.eb, at, n), eh = span(c.eh, at, n);
+    const auto src = rows(source_, n, at), dye = rows(expert_, n, at);
+    const auto dea = rows(dea_, n, at), deb = rows(deb_, n, at), deh = rows(deh_, n, at);
+    const auto xr = rows(c.xr, n, at), ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
     K::permute_forward(src, expert_row, dye);
     const bool ad = w.lora_w1.a.data() != nullptr;
     const double s = w.lora_scale, p = w.lora_dropout;
