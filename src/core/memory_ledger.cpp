@@ -28,6 +28,14 @@ std::atomic<std::int64_t> g_total{0}, g_cap{0};
 std::mutex g_over_mutex;
 MemoryLedger::OverCap g_over;
 
+// Under g_over_mutex: a sum above the cap, kept when it is the largest yet,
+// with each category's bytes at this moment.
+void record_over(std::int64_t total) {
+  if (total <= g_over.total) return;
+  g_over.total = total;
+  for (int k = 0; k < kMemCategories; ++k) g_over.bytes[std::size_t(k)] = counters()[std::size_t(k)].current.load();
+}
+
 void add(const char* label, std::int64_t bytes) {
   auto& c = counters()[std::size_t(MemoryLedger::category_of(label ? label : ""))];
   const std::int64_t now = c.current.fetch_add(bytes) + bytes;
@@ -37,10 +45,7 @@ void add(const char* label, std::int64_t bytes) {
   const std::int64_t total = g_total.fetch_add(bytes) + bytes, cap = g_cap.load();
   if (cap > 0 && bytes > 0 && total > cap) {
     std::lock_guard<std::mutex> lock(g_over_mutex);
-    if (total > g_over.total) {
-      g_over.total = total;
-      for (int k = 0; k < kMemCategories; ++k) g_over.bytes[std::size_t(k)] = counters()[std::size_t(k)].current.load();
-    }
+    record_over(total);
   }
 }
 
@@ -110,10 +115,7 @@ void MemoryLedger::set_cap(std::int64_t bytes) {
   g_cap.store(bytes);
   g_over = OverCap{};
   // Bytes allocated before the cap count too.
-  if (bytes > 0 && g_total.load() > bytes) {
-    g_over.total = g_total.load();
-    for (int k = 0; k < kMemCategories; ++k) g_over.bytes[std::size_t(k)] = counters()[std::size_t(k)].current.load();
-  }
+  if (bytes > 0 && g_total.load() > bytes) record_over(g_total.load());
 }
 
 std::int64_t MemoryLedger::cap() { return g_cap.load(); }

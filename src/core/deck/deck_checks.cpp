@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "core/deck/did_you_mean.hpp"
 #include "core/error.hpp"
@@ -572,8 +573,10 @@ void check_combinations(const Config& c) {
                      comp));
   }
   if (const auto chunks = c.get_int("moe.a2a_chunks"); chunks > 1) {
-    for (const char* key : {"comm.hierarchical_a2a", "comm.a2a_compression"}) {
-      const bool on = std::string(key) == "comm.hierarchical_a2a" ? c.get_bool(key) : c.get_string(key) != "none";
+    const std::pair<const char*, bool> others[] = {
+        {"comm.hierarchical_a2a", c.get_bool("comm.hierarchical_a2a")},
+        {"comm.a2a_compression", c.get_string("comm.a2a_compression") != "none"}};
+    for (const auto& [key, on] : others) {
       if (on)
         fail(c, {"moe.a2a_chunks", key},
              fmt::format("moe.a2a_chunks = {} with {} is not built yet: the parts overlap the flat, uncompressed "
