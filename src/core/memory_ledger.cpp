@@ -36,8 +36,8 @@ void record_over(std::int64_t total) {
   for (int k = 0; k < kMemCategories; ++k) g_over.bytes[std::size_t(k)] = counters()[std::size_t(k)].current.load();
 }
 
-void add(const char* label, std::int64_t bytes) {
-  auto& c = counters()[std::size_t(MemoryLedger::category_of(label ? label : ""))];
+void add(MemCategory cat, std::int64_t bytes) {
+  auto& c = counters()[std::size_t(cat)];
   const std::int64_t now = c.current.fetch_add(bytes) + bytes;
   std::int64_t p = c.peak.load();
   while (now > p && !c.peak.compare_exchange_weak(p, now)) {
@@ -49,6 +49,8 @@ void add(const char* label, std::int64_t bytes) {
   }
 }
 
+void add(const char* label, std::int64_t bytes) { add(MemoryLedger::category_of(label ? label : ""), bytes); }
+
 void on_allocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t size) {
   add(label, static_cast<std::int64_t>(size));
 }
@@ -56,6 +58,8 @@ void on_allocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*,
 void on_deallocate(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t size) {
   add(label, -static_cast<std::int64_t>(size));
 }
+
+std::mutex g_sampled_mutex;
 
 }  // namespace
 
@@ -84,6 +88,7 @@ const char* MemoryLedger::name(MemCategory c) {
     case MemCategory::Communication: return "communication";
     case MemCategory::Checkpoint: return "checkpoint";
     case MemCategory::Workspace: return "workspace";
+    case MemCategory::Offload: return "offload";
   }
   return "?";
 }
@@ -104,6 +109,13 @@ std::array<MemBytes, kMemCategories> MemoryLedger::snapshot() {
   for (int k = 0; k < kMemCategories; ++k)
     out[std::size_t(k)] = {counters()[std::size_t(k)].current.load(), counters()[std::size_t(k)].peak.load()};
   return out;
+}
+
+void MemoryLedger::record(const std::string& label, std::int64_t bytes) { add(label.c_str(), bytes); }
+
+void MemoryLedger::set_sampled(MemCategory c, std::int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_sampled_mutex);
+  add(c, bytes - counters()[std::size_t(c)].current.load());
 }
 
 void MemoryLedger::restart_peaks() {

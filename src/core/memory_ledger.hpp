@@ -13,6 +13,12 @@
 //                  exa::tp, exa::context::, exa::comm::
 //   checkpoint     exa::ckpt::
 //   workspace      everything else (kernels' scratch, batches, evaluation)
+//   offload        memory.offload_experts' file-backed pages resident in
+//                  the process, measured (core/offload_tier.hpp) whenever
+//                  the offload sampled them, not counted per allocation
+//
+// Memory the project maps itself (the offload tier's anonymous part) is
+// recorded by label with record().
 //
 // Current and peak bytes per category; the trainer writes the peaks of each
 // logging interval to metrics.jsonl ("mem") and restarts them.
@@ -28,8 +34,8 @@
 
 namespace exa {
 
-enum class MemCategory { Parameters, Gradients, Optimizer, Activations, Communication, Checkpoint, Workspace };
-constexpr int kMemCategories = 7;
+enum class MemCategory { Parameters, Gradients, Optimizer, Activations, Communication, Checkpoint, Workspace, Offload };
+constexpr int kMemCategories = 8;
 
 struct MemBytes {
   std::int64_t current = 0, peak = 0;
@@ -43,6 +49,10 @@ class MemoryLedger {
   static bool install();
   static bool installed();
   static std::array<MemBytes, kMemCategories> snapshot();
+  // Bytes allocated (> 0) or freed (< 0) outside Kokkos, by label.
+  static void record(const std::string& label, std::int64_t bytes);
+  // A measured category's bytes now (its peak follows).
+  static void set_sampled(MemCategory c, std::int64_t bytes);
   // Peaks restart from the current bytes (a new interval).
   static void restart_peaks();
   // The cap on the sum over categories (0: none), and what was seen above it.

@@ -11,7 +11,9 @@
 // given backend and thread count. Host backends use long blocks; GPU
 // backends use one short block per thread so neighbouring threads read
 // neighbouring memory.
+#include <algorithm>
 #include <cstddef>
+#include <vector>
 #include <type_traits>
 
 #include "core/types.hpp"
@@ -28,38 +30,81 @@ constexpr std::size_t norm_block() {
 }
 }  // namespace detail
 
+namespace detail {
+// Block b's sum of squares (elements [b*blk, min(n, (b+1)*blk)) of p): the
+// one definition both forms below use, so their blocks agree bit for bit.
+template <class T>
+KOKKOS_INLINE_FUNCTION double block_sq_sum(const T* p, std::size_t n, std::size_t blk, std::size_t b) {
+  const std::size_t i0 = b * blk;
+  const std::size_t i1 = (n - i0 < blk) ? n : i0 + blk;
+  double lane[kNormLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::size_t i = i0;
+  for (; i + kNormLanes <= i1; i += kNormLanes) {
+    for (std::size_t j = 0; j < kNormLanes; ++j) {
+      const double x = static_cast<double>(p[i + j]);
+      lane[j] += x * x;
+    }
+  }
+  for (std::size_t j = 0; i + j < i1; ++j) {
+    const double x = static_cast<double>(p[i + j]);
+    lane[j] += x * x;
+  }
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+}  // namespace detail
+
 // Works on a View of any rank whose memory is contiguous (every ExaMoE tensor).
 template <class V>
 double global_sq_norm(const V& v, const exec_of<V>& exec = exec_of<V>{}) {
-  using T = typename V::non_const_value_type;
   using Exec = typename V::execution_space;
   static_assert(detail::norm_block<Exec>() % detail::kNormLanes == 0,
                 "exa::global_sq_norm: block must be a multiple of the lane count");
   const std::size_t blk = detail::norm_block<Exec>();  // captured by value
-  const T* const p = v.data();
+  const auto* const p = v.data();
   const std::size_t n = v.span();
   const std::size_t nblocks = (n + blk - 1) / blk;
   double s = 0;
   Kokkos::parallel_reduce(
       "exa::global_sq_norm", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>(exec, 0, nblocks),
-      KOKKOS_LAMBDA(const std::size_t b, double& acc) {
-        const std::size_t i0 = b * blk;
-        const std::size_t i1 = (n - i0 < blk) ? n : i0 + blk;
-        double lane[detail::kNormLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
-        std::size_t i = i0;
-        for (; i + detail::kNormLanes <= i1; i += detail::kNormLanes) {
-          for (std::size_t j = 0; j < detail::kNormLanes; ++j) {
-            const double x = static_cast<double>(p[i + j]);
-            lane[j] += x * x;
-          }
-        }
-        for (std::size_t j = 0; i + j < i1; ++j) {
-          const double x = static_cast<double>(p[i + j]);
-          lane[j] += x * x;
-        }
-        acc += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-      },
-      s);
+      KOKKOS_LAMBDA(const std::size_t b, double& acc) { acc += detail::block_sq_sum(p, n, blk, b); }, s);
+  return s;
+}
+
+// global_sq_norm's result, bit for bit (the same blocks, reduced by the
+// same parallel_reduce), with the blocks' sums computed first, range by
+// range: once the blocks over each of `pieces` ([begin, end) elements,
+// ascending) are summed, after(piece) runs, so that a caller can take the
+// piece out of memory before the next is read (memory.offload_experts).
+template <class V, class Piece, class After>
+double global_sq_norm_pieces(const V& v, const std::vector<Piece>& pieces, After&& after,
+                             const exec_of<V>& exec = exec_of<V>{}) {
+  using Exec = typename V::execution_space;
+  using Range = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>;
+  const std::size_t blk = detail::norm_block<Exec>();
+  const auto* const p = v.data();
+  const std::size_t n = v.span();
+  const std::size_t nblocks = (n + blk - 1) / blk;
+  Kokkos::View<double*, typename V::memory_space> sums("exa::norm_block_sums", nblocks);
+  auto fill = [&](std::size_t b0, std::size_t b1) {
+    if (b1 > b0)
+      Kokkos::parallel_for(
+          "exa::global_sq_norm::blocks", Range(exec, b0, b1),
+          KOKKOS_LAMBDA(const std::size_t b) { sums(b) = detail::block_sq_sum(p, n, blk, b); });
+  };
+  std::size_t next = 0;
+  for (const auto& piece : pieces) {
+    const std::size_t b0 = std::max(next, std::min(nblocks, std::size_t(piece.begin) / blk));
+    const std::size_t b1 = std::max(b0, std::min(nblocks, (std::size_t(piece.end) + blk - 1) / blk));
+    fill(next, b1);
+    exec.fence();
+    after(piece);
+    next = b1;
+  }
+  fill(next, nblocks);
+  double s = 0;
+  Kokkos::parallel_reduce(
+      "exa::global_sq_norm", Range(exec, 0, nblocks),
+      KOKKOS_LAMBDA(const std::size_t b, double& acc) { acc += sums(b); }, s);
   return s;
 }
 

@@ -112,6 +112,14 @@ struct LayerContext {
   // then hold the experts' activations of these rows, not of xp).
   V2 xr;                    // received rows, grouped by local expert [R,d]
   ExpertExchange<D> exchange;
+  // Which of this rank's experts had rows in this forward (host; the
+  // dispatchers fill it), for memory.offload_experts.
+  std::vector<std::uint8_t> experts_used;
+  // Marks the experts with rows in `off` (a grouped gemm's offsets).
+  void mark_experts_used(const std::vector<index_t>& off) {
+    for (std::size_t e = 0; e + 1 < off.size() && e < experts_used.size(); ++e)
+      if (off[e + 1] > off[e]) experts_used[e] = 1;
+  }
   V3 sa, sb, sh;            // shared experts [S,N,F]
   kernels::RouterLosses router_losses;
 

@@ -1,5 +1,8 @@
 #include "model/parameter_store.hpp"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "core/error.hpp"
 #include "kernels/init.hpp"
 
@@ -74,9 +77,78 @@ void ParameterStore::initialize(std::uint64_t seed, const std::function<bool(con
       kernels::init_normal_box(value(i), seed, p.name, p.init_std, box_index(shards_[i], p.shape),
                                shards_[i].offset);
     }
+    settle({local_offsets_[i], local_offsets_[i] + shards_[i].count});
   }
 }
 
-void ParameterStore::zero_grads() { Kokkos::deep_copy(grads_, 0.0f); }
+void ParameterStore::settle(ElementSpan s) const {
+  if (value_tier_ == nullptr) return;
+  for (const auto& o : offloaded_) {
+    const ElementSpan in{std::max(s.begin, o.begin), std::min(s.end, o.end)};
+    if (in.empty()) continue;
+    Kokkos::fence();
+    offload_file_->sample();
+    value_tier_->release(in);
+  }
+}
+
+void ParameterStore::zero_grads() { zero_grads(0, std::int64_t(grads_.extent(0))); }
+
+void ParameterStore::zero_grads(std::int64_t begin, std::int64_t count) {
+  const std::int64_t end = begin + count;
+  auto zero = [&](std::int64_t b, std::int64_t e) {
+    if (e > b) Kokkos::deep_copy(Kokkos::subview(grads_, Kokkos::make_pair(std::size_t(b), std::size_t(e))), 0.0f);
+  };
+  std::int64_t at = begin;
+  if (grad_tier_ != nullptr) {
+    for (const auto& s : grad_tier_->spans()) {
+      const std::int64_t b = std::max(at, s.begin), e = std::min(end, s.end);
+      if (e <= b) continue;
+      zero(at, b);
+      zero(b, e);
+      Kokkos::fence();
+      offload_file_->sample();
+      grad_tier_->release({b, e});
+      at = e;
+    }
+  }
+  zero(at, end);
+}
+
+void ParameterStore::offload(std::shared_ptr<OffloadFile> file, const std::function<bool(const ParamSpec&)>& which) {
+  EXA_ASSERT(value_tier_ == nullptr && file != nullptr);
+  if constexpr (!std::is_same_v<Flat::memory_space, Kokkos::HostSpace>) {
+    throw Error("memory.offload_experts: the offload tier maps host memory, and this build keeps parameters in "
+                "device memory (pinned host staging on a stream is not built yet): set memory.offload_experts = "
+                "false on device builds");
+  } else {
+  std::vector<ElementSpan> spans;
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    if (!which(specs_[i]) || shards_[i].count == 0) continue;
+    const ElementSpan s{local_offsets_[i], local_offsets_[i] + shards_[i].count};
+    if (!spans.empty() && spans.back().end == s.begin) spans.back().end = s.end;
+    else spans.push_back(s);
+  }
+  if (spans.empty()) return;
+  std::vector<ElementSpan> grad_spans;
+  for (auto s : spans) {
+    s.end = std::min(s.end, trainable_numel_);
+    if (!s.empty()) grad_spans.push_back(s);
+  }
+  auto v = std::make_shared<TieredBuffer>("exa::params", local_numel(), spans, file);
+  auto g = std::make_shared<TieredBuffer>("exa::grads", trainable_numel_, grad_spans, file);
+  const Flat nv(v->data(), std::size_t(v->size())), ng(g->data(), std::size_t(g->size()));
+  Kokkos::deep_copy(nv, values_);
+  Kokkos::deep_copy(ng, grads_);
+  values_ = nv;
+  grads_ = ng;
+  value_tier_ = std::move(v);
+  grad_tier_ = std::move(g);
+  offloaded_ = std::move(spans);
+  offload_file_ = std::move(file);
+  value_tier_->release_all();
+  grad_tier_->release_all();
+  }
+}
 
 }  // namespace exa::model

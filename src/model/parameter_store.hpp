@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/offload_tier.hpp"
 #include "core/types.hpp"
 #include "model/parameter_specs.hpp"
 #include "model/shard.hpp"
@@ -73,6 +74,22 @@ class ParameterStore {
   // growth fills the others from the model before it).
   void initialize(std::uint64_t seed, const std::function<bool(const std::string&)>& only = {});
   void zero_grads();
+  // Gradient elements [begin, begin + count) to zero; an offloaded span's
+  // piece by piece, each out of the resident set once written.
+  void zero_grads(std::int64_t begin, std::int64_t count);
+
+  // memory.offload_experts (core/offload_tier.hpp): the values and
+  // gradients of the tensors `which` picks move to `file`'s tier, their
+  // contents kept. Call it before anything binds the buffers (Weights,
+  // optimizer): they are new allocations.
+  void offload(std::shared_ptr<OffloadFile> file, const std::function<bool(const ParamSpec&)>& which);
+  // The offloaded tensors' local element spans (adjacent tensors merged,
+  // in order), empty when nothing is offloaded, and the tiers themselves
+  // (null then).
+  const std::vector<ElementSpan>& offloaded() const { return offloaded_; }
+  const TieredBuffer* value_tier() const { return value_tier_.get(); }
+  const TieredBuffer* grad_tier() const { return grad_tier_.get(); }
+  const std::shared_ptr<OffloadFile>& offload_file() const { return offload_file_; }
 
  private:
   std::vector<ParamSpec> specs_;
@@ -83,6 +100,11 @@ class ParameterStore {
   bool trainable_first_ = true;
   std::string out_of_order_;  // the first trainable tensor after a frozen one
   Flat values_, grads_;
+  // Offloaded values of `s` just written: sampled, then out of memory.
+  void settle(ElementSpan s) const;
+  std::vector<ElementSpan> offloaded_;
+  std::shared_ptr<OffloadFile> offload_file_;
+  std::shared_ptr<TieredBuffer> value_tier_, grad_tier_;  // own values_/grads_ when offloaded
 };
 
 // Whole-tensor pieces for every spec.

@@ -375,7 +375,9 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
     EXA_REQUIRE(lw.moe == layer.is_moe(), "StageModel: weights of layer {} are {} but the model's layer is {}",
                 l, lw.moe ? "MoE" : "dense", lw.moe ? "dense" : "MoE");
     const V2 out = i + 1 < c.layers.size() ? layer_input(c, i + 1) : c.out;
-    const auto rl = layer.forward(layer_context(c, i, layer), lw, c.shape, rope_, out, scratch_, routing);
+    auto& lc = layer_context(c, i, layer);
+    const auto rl = layer.forward(lc, lw, c.shape, rope_, out, scratch_, routing);
+    hooks_.after_forward(static_cast<int>(l) + 1, lc.experts_used);
     sum.aux += rl.aux;
     sum.z += rl.z;
   }

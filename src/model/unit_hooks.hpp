@@ -26,6 +26,9 @@ class UnitHooks {
   // Before the first read of unit u's weights in a forward pass (training,
   // evaluation or generation).
   virtual void before_forward(int /*unit*/) {}
+  // After a transformer layer's forward (units 1..L), with which of this
+  // rank's routed experts had rows in it (empty for a dense layer).
+  virtual void after_forward(int /*unit*/, const std::vector<std::uint8_t>& /*experts_used*/) {}
   // Before backward reads unit u's weights or accumulates into its gradients.
   virtual void before_backward(int /*unit*/) {}
   // After the backward pass has accumulated unit u's last gradient
@@ -49,6 +52,9 @@ class UnitHookList final : public UnitHooks {
 
   void before_forward(int unit) override {
     for (auto* h : hooks_) h->before_forward(unit);
+  }
+  void after_forward(int unit, const std::vector<std::uint8_t>& used) override {
+    for (auto* h : hooks_) h->after_forward(unit, used);
   }
   void before_backward(int unit) override {
     for (auto* h : hooks_) h->before_backward(unit);

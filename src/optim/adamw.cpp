@@ -1,6 +1,8 @@
 #include "optim/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
@@ -15,6 +17,7 @@ AdamWConfig AdamWConfig::from_deck(const deck::Config& c) {
   a.beta2 = c.get_float("optim.beta2");
   a.eps = c.get_float("optim.eps");
   a.weight_decay = c.get_float("optim.weight_decay");
+  a.offload_state = c.get_bool("memory.offload_optimizer");
   return a;
 }
 
@@ -42,6 +45,41 @@ AdamW::AdamW(const model::ParameterStore& store, AdamWConfig cfg) : cfg_(cfg) {
     }
   }
   const auto total = static_cast<std::size_t>(store.trainable_numel());
+  // Each offloaded tensor's piece of a run updates on its own, so that it
+  // leaves the resident set before the next comes in (element-wise: the
+  // same arithmetic as one launch).
+  std::vector<ElementSpan> spans;
+  for (const auto& o : store.offloaded()) {
+    ElementSpan t{o.begin, std::min<std::int64_t>(o.end, std::int64_t(total))};
+    if (!t.empty()) spans.push_back(t);
+  }
+  if (!spans.empty()) {
+    std::vector<Segment> cut;
+    for (const auto& sg : segments_) {
+      std::int64_t at = sg.offset;
+      const std::int64_t end = sg.offset + sg.count;
+      for (const auto& t : spans) {
+        if (t.end <= at || t.begin >= end) continue;
+        if (t.begin > at) cut.push_back(Segment{at, t.begin - at, sg.decay, false});
+        const std::int64_t b = std::max(at, t.begin), e = std::min(end, t.end);
+        cut.push_back(Segment{b, e - b, sg.decay, true});
+        at = e;
+      }
+      if (at < end) cut.push_back(Segment{at, end - at, sg.decay, false});
+    }
+    segments_ = std::move(cut);
+  }
+  if (cfg.offload_state && !spans.empty()) {
+    EXA_REQUIRE(store.offload_file() != nullptr, "AdamW: offloaded optimizer state needs an offloaded store");
+    if constexpr (std::is_same_v<Flat::memory_space, Kokkos::HostSpace>) {
+      m_tier_ = std::make_shared<TieredBuffer>("exa::optim::exp_avg", std::int64_t(total), spans, store.offload_file());
+      v_tier_ = std::make_shared<TieredBuffer>("exa::optim::exp_avg_sq", std::int64_t(total), spans,
+                                               store.offload_file());
+      m_ = Flat(m_tier_->data(), total);
+      v_ = Flat(v_tier_->data(), total);
+      return;
+    }
+  }
   m_ = Flat("exa::optim::exp_avg", total);
   v_ = Flat("exa::optim::exp_avg_sq", total);
 }
@@ -70,6 +108,18 @@ void AdamW::step(model::ParameterStore& store, double lr, double grad_scale) {
     const Flat ps = Kokkos::subview(p, r), gs = Kokkos::subview(g, r), ms = Kokkos::subview(m_, r),
                vs = Kokkos::subview(v_, r);
     kernels::adamw_step(ps, gs, ms, vs, h);
+    if (s.offloaded) release(store, ElementSpan{s.offset, s.offset + s.count});
+  }
+}
+
+void AdamW::release(const model::ParameterStore& store, ElementSpan s) const {
+  Kokkos::fence();
+  store.offload_file()->sample();
+  store.value_tier()->release(s);
+  store.grad_tier()->release(s);
+  if (m_tier_) {
+    m_tier_->release(s);
+    v_tier_->release(s);
   }
 }
 

@@ -21,6 +21,7 @@
 // step (non-finite gradient) does not call step() and does not count.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/types.hpp"
@@ -37,6 +38,9 @@ struct AdamWConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // applied only to ParamSpec::weight_decay tensors
+  // memory.offload_optimizer: the moments of the store's offloaded tensors
+  // live in its offload file too (core/offload_tier.hpp).
+  bool offload_state = false;
 
   // optim.beta1, optim.beta2, optim.eps, optim.weight_decay.
   static AdamWConfig from_deck(const deck::Config& cfg);
@@ -50,7 +54,9 @@ class AdamW {
   // not touched). exa::Error on an invalid config.
   explicit AdamW(const model::ParameterStore& store, AdamWConfig cfg = {});
 
-  // One update of every local slice: step_count() += 1, then for each element
+  // One update of every local slice (an offloaded tensor's piece by piece:
+  // each taken out of the resident set once updated, its values, gradients
+  // and moments): step_count() += 1, then for each element
   // the AdamW update with learning rate `lr`, the gradient multiplied by
   // `grad_scale` first (GradClipper's ClipResult::grad_scale). `store` must be
   // the store this optimizer was built for (same slices); its grads are read,
@@ -80,12 +86,18 @@ class AdamW {
   struct Segment {
     std::int64_t offset, count;
     bool decay;
+    bool offloaded = false;  // one offloaded tensor's piece of a run
   };
+  // An offloaded piece updated: sampled for the ledger, then out of the
+  // resident set.
+  void release(const model::ParameterStore& store, ElementSpan s) const;
+
   AdamWConfig cfg_;
   std::int64_t step_ = 0;
   std::vector<std::int64_t> offsets_, counts_;
   std::vector<Segment> segments_;
   Flat m_, v_;
+  std::shared_ptr<TieredBuffer> m_tier_, v_tier_;  // own m_/v_ under offload_state
 };
 
 }  // namespace exa::optim

@@ -475,6 +475,19 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   if (record_due) metrics_->write(record);
 }
 
+void Trainer::log_offload() const {
+  const auto* off = dp_->offload();
+  if (off == nullptr) return;
+  // Sampled at every layer boundary and optimizer piece (model/expert_offload.hpp).
+  std::string by;
+  for (const auto& u : dp_->store().offload_file()->usage())
+    by += fmt::format("{}{} {:.2f} of {:.2f}", by.empty() ? "" : ", ", u.label.substr(u.label.rfind(':') + 1),
+                      u.peak_resident / 1048576.0, u.offloaded / 1048576.0);
+  log::info("expert offload: peak resident MiB (rank 0): {}; one expert {:.3f} MiB, at most {} used by a layer, "
+            "prefetch depth {}",
+            by, off->expert_bytes() / 1048576.0, off->max_used_per_layer(), off->depth());
+}
+
 void Trainer::move_experts(const parallel::expert::ExpertMove& move) {
   ScopedRegion region("comm/expert_move", true);
   const auto& c = grid_.coords();
@@ -597,10 +610,12 @@ double Trainer::run() {
     // grown model, the model of this step count).
     if (growth_.schedule().grows_after(step_)) grow(step_);
     ckpt_->save(due, step_, last);
+    dp_->release_offloaded();  // evaluation, checks and the checkpoint read every expert
     inject_fault(step_);
     if (stop) break;
   }
   ckpt_->finish(step_ == steps_);  // a stop signal's run keeps tier 0
+  log_offload();
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));
       !e.empty())

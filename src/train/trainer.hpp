@@ -112,6 +112,8 @@ class Trainer {
   // and as a metrics.jsonl record when `record`.
   void log_interval(const LogInterval& iv, bool line, bool record);
   void inject_fault(std::int64_t steps_done) const;
+  // memory.offload_experts: the tiers' peak resident bytes, at the end.
+  void log_offload() const;
   void move_experts(const parallel::expert::ExpertMove& move);  // ExpertReplacement's mover
   // Makes what depends on the model's shape from layout_ and mcfg_:
   // parameters (initialised as at step 0), model, step executor, optimizer,

@@ -58,7 +58,7 @@ class Config {
 
   // Keys no code has asked for with get_*() since the load, on this Config
   // or on any copy of it, less the keys that only take their default
-  // (reserved, or every other value not built yet). After a run has started and stepped, a key listed here is
+  // (every other value not built yet). After a run has started and stepped, a key listed here is
   // one a deck could set and nothing would read: the guard test fails on it.
   std::vector<std::string> unread_keys() const;
 

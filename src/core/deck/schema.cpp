@@ -26,10 +26,6 @@ KeySpec S(const char* s, const char* k, const char* def, std::vector<std::string
   return KeySpec{s, k, Type::String, Value{std::string(def)}, 0, 0, false, false, std::move(allowed), doc};
 }
 
-KeySpec Reserved(KeySpec k) {
-  k.reserved = true;
-  return k;
-}
 KeySpec NotBuilt(KeySpec k, std::vector<std::string> values) {
   k.not_built = std::move(values);
   return k;
@@ -148,7 +144,10 @@ std::vector<KeySpec> build() {
       S("memory", "recompute", "none", {"none", "selective", "full"}, "activation recomputation: none (keep every layer's activations for backward); selective (keep the matrix products' inputs, and compute the norms' outputs and the SwiGLU products again in backward: element-wise work, the same gradients); full (keep only each layer's input and run its forward again right before its backward: the same gradients, one more forward of compute)"),
       S("memory", "checkpoint_layers", "all", {}, "with recompute = \"full\": keep the input of every layer (\"all\"), or of every N-th layer only (an integer N, or \"sqrt\" for N = ceil(sqrt(layers per stage))), recomputing a segment's other inputs in backward"),
       F("memory", "cap_gb", 0.0, 0, 1e6, O::none, "per-rank memory cap (GiB, the memory ledger's sum over every category): a rank that needs more stops the run at the end of the step with the ledger's table and the policies that would fit (examoe --check estimates the table beforehand); 0 = none"),
-      Reserved(B("memory", "offload_experts", false, "keep expert weights in host memory and stream them in per layer")),
+      B("memory", "offload_experts", false, "keep the routed experts' weights and gradients in a file under memory.offload_dir (host builds: the file-backed tier, as ZeRO-Infinity's NVMe offload) and bring in only the experts a layer uses, while it runs; the same arithmetic, so the same losses"),
+      B("memory", "offload_optimizer", false, "with offload_experts: the routed experts' AdamW moments live in the offload file too, and are updated expert tensor by expert tensor"),
+      S("memory", "offload_dir", "/tmp", {}, "directory of the offload file (one per rank, removed at exit): node-local disk, not a shared file system"),
+      I("memory", "offload_prefetch", 2, 1, 64, "with offload_experts: layers whose used experts the backward pass brings in ahead (1: only the running layer's)"),
 
       F("comm", "bucket_mb", 25.0, 0, 4096, O::lo, "gradient all-reduce bucket size in MiB"),
       B("comm", "overlap", true, "overlap gradient communication with the backward pass"),
@@ -180,7 +179,6 @@ std::vector<KeySpec> build() {
 }  // namespace
 
 bool KeySpec::refuses(const Value& v) const {
-  if (reserved) return !(v == def);
   if (type != Type::String) return false;
   const auto& s = std::get<std::string>(v);
   for (const auto& n : not_built)
@@ -189,7 +187,6 @@ bool KeySpec::refuses(const Value& v) const {
 }
 
 bool KeySpec::only_default() const {
-  if (reserved) return true;
   if (type != Type::String || allowed.empty() || not_built.empty()) return false;
   for (const auto& a : allowed)
     if (!(Value{a} == def) && !refuses(Value{a})) return false;

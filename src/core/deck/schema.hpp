@@ -22,16 +22,14 @@ struct KeySpec {
   // String: the allowed values; empty means any non-empty string (paths).
   std::vector<std::string> allowed;
   std::string doc;
-  // What the schema names but this build cannot run yet. A reserved key is
-  // accepted only at its default; `not_built` lists values of `allowed`
-  // that are refused. Either is refused when the deck is loaded, at the
-  // line that set it, so no run starts with a setting it would ignore.
-  bool reserved = false;
+  // What the schema names but this build cannot run yet: values of
+  // `allowed` that are refused when the deck is loaded, at the line that
+  // set them, so no run starts with a setting it would ignore.
   std::vector<std::string> not_built;
 
-  bool refuses(const Value& v) const;  // reserved and not the default, or a not_built value
-  // Reserved, or a string key whose every value but the default is not
-  // built: a run behaves the same whether or not anything reads it.
+  bool refuses(const Value& v) const;  // a not_built value
+  // A string key whose every value but the default is not built: a run
+  // behaves the same whether or not anything reads it.
   bool only_default() const;
 
   std::string name() const { return section + "." + key; }  // "model.d_model"

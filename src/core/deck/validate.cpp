@@ -113,17 +113,11 @@ std::optional<std::string> value_problem(const KeySpec& spec, const Value& v) {
 
 std::optional<std::string> build_problem(const KeySpec& spec, const Value& v) {
   if (!spec.refuses(v)) return std::nullopt;
-  if (spec.reserved) {
-    return fmt::format("{} = {} is reserved: \"{}\" is not built yet, and a run would ignore it; remove the key "
-                       "or set {} = {}",
-                       spec.name(), to_toml_literal(v), spec.doc, spec.name(), to_toml_literal(spec.def));
-  }
   return fmt::format("{} = {} is not available in this build yet; set {} = {}", spec.name(), to_toml_literal(v),
                      spec.name(), to_toml_literal(spec.def));
 }
 
 std::string build_note(const KeySpec& spec) {
-  if (spec.reserved) return fmt::format("reserved: only the default {} is accepted in this build", to_toml_literal(spec.def));
   if (spec.not_built.empty()) return "";
   return "not built yet: " + join(spec.not_built, "\"", "\"");
 }

@@ -30,13 +30,12 @@ std::string accepted_text(const KeySpec& spec);
 // Why `v` (already of spec.type) is not acceptable, or empty when it is.
 std::optional<std::string> value_problem(const KeySpec& spec, const Value& v);
 
-// Why this build refuses `v` although the schema names it (a reserved key
-// not at its default, a value not built yet), or empty.
+// Why this build refuses `v` although the schema names it (a value not
+// built yet), or empty.
 std::optional<std::string> build_problem(const KeySpec& spec, const Value& v);
 
 // The schema's word on a key this build does not run in full, for the
-// reference and docs/decks.md: "reserved: ..." or "not built yet: ...", or
-// empty.
+// reference and docs/decks.md: "not built yet: ...", or empty.
 std::string build_note(const KeySpec& spec);
 
 }  // namespace exa::deck

@@ -195,6 +195,7 @@ class MoeBlock {
         c.capacity_keep = decltype(c.capacity_keep)();
       }
       c.exchange.layer = layer_;
+      c.experts_used.assign(lw.w1.extent(0), 0);
       dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y);
       moe_detail::residual_sum(out, c.x_mid, moe_y);
     }

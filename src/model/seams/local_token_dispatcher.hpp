@@ -29,6 +29,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     K::permute_plan(c.plan, c.topk, n_experts_, capacity, exec_of<decltype(c.topk)>{}, c.capacity_keep);
     const Kept k(c);
     const auto off = offsets(c);
+    c.mark_experts_used(off);
     K::permute_forward(xn, c.plan.token_of, k.xp);
     K::grouped_linear_forward(k.xp, w.w1, off, k.ea);
     K::grouped_linear_forward(k.xp, w.w3, off, k.eb);

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "parallel/data/flat_buffer.hpp"
 #include "core/log.hpp"
+#include "core/offload_tier.hpp"
 #include "kernels/topk_codec.hpp"
 
 namespace exa::parallel::data {
@@ -46,6 +47,9 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.inter_node_only = cfg.get_string("comm.compress_scope") == "inter_node";
   o.weight_compression = kernels::WireCodec(
       kernels::wire_format_from_name(cfg.get_string("comm.weight_compression")), cfg.get_int("comm.quant_block"));
+  o.offload_experts = cfg.get_bool("memory.offload_experts");
+  o.offload_dir = cfg.get_string("memory.offload_dir");
+  o.offload_prefetch = static_cast<int>(cfg.get_int("memory.offload_prefetch"));
   return o;
 }
 
@@ -116,6 +120,14 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
       split_(split(grid, mcfg, plan_, opt)),
       store_(split_.specs, split_.shards) {
   for (const auto& s : split_.specs) model_numel_ += s.numel();
+  // Before anything binds the store's buffers: offloading replaces them.
+  if (opt_.offload_experts) {
+    EXA_REQUIRE(opt_.zero == 0, "memory.offload_experts needs parallel.zero = 0 (ZeRO's working copies of the "
+                "experts are not offloaded yet); set parallel.zero = 0 or memory.offload_experts = false");
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    store_.offload(std::make_shared<OffloadFile>(opt_.offload_dir, world_rank), model::is_routed_expert);
+  }
   for (auto& e : split_.engines) {
     // The tied embedding (the head reads it too) lives in the Data-group
     // engine that holds it: the trainable one, or under LoRA the frozen one
@@ -149,6 +161,13 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
     g_ = model::bind_weights<float, Device>(mcfg_, plan_,
                                             [&](const model::ParamSpec& s) { return engine_of(s.name).work_grad(s.name); });
   }
+  if (store_.value_tier() != nullptr) {
+    offload_ = std::make_unique<model::ExpertOffload>(store_, mcfg.n_layers, opt_.offload_prefetch);
+    log::info("expert offload: {:.1f} MiB of routed experts' values and gradients in {} (a file per rank, removed "
+              "at exit); prefetch depth {}",
+              double(store_.value_tier()->offloaded_bytes() + store_.grad_tier()->offloaded_bytes()) / 1048576.0,
+              opt_.offload_dir, opt_.offload_prefetch);
+  }
   if (mcfg.frozen) return;  // a forward-only copy (a teacher): the trained model's lines say it all
   auto& g = data_engine_->group();
   if (g.size() > 1 || opt_.zero > 0)
@@ -177,11 +196,17 @@ void DataParallel::initialize(std::uint64_t seed, const std::function<bool(const
 
 void DataParallel::params_updated() {
   for (auto& e : engines_) e->params_updated();
+  release_offloaded();
 }
 
 void DataParallel::params_stepped() {
   for (auto& e : engines_)
     if (!e->frozen()) e->params_updated();
+  release_offloaded();
+}
+
+void DataParallel::release_offloaded() {
+  if (offload_) offload_->release_all();
 }
 
 DataParallel::Flat DataParallel::replica_values(std::size_t i) {
@@ -203,6 +228,7 @@ void DataParallel::scale_residuals(float s) {
 
 void DataParallel::begin_step() {
   for (auto& e : engines_) e->begin_step();
+  release_offloaded();  // zeroing swept every gradient
 }
 
 void DataParallel::set_step(std::int64_t step) {
@@ -285,12 +311,18 @@ void DataParallel::before_forward(int unit) {
   for (auto& e : engines_) e->before_forward(unit);
 }
 
+void DataParallel::after_forward(int unit, const std::vector<std::uint8_t>& experts_used) {
+  if (offload_) offload_->after_forward(unit, experts_used);
+}
+
 void DataParallel::before_backward(int unit) {
   for (auto& e : engines_) e->before_backward(unit);
+  if (offload_) offload_->before_backward(unit);
 }
 
 void DataParallel::after_backward(int unit) {
   for (auto& e : engines_) e->after_backward(unit);
+  if (offload_) offload_->after_backward(unit);
 }
 
 }  // namespace exa::parallel::data

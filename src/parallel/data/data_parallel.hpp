@@ -40,6 +40,7 @@
 #include "comm/process_grid.hpp"
 #include "core/reduction.hpp"
 #include "core/types.hpp"
+#include "model/expert_offload.hpp"
 #include "model/model_config.hpp"
 #include "parallel/layout.hpp"
 #include "model/parameter_store.hpp"
@@ -153,8 +154,15 @@ class DataParallel final : public model::UnitHooks {
 
   DataParallelMemory memory() const;
 
+  // memory.offload_experts: the offload hook (null without), and every
+  // offloaded page out of the resident set, after something swept the
+  // whole store (a checkpoint, a load, an expert move).
+  const model::ExpertOffload* offload() const { return offload_.get(); }
+  void release_offloaded();
+
   // model::UnitHooks
   void before_forward(int unit) override;
+  void after_forward(int unit, const std::vector<std::uint8_t>& experts_used) override;
   void before_backward(int unit) override;
   void after_backward(int unit) override;
 
@@ -196,6 +204,7 @@ class DataParallel final : public model::UnitHooks {
   std::unique_ptr<comm::Communicator> ep_sum_;        // zero 0 with experts: their norm sums over Ep
   std::unique_ptr<tensor::ReplicatedGradients> tp_grads_;     // tp > 1: the replicated tensors' reduction over Tp
   model::Weights<float, Device> w_, g_;
+  std::unique_ptr<model::ExpertOffload> offload_;
 };
 
 }  // namespace exa::parallel::data

@@ -1,6 +1,7 @@
 #pragma once
 // The data-parallel strategy's options (parallel/data/data_parallel.hpp).
 #include <cstdint>
+#include <string>
 
 #include "comm/hierarchical.hpp"
 #include "kernels/topk_codec.hpp"
@@ -30,10 +31,17 @@ struct DataParallelOptions {
   // which have no inter-node stage of their own, then stay exact).
   bool inter_node_only = false;
   std::uint64_t seed = 0;  // the run's (stochastic rounding's keys)
+  // memory.offload_experts: the routed experts' values and gradients live
+  // in a file under offload_dir (model/expert_offload.hpp), offload_prefetch
+  // layers brought in ahead in backward.
+  bool offload_experts = false;
+  std::string offload_dir;
+  int offload_prefetch = 2;
   // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
   // comm.compression, comm.topk_ratio, comm.topk_warmup, comm.compress_scope, comm.weight_compression,
   // comm.quant_block,
-  // comm.stochastic_rounding, train.seed.
+  // comm.stochastic_rounding, train.seed, memory.offload_experts, memory.offload_dir,
+  // memory.offload_prefetch.
   static DataParallelOptions from_deck(const deck::Config& cfg);
 };
 

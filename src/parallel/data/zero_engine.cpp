@@ -307,7 +307,7 @@ void ZeroEngine::begin_step() {
   buckets_.clear();
   bucket_hi_ = layout_.padded_total();
   next_part_ = head();
-  if (!cfg_.frozen) Kokkos::deep_copy(own(store_.grads()), 0.0f);
+  if (!cfg_.frozen) store_.zero_grads(base_, layout_.local_numel());
   if (work_grads_.extent(0) > 0) Kokkos::deep_copy(work_grads_, 0.0f);
   sync_ = true;
 }

@@ -275,6 +275,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     namespace K = kernels;
     const auto src = rows(source_, n, at), ye = rows(expert_, n, at), xr = rows(c.xr, n, at);
     const auto ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
+    c.mark_experts_used(off);
     K::permute_forward(src, expert_row, xr);
     K::grouped_linear_forward(xr, w.w1, off, ea);
     K::grouped_linear_forward(xr, w.w3, off, eb);

@@ -1,0 +1,126 @@
+#pragma once
+// The file-backed memory tier of memory.offload_experts on host builds
+// (docs/architecture.md, "Expert offload"). On a CPU node host and device
+// memory are one, so, as ZeRO-Infinity does with NVMe, offloaded tensors
+// live in a file on node-local disk and come into memory only while used.
+//
+// A TieredBuffer is one flat array of floats: the spans it is given are
+// mapped from the rank's OffloadFile (MAP_SHARED), the rest is anonymous
+// memory. Every address stays valid and every read or write is correct at
+// all times: a page that is not resident faults in from the page cache or
+// the disk. What the owner controls is only residency: touch() brings a
+// span's pages into this process (from a prefetch thread, so the fault
+// cost overlaps compute), release() takes them out of its resident set
+// (madvise DONTNEED; their contents stay in the file, dirty pages are
+// written back by the kernel). That is why every code path that reads the
+// buffer (optimizer, norms, collectives, checkpoints) needs no change.
+//
+// resident_bytes() measures, from /proc/self/pagemap, the file-backed pages
+// this process has mapped: the ledger's "offload" category is this
+// measurement, sampled at the points the owner chooses.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace exa {
+
+// Elements [begin, end) of a flat array.
+struct ElementSpan {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+};
+
+class TieredBuffer;
+
+// The rank's offload file under `dir`: created, then unlinked at once, so
+// that no run leaves one behind, whatever ends it. exa::Error naming the
+// directory when it is missing, not a directory or not writable.
+class OffloadFile {
+ public:
+  OffloadFile(const std::string& dir, int rank);
+  ~OffloadFile();
+  OffloadFile(const OffloadFile&) = delete;
+  OffloadFile& operator=(const OffloadFile&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  // Room for `bytes` more at the file's end (posix_fallocate: a full disk
+  // fails here, at start-up, never later as a fault); its offset.
+  // exa::Error naming the directory, the bytes and `what` when it fails.
+  std::int64_t reserve(std::int64_t bytes, const std::string& what);
+  int fd() const { return fd_; }
+  std::int64_t bytes() const { return size_; }
+
+  // Resident bytes of every buffer mapped from this file, each buffer's
+  // sum updated into its peak.
+  std::int64_t sample();
+  // Every buffer's offloaded pages out of the resident set.
+  void release_all();
+  // Each buffer's label, bytes in the file and most resident bytes sampled.
+  struct Usage {
+    std::string label;
+    std::int64_t offloaded = 0, peak_resident = 0;
+  };
+  std::vector<Usage> usage();
+  void attach(TieredBuffer* b);
+  void detach(TieredBuffer* b);
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+  std::int64_t size_ = 0;
+  std::mutex mutex_;
+  std::vector<TieredBuffer*> buffers_;
+};
+
+class TieredBuffer {
+ public:
+  // n zeroed floats; the pages that cover `spans` (sorted, disjoint) come
+  // from `file`. `label` names it in messages and reports.
+  TieredBuffer(std::string label, std::int64_t n, std::vector<ElementSpan> spans, std::shared_ptr<OffloadFile> file);
+  ~TieredBuffer();
+  TieredBuffer(const TieredBuffer&) = delete;
+  TieredBuffer& operator=(const TieredBuffer&) = delete;
+
+  float* data() const { return base_; }
+  std::int64_t size() const { return n_; }
+  const std::string& label() const { return label_; }
+  const std::vector<ElementSpan>& spans() const { return spans_; }
+  // Bytes of the file this buffer maps (its spans' whole pages).
+  std::int64_t offloaded_bytes() const;
+
+  // The pages of `s` (which must lie in one of the spans) out of, or into,
+  // this process's resident set. Both are safe at any time from any thread:
+  // they change where the data is, never what it is.
+  void release(ElementSpan s) const;
+  void touch(ElementSpan s) const;
+  void release_all() const;
+
+  // Mapped file-backed pages now (pagemap), and the most seen by sample().
+  std::int64_t resident_bytes() const;
+  std::int64_t peak_resident_bytes() const { return peak_; }
+  void note_sample(std::int64_t bytes) {
+    if (bytes > peak_) peak_ = bytes;
+  }
+
+ private:
+  // A span's page hull as it is mapped from the file.
+  struct Mapping {
+    char* begin;
+    std::int64_t bytes;
+  };
+  const Mapping& mapping_of(ElementSpan s) const;
+
+  std::string label_;
+  std::int64_t n_ = 0;
+  float* base_ = nullptr;
+  std::size_t bytes_ = 0;  // of the whole reservation (pages)
+  std::vector<ElementSpan> spans_;
+  std::vector<Mapping> maps_;
+  std::shared_ptr<OffloadFile> file_;
+  std::int64_t peak_ = 0;
+};
+
+}  // namespace exa
