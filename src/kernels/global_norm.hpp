@@ -13,6 +13,7 @@
 // neighbouring memory.
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 #include <type_traits>
 
@@ -85,22 +86,33 @@ double global_sq_norm_pieces(const V& v, const std::vector<Piece>& pieces, After
   const std::size_t n = v.span();
   const std::size_t nblocks = (n + blk - 1) / blk;
   Kokkos::View<double*, typename V::memory_space> sums("exa::norm_block_sums", nblocks);
-  auto fill = [&](std::size_t b0, std::size_t b1) {
-    if (b1 > b0)
-      Kokkos::parallel_for(
-          "exa::global_sq_norm::blocks", Range(exec, b0, b1),
-          KOKKOS_LAMBDA(const std::size_t b) { sums(b) = detail::block_sq_sum(p, n, blk, b); });
-  };
+  // Block ranges in order, each piece's last (the piece goes after it).
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  std::vector<const Piece*> after_run;
   std::size_t next = 0;
   for (const auto& piece : pieces) {
     const std::size_t b0 = std::max(next, std::min(nblocks, std::size_t(piece.begin) / blk));
     const std::size_t b1 = std::max(b0, std::min(nblocks, (std::size_t(piece.end) + blk - 1) / blk));
-    fill(next, b1);
-    exec.fence();
-    after(piece);
+    if (b0 > next) {
+      runs.emplace_back(next, b0);
+      after_run.push_back(nullptr);
+    }
+    runs.emplace_back(b0, b1);
+    after_run.push_back(&piece);
     next = b1;
   }
-  fill(next, nblocks);
+  runs.emplace_back(next, nblocks);
+  after_run.push_back(nullptr);
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    if (runs[r].second > runs[r].first)
+      Kokkos::parallel_for(
+          "exa::global_sq_norm::blocks", Range(exec, runs[r].first, runs[r].second),
+          KOKKOS_LAMBDA(const std::size_t b) { sums(b) = detail::block_sq_sum(p, n, blk, b); });
+    if (after_run[r] != nullptr) {
+      exec.fence();
+      after(*after_run[r]);
+    }
+  }
   double s = 0;
   Kokkos::parallel_reduce(
       "exa::global_sq_norm", Range(exec, 0, nblocks),

@@ -125,9 +125,9 @@ void ParameterStore::offload(std::shared_ptr<OffloadFile> file, const std::funct
   std::vector<ElementSpan> spans;
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     if (!which(specs_[i]) || shards_[i].count == 0) continue;
-    const ElementSpan s{local_offsets_[i], local_offsets_[i] + shards_[i].count};
-    if (!spans.empty() && spans.back().end == s.begin) spans.back().end = s.end;
-    else spans.push_back(s);
+    // One span per tensor, adjacent ones too: the pieces that the
+    // optimizer, the gradient norm and zeroing take one at a time.
+    spans.push_back({local_offsets_[i], local_offsets_[i] + shards_[i].count});
   }
   if (spans.empty()) return;
   std::vector<ElementSpan> grad_spans;

@@ -83,9 +83,9 @@ class ParameterStore {
   // contents kept. Call it before anything binds the buffers (Weights,
   // optimizer): they are new allocations.
   void offload(std::shared_ptr<OffloadFile> file, const std::function<bool(const ParamSpec&)>& which);
-  // The offloaded tensors' local element spans (adjacent tensors merged,
-  // in order), empty when nothing is offloaded, and the tiers themselves
-  // (null then).
+  // The offloaded tensors' local element spans (one per tensor, in
+  // order), empty when nothing is offloaded, and the tiers themselves (null
+  // then).
   const std::vector<ElementSpan>& offloaded() const { return offloaded_; }
   const TieredBuffer* value_tier() const { return value_tier_.get(); }
   const TieredBuffer* grad_tier() const { return grad_tier_.get(); }

@@ -24,6 +24,9 @@ Candidate Candidate::from_deck(const deck::Config& cfg) {
   c.layers_per_stage = cfg.get_string("pipeline.layers_per_stage");
   c.recompute = cfg.get_string("memory.recompute");
   c.checkpoint_layers = cfg.get_string("memory.checkpoint_layers");
+  c.offload_experts = cfg.get_bool("memory.offload_experts");
+  c.offload_optimizer = cfg.get_bool("memory.offload_optimizer");
+  c.offload_prefetch = int(cfg.get_int("memory.offload_prefetch"));
   c.precision = cfg.get_string("precision.compute");
   c.compression = cfg.get_string("comm.compression");
   c.weight_compression = cfg.get_string("comm.weight_compression");
@@ -52,6 +55,8 @@ std::vector<std::string> Candidate::overrides() const {
       fmt::format("train.grad_accum={}", grad_accum),
       fmt::format("memory.recompute={}", recompute),
       fmt::format("memory.checkpoint_layers={}", checkpoint_layers),
+      fmt::format("memory.offload_experts={}", offload_experts ? "true" : "false"),
+      fmt::format("memory.offload_optimizer={}", offload_optimizer ? "true" : "false"),
       fmt::format("precision.compute={}", precision),
       fmt::format("comm.compression={}", compression),
       fmt::format("comm.weight_compression={}", weight_compression),
@@ -75,6 +80,7 @@ std::string Candidate::describe() const {
   if (precision != "fp32") s += ", " + precision;
   if (recompute != "none")
     s += fmt::format(", recompute {}{}", recompute, checkpoint_layers != "all" ? "/" + checkpoint_layers : std::string());
+  if (offload_experts) s += offload_optimizer ? ", offload experts+optim" : ", offload experts";
   if (compression != "none") s += ", grads " + compression;
   if (weight_compression != "none") s += ", weights " + weight_compression;
   if (a2a_compression != "none") s += ", a2a " + a2a_compression;

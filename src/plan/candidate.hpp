@@ -25,6 +25,10 @@ struct Candidate {
   int round = 0;  // parallel.microbatches (0: grad_accum)
   std::string layers_per_stage = "auto";
   std::string recompute = "none", checkpoint_layers = "all";
+  // memory.offload_experts (ZeRO 0 only), memory.offload_optimizer,
+  // memory.offload_prefetch.
+  bool offload_experts = false, offload_optimizer = false;
+  int offload_prefetch = 2;
   std::string precision = "fp32";
   std::string compression = "none", weight_compression = "none", a2a_compression = "none";
   std::int64_t quant_block = 256;

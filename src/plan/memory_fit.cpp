@@ -17,9 +17,11 @@ constexpr double kMiB = 1048576.0, kGiB = 1073741824.0;
 
 std::string table(const MemoryBytes& m) {
   return fmt::format("parameters {:.1f}, gradients {:.1f}, optimizer {:.1f}, activations {:.1f}, communication "
-                     "{:.1f}; total {:.1f}",
+                     "{:.1f}{}; total {:.1f}",
                      m.parameters / kMiB, m.gradients / kMiB, m.optimizer / kMiB, m.activations / kMiB,
-                     m.communication / kMiB, m.total() / kMiB);
+                     m.communication / kMiB,
+                     m.offload > 0 ? fmt::format(", offload {:.1f}", m.offload / kMiB) : std::string(),
+                     m.total() / kMiB);
 }
 
 }  // namespace
@@ -40,24 +42,42 @@ std::vector<std::string> memory_fit_report(const deck::Config& cfg) {
     return out;
   }
   // The deck's layout with other policies, least costly first: selective
-  // recompute adds element-wise work, full a forward, ZeRO 3 gathers.
+  // recompute adds element-wise work, full a forward, offloading the
+  // experts (ZeRO 0 only) page traffic, then their optimizer state, ZeRO 3
+  // gathers.
   const bool data = c.grid.dp * c.grid.cp > 1;
   std::vector<std::pair<std::string, Candidate>> tries;
+  // The deck's own offload, then each level more of it.
+  struct Offload {
+    bool experts, optimizer;
+  };
+  std::vector<Offload> levels{{c.offload_experts, c.offload_optimizer}};
+  if (!c.offload_experts) levels.push_back({true, false});
+  if (!c.offload_optimizer) levels.push_back({true, true});
   for (int zero : {c.zero, 3}) {
     if (zero == 3 && (!data || c.zero == 3)) continue;
-    for (const auto& [rc, ckl] : std::vector<std::pair<std::string, std::string>>{
-             {"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}}) {
-      if (zero == 3 && ckl != "all") continue;  // segments' rebuild needs the weights in place
-      if (rc == "full" && c.schedule == "zb" && c.grid.pp > 1) continue;
-      Candidate t = c;
-      t.zero = zero;
-      t.recompute = rc;
-      t.checkpoint_layers = ckl;
-      if (rc == c.recompute && ckl == c.checkpoint_layers && zero == c.zero) continue;
-      std::string what = fmt::format("memory.recompute = \"{}\"", rc);
-      if (ckl != "all") what += fmt::format(", memory.checkpoint_layers = \"{}\"", ckl);
-      if (zero != c.zero) what += fmt::format(", parallel.zero = {}", zero);
-      tries.emplace_back(what, t);
+    for (const Offload off : levels) {
+      if (off.experts && zero != 0) continue;  // offload needs ZeRO 0
+      for (const auto& [rc, ckl] : std::vector<std::pair<std::string, std::string>>{
+               {"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}}) {
+        if (zero == 3 && ckl != "all") continue;  // segments' rebuild needs the weights in place
+        if (rc == "full" && c.schedule == "zb" && c.grid.pp > 1) continue;
+        Candidate t = c;
+        t.zero = zero;
+        t.recompute = rc;
+        t.checkpoint_layers = ckl;
+        t.offload_experts = off.experts;
+        t.offload_optimizer = off.experts && off.optimizer;
+        if (rc == c.recompute && ckl == c.checkpoint_layers && zero == c.zero &&
+            t.offload_experts == c.offload_experts && t.offload_optimizer == c.offload_optimizer)
+          continue;
+        std::string what = fmt::format("memory.recompute = \"{}\"", rc);
+        if (ckl != "all") what += fmt::format(", memory.checkpoint_layers = \"{}\"", ckl);
+        if (t.offload_experts != c.offload_experts) what += ", memory.offload_experts = true";
+        if (t.offload_optimizer != c.offload_optimizer) what += ", memory.offload_optimizer = true";
+        if (zero != c.zero) what += fmt::format(", parallel.zero = {}", zero);
+        tries.emplace_back(what, t);
+      }
     }
   }
   std::string fit;

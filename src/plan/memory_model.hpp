@@ -17,7 +17,10 @@ namespace exa::plan {
 
 struct MemoryBytes {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0, communication = 0;
-  double total() const { return parameters + gradients + optimizer + activations + communication; }
+  // memory.offload_experts: the offloaded experts' pages resident at once
+  // (the categories above then count only what stays in memory).
+  double offload = 0;
+  double total() const { return parameters + gradients + optimizer + activations + communication + offload; }
 };
 
 // The parameters, gradients and optimizer bytes of a rank holding `plan`
