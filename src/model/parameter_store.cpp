@@ -17,7 +17,7 @@ std::vector<Shard> whole_shards(const std::vector<ParamSpec>& specs) {
 
 ParameterStore::ParameterStore(std::vector<ParamSpec> specs) : ParameterStore(specs, whole_shards(specs)) {}
 
-ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> shards)
+ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> shards, const Offload& offload)
     : specs_(std::move(specs)), shards_(std::move(shards)) {
   EXA_ASSERT(specs_.size() == shards_.size());
   std::int64_t total = 0;
@@ -36,8 +36,8 @@ ParameterStore::ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> 
     }
   }
   if (!trainable_first_) trainable_numel_ = 0;
-  values_ = Flat("exa::params", static_cast<std::size_t>(total));
-  grads_ = Flat("exa::grads", static_cast<std::size_t>(trainable_numel_));  // a frozen tensor has none
+  local_numel_ = total;
+  allocate(offload);
 }
 
 void ParameterStore::require_trainable_first() const {
@@ -115,39 +115,34 @@ void ParameterStore::zero_grads(std::int64_t begin, std::int64_t count) {
   zero(at, end);
 }
 
-void ParameterStore::offload(std::shared_ptr<OffloadFile> file, const std::function<bool(const ParamSpec&)>& which) {
-  EXA_ASSERT(value_tier_ == nullptr && file != nullptr);
+void ParameterStore::allocate(const Offload& offload) {
+  const auto total = static_cast<std::size_t>(local_numel_);
+  if (offload.file == nullptr) {
+    values_ = Flat("exa::params", total);
+    grads_ = Flat("exa::grads", static_cast<std::size_t>(trainable_numel_));  // a frozen tensor has none
+    return;
+  }
   if constexpr (!std::is_same_v<Flat::memory_space, Kokkos::HostSpace>) {
     throw Error("memory.offload_experts: the offload tier maps host memory, and this build keeps parameters in "
                 "device memory (pinned host staging on a stream is not built yet): set memory.offload_experts = "
                 "false on device builds");
   } else {
-  std::vector<ElementSpan> spans;
-  for (std::size_t i = 0; i < specs_.size(); ++i) {
-    if (!which(specs_[i]) || shards_[i].count == 0) continue;
-    // One span per tensor, adjacent ones too: the pieces that the
-    // optimizer, the gradient norm and zeroing take one at a time.
-    spans.push_back({local_offsets_[i], local_offsets_[i] + shards_[i].count});
-  }
-  if (spans.empty()) return;
-  std::vector<ElementSpan> grad_spans;
-  for (auto s : spans) {
-    s.end = std::min(s.end, trainable_numel_);
-    if (!s.empty()) grad_spans.push_back(s);
-  }
-  auto v = std::make_shared<TieredBuffer>("exa::params", local_numel(), spans, file);
-  auto g = std::make_shared<TieredBuffer>("exa::grads", trainable_numel_, grad_spans, file);
-  const Flat nv(v->data(), std::size_t(v->size())), ng(g->data(), std::size_t(g->size()));
-  Kokkos::deep_copy(nv, values_);
-  Kokkos::deep_copy(ng, grads_);
-  values_ = nv;
-  grads_ = ng;
-  value_tier_ = std::move(v);
-  grad_tier_ = std::move(g);
-  offloaded_ = std::move(spans);
-  offload_file_ = std::move(file);
-  value_tier_->release_all();
-  grad_tier_->release_all();
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      // One span per tensor, adjacent ones too: the pieces that the
+      // optimizer, the gradient norm and zeroing take one at a time.
+      if (offload.which(specs_[i]) && shards_[i].count > 0)
+        offloaded_.push_back({local_offsets_[i], local_offsets_[i] + shards_[i].count});
+    }
+    std::vector<ElementSpan> grad_spans;
+    for (auto s : offloaded_) {
+      s.end = std::min(s.end, trainable_numel_);
+      if (!s.empty()) grad_spans.push_back(s);
+    }
+    offload_file_ = offload.file;
+    value_tier_ = std::make_shared<TieredBuffer>("exa::params", local_numel_, offloaded_, offload_file_);
+    grad_tier_ = std::make_shared<TieredBuffer>("exa::grads", trainable_numel_, grad_spans, offload_file_);
+    values_ = Flat(value_tier_->data(), total);
+    grads_ = Flat(grad_tier_->data(), static_cast<std::size_t>(trainable_numel_));
   }
 }
 

@@ -33,7 +33,14 @@ class ParameterStore {
   // Explicit pieces, one per spec (the parallel layouts). A shard without a
   // box is of the whole tensor; exa::Error naming the tensor when a box or
   // range does not fit it.
-  ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> shards);
+  // memory.offload_experts (core/offload_tier.hpp): with `offload`, the
+  // values and gradients of the tensors offload.which picks live in
+  // offload.file's tier.
+  struct Offload {
+    std::shared_ptr<OffloadFile> file;  // null: nothing offloaded
+    std::function<bool(const ParamSpec&)> which;
+  };
+  ParameterStore(std::vector<ParamSpec> specs, std::vector<Shard> shards, const Offload& offload = {});
 
   std::size_t size() const { return specs_.size(); }
   const ParamSpec& spec(std::size_t i) const { return specs_[i]; }
@@ -57,7 +64,7 @@ class ParameterStore {
   const Flat& values() const { return values_; }
   const Flat& grads() const { return grads_; }
   std::int64_t local_offset(std::size_t i) const { return local_offsets_[i]; }
-  std::int64_t local_numel() const { return static_cast<std::int64_t>(values_.extent(0)); }
+  std::int64_t local_numel() const { return local_numel_; }
   // The trainable tensors' local elements, which come first (LoRA's frozen
   // model after them): what the optimizer updates and the gradient norm
   // sums. local_numel() when nothing is frozen. A store in another order
@@ -78,11 +85,6 @@ class ParameterStore {
   // piece by piece, each out of the resident set once written.
   void zero_grads(std::int64_t begin, std::int64_t count);
 
-  // memory.offload_experts (core/offload_tier.hpp): the values and
-  // gradients of the tensors `which` picks move to `file`'s tier, their
-  // contents kept. Call it before anything binds the buffers (Weights,
-  // optimizer): they are new allocations.
-  void offload(std::shared_ptr<OffloadFile> file, const std::function<bool(const ParamSpec&)>& which);
   // The offloaded tensors' local element spans (one per tensor, in
   // order), empty when nothing is offloaded, and the tiers themselves (null
   // then).
@@ -96,10 +98,11 @@ class ParameterStore {
   std::vector<Shard> shards_;
   std::vector<std::int64_t> local_offsets_;
   std::unordered_map<std::string, std::size_t> by_name_;
-  std::int64_t trainable_numel_ = 0;
+  std::int64_t trainable_numel_ = 0, local_numel_ = 0;
   bool trainable_first_ = true;
   std::string out_of_order_;  // the first trainable tensor after a frozen one
   Flat values_, grads_;
+  void allocate(const Offload& offload);
   // Offloaded values of `s` just written: sampled, then out of memory.
   void settle(ElementSpan s) const;
   std::vector<ElementSpan> offloaded_;

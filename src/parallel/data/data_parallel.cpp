@@ -106,6 +106,15 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
   return out;
 }
 
+model::ParameterStore::Offload DataParallel::offload_of(const DataParallelOptions& opt) {
+  if (!opt.offload_experts) return {};
+  EXA_REQUIRE(opt.zero == 0, "memory.offload_experts needs parallel.zero = 0 (ZeRO's working copies of the experts "
+              "are not offloaded yet); set parallel.zero = 0 or memory.offload_experts = false");
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  return {std::make_shared<OffloadFile>(opt.offload_dir, world_rank), model::is_routed_expert};
+}
+
 DataParallel::DataParallel(const ParallelLayout& layout)
     : DataParallel(layout.grid(), layout.model(), layout.plan(), layout.options().data) {}
 
@@ -118,16 +127,8 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
       data_size_(grid.size(comm::Group::Data)),
       data_rank_(grid.rank(comm::Group::Data)),
       split_(split(grid, mcfg, plan_, opt)),
-      store_(split_.specs, split_.shards) {
+      store_(split_.specs, split_.shards, offload_of(opt)) {
   for (const auto& s : split_.specs) model_numel_ += s.numel();
-  // Before anything binds the store's buffers: offloading replaces them.
-  if (opt_.offload_experts) {
-    EXA_REQUIRE(opt_.zero == 0, "memory.offload_experts needs parallel.zero = 0 (ZeRO's working copies of the "
-                "experts are not offloaded yet); set parallel.zero = 0 or memory.offload_experts = false");
-    int world_rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    store_.offload(std::make_shared<OffloadFile>(opt_.offload_dir, world_rank), model::is_routed_expert);
-  }
   for (auto& e : split_.engines) {
     // The tied embedding (the head reads it too) lives in the Data-group
     // engine that holds it: the trainable one, or under LoRA the frozen one

@@ -186,6 +186,8 @@ class DataParallel final : public model::UnitHooks {
     std::vector<model::Shard> shards;
     std::vector<EngineSetup> engines;
   };
+  // memory.offload_experts: the rank's offload file and what goes there.
+  static model::ParameterStore::Offload offload_of(const DataParallelOptions& opt);
   static Split split(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, const model::StagePlan& plan,
                      const DataParallelOptions& opt);
 
