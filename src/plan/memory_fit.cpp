@@ -43,8 +43,7 @@ std::vector<std::string> memory_fit_report(const deck::Config& cfg) {
   }
   // The deck's layout with other policies, least costly first: selective
   // recompute adds element-wise work, full a forward, offloading the
-  // experts (ZeRO 0 only) page traffic, then their optimizer state, ZeRO 3
-  // gathers.
+  // experts page traffic, then their optimizer state, ZeRO 3 gathers.
   const bool data = c.grid.dp * c.grid.cp > 1;
   std::vector<std::pair<std::string, Candidate>> tries;
   // The deck's own offload, then each level more of it.
@@ -57,7 +56,6 @@ std::vector<std::string> memory_fit_report(const deck::Config& cfg) {
   for (int zero : {c.zero, 3}) {
     if (zero == 3 && (!data || c.zero == 3)) continue;
     for (const Offload off : levels) {
-      if (off.experts && zero != 0) continue;  // offload needs ZeRO 0
       for (const auto& [rc, ckl] : std::vector<std::pair<std::string, std::string>>{
                {"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}}) {
         if (zero == 3 && ckl != "all") continue;  // segments' rebuild needs the weights in place

@@ -264,20 +264,23 @@ MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int 
     m.activations += context_bytes(cfg, none, plan, 1);
   }
   if (c.recompute == "selective") m.activations += cheap_bytes(cfg, c, plan, layers).shared;
-  if (c.offload_experts && c.zero == 0) {
+  if (c.offload_experts) {
     // The routed experts' values and gradients (and moments) leave the
-    // store; backward holds the used experts (all, at worst) of `prefetch`
-    // MoE layers, values and gradients (model/expert_offload.hpp), and the
-    // optimizer one expert tensor of a layer at a time.
+    // store: ZeRO 0's whole boxes, or ZeRO 1-3's parts of them over the
+    // expert-data group. Under ZeRO 0 backward holds the used experts (all,
+    // at worst) of `prefetch` MoE layers, values and gradients
+    // (model/expert_offload.hpp); the optimizer goes one expert tensor at a
+    // time.
     std::int64_t moe = 0;
     for (std::int64_t l = plan.layer_begin; l < plan.layer_end; ++l) moe += cfg.is_moe_layer(l) ? 1 : 0;
     const double layer = 4.0 * 3.0 * double(plan.local_experts()) * double(plan.d_expert) * double(cfg.d_model);
-    const double all = layer * double(moe);
+    const double parts = c.zero > 0 ? double(data / c.grid.ep) : 1.0;
+    const double all = layer * double(moe) / parts;
     m.parameters -= all;
     m.gradients -= all;
-    const double held = double(std::min<std::int64_t>(c.offload_prefetch, moe)) * layer;
-    m.offload = 2.0 * held;
     if (c.offload_optimizer) m.optimizer -= 2.0 * all;
+    m.offload = c.zero == 0 ? 2.0 * double(std::min<std::int64_t>(c.offload_prefetch, moe)) * layer
+                            : 4.0 * layer / 3.0 / parts;
   }
   const ScratchBytes sb = scratch_bytes(cfg, c, plan);
   m.activations += sb.activations;

@@ -476,16 +476,19 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
 }
 
 void Trainer::log_offload() const {
-  const auto* off = dp_->offload();
-  if (off == nullptr) return;
+  const auto& file = dp_->store().offload_file();
+  if (file == nullptr) return;
   // Sampled at every layer boundary and optimizer piece (model/expert_offload.hpp).
   std::string by;
-  for (const auto& u : dp_->store().offload_file()->usage())
+  for (const auto& u : file->usage())
     by += fmt::format("{}{} {:.2f} of {:.2f}", by.empty() ? "" : ", ", u.label.substr(u.label.rfind(':') + 1),
                       u.peak_resident / 1048576.0, u.offloaded / 1048576.0);
-  log::info("expert offload: peak resident MiB (rank 0): {}; one expert {:.3f} MiB, at most {} used by a layer, "
-            "prefetch depth {}",
-            by, off->expert_bytes() / 1048576.0, off->max_used_per_layer(), off->depth());
+  if (const auto* off = dp_->offload())
+    log::info("expert offload: peak resident MiB (rank 0): {}; one expert {:.3f} MiB, at most {} used by a layer, "
+              "prefetch depth {}",
+              by, off->expert_bytes() / 1048576.0, off->max_used_per_layer(), off->depth());
+  else
+    log::info("expert offload: peak resident MiB (rank 0): {}", by);
 }
 
 void Trainer::move_experts(const parallel::expert::ExpertMove& move) {

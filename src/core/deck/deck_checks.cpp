@@ -535,14 +535,7 @@ void check_combinations(const Config& c) {
          "comm.stochastic_rounding = true rounds the compressed gradients, but comm.compression = \"none\" sends "
          "them in fp32; set comm.compression = \"int8\" or \"bf16\", or stochastic_rounding = false");
   }
-  if (c.get_bool("memory.offload_experts")) {
-    if (c.get_int("parallel.zero") > 0)
-      fail(c, {"memory.offload_experts", "parallel.zero"},
-           fmt::format("memory.offload_experts with parallel.zero = {} is not built: ZeRO's working copies of the "
-                       "experts would stay resident; set parallel.zero = 0 (experts are sharded by expert "
-                       "parallelism instead), or memory.offload_experts = false",
-                       c.get_int("parallel.zero")));
-  } else {
+  if (!c.get_bool("memory.offload_experts")) {
     for (const char* key : {"memory.offload_optimizer", "memory.offload_dir", "memory.offload_prefetch"})
       if (const auto& st = c.setting(key); st.origin != Origin::Default && !(st.value == st.spec->def))
         fail(c, {key, "memory.offload_experts"},

@@ -108,8 +108,6 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
 
 model::ParameterStore::Offload DataParallel::offload_of(const DataParallelOptions& opt) {
   if (!opt.offload_experts) return {};
-  EXA_REQUIRE(opt.zero == 0, "memory.offload_experts needs parallel.zero = 0 (ZeRO's working copies of the experts "
-              "are not offloaded yet); set parallel.zero = 0 or memory.offload_experts = false");
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   return {std::make_shared<OffloadFile>(opt.offload_dir, world_rank), model::is_routed_expert};
@@ -163,11 +161,17 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
                                             [&](const model::ParamSpec& s) { return engine_of(s.name).work_grad(s.name); });
   }
   if (store_.value_tier() != nullptr) {
-    offload_ = std::make_unique<model::ExpertOffload>(store_, mcfg.n_layers, opt_.offload_prefetch);
-    log::info("expert offload: {:.1f} MiB of routed experts' values and gradients in {} (a file per rank, removed "
-              "at exit); prefetch depth {}",
+    // ZeRO 0: the model reads the store, and the hook keeps only the
+    // experts in use resident. ZeRO 1-3: it reads the engines' working
+    // copies; the store's parts (the masters) stay offloaded but for the
+    // optimizer's and the reductions' passes.
+    if (opt_.zero == 0) offload_ = std::make_unique<model::ExpertOffload>(store_, mcfg.n_layers, opt_.offload_prefetch);
+    log::info("expert offload: {:.1f} MiB of routed experts' values and gradients{} in {} (a file per rank, removed "
+              "at exit){}",
               double(store_.value_tier()->offloaded_bytes() + store_.grad_tier()->offloaded_bytes()) / 1048576.0,
-              opt_.offload_dir, opt_.offload_prefetch);
+              opt_.zero > 0 ? " (this rank's ZeRO parts)" : "", opt_.offload_dir,
+              offload_ ? fmt::format("; prefetch depth {}", opt_.offload_prefetch)
+                       : std::string("; ZeRO's working copies stay resident"));
   }
   if (mcfg.frozen) return;  // a forward-only copy (a teacher): the trained model's lines say it all
   auto& g = data_engine_->group();
@@ -207,7 +211,13 @@ void DataParallel::params_stepped() {
 }
 
 void DataParallel::release_offloaded() {
-  if (offload_) offload_->release_all();
+  if (offload_) {
+    offload_->release_all();
+  } else if (const auto& file = store_.offload_file()) {
+    Kokkos::fence();
+    file->sample();
+    file->release_all();
+  }
 }
 
 DataParallel::Flat DataParallel::replica_values(std::size_t i) {
