@@ -149,7 +149,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   double comp_tot = 0, tp_tot = 0, a2a_tot = 0, cp_tot = 0, zg_tot = 0, p2p_tot = 0;
   // Elements per step: the trainable ones, whose gradients are reduced and
   // which ZeRO 1/2 gather again after the step.
-  double dp_bytes_step = 0, local_params_worst = 0;
+  double dp_bytes_step = 0, local_params_worst = 0, offloaded = 0;
   int worst = 0;
   r.memory = memory ? *memory : peak_memory(cfg, c);
   // The stage with the most layers (the first on ties) stands for the
@@ -261,6 +261,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       zg_tot = m * (zg_f + zg_b);
       p2p_tot = m * 2 * p2p;
       local_params_worst = state_bytes(cfg, plan, c.zero, data, data / ep).optimizer / 8;
+      offloaded = offloaded_bytes(cfg, c, plan, data / ep).values;
     }
     dp_bytes_step = std::max(dp_bytes_step, stage_trainable);
   }
@@ -296,6 +297,20 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     }
   }
   r.optimizer = local_params_worst * 32 / mem_bw;  // AdamW reads p, g, m, v, writes p, m, v; the norm reads g
+  if (offloaded > 0) {
+    // Expert offload (docs/performance.md, "Expert offload"): every 4 KiB
+    // page the step brings in costs a fault and its drop, measured at
+    // 0.65 us on tmpfs here (ZeRO 0: values in forward, values and
+    // gradients in backward, zeroing, the norm and the optimizer's values
+    // and gradients; ZeRO 1-3: the last three), and every changed page is
+    // written back to the node's disk at its calibrated write rate
+    // (storage_write_gbs), which the node's ranks in the run share.
+    const double m = c.offload_optimizer ? 2.0 * offloaded : 0.0;
+    const double paged = (c.zero == 0 ? 6.0 : 3.0) * offloaded + m;
+    const double written = 2.0 * offloaded + m;
+    r.offload = paged / 4096.0 * 0.65e-6 +
+                written * double(std::min(cl.devices_per_node, g.world)) / (cl.storage_write_gbs * 1e9);
+  }
   r.compute = comp_tot;
   r.tp = tp_tot;
   r.a2a = a2a_tot;
@@ -304,14 +319,14 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   r.pp_p2p = p2p_tot;
   r.dp = dp;
   r.bubble = pp > 1 ? rounds * tl.span * tl.bubble : 0;  // the idle time does not grow with more micro-batches
-  r.step = pipe + dp + r.optimizer;
+  r.step = pipe + dp + r.optimizer + r.offload;
   const double tokens = double(g.dp) * double(c.micro_batch) * double(c.grad_accum) * double(cfg.seq_len);
   r.tokens_per_s = tokens / r.step;
   const double flops = flops_per_token(cfg).total() * tokens;
   r.mfu = flops / r.step / (double(g.world) * peak);
   r.memory_capacity = cl.memory_gib * 1073741824.0;
   r.fits = r.memory.total() <= cl.usable_memory_bytes();
-  const std::array<std::pair<const char*, double>, 9> parts = {{{"compute", r.compute},
+  const std::array<std::pair<const char*, double>, 10> parts = {{{"compute", r.compute},
                                                                  {"tp", r.tp},
                                                                  {"a2a", r.a2a},
                                                                  {"cp", r.cp},
@@ -319,7 +334,8 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
                                                                  {"pp_p2p", r.pp_p2p},
                                                                  {"dp", r.dp},
                                                                  {"bubble", r.bubble},
-                                                                 {"optimizer", r.optimizer}}};
+                                                                 {"optimizer", r.optimizer},
+                                                                 {"offload", r.offload}}};
   const auto top = *std::max_element(parts.begin(), parts.end(),
                                      [](const auto& a, const auto& b) { return a.second < b.second; });
   r.bound = r.fits ? top.first : "memory";

@@ -31,6 +31,7 @@ struct StepCost {
   double dp = 0;          // exposed gradient reduction (and ZeRO 1/2's parameter allgather)
   double bubble = 0;      // pipeline idle time
   double optimizer = 0;
+  double offload = 0;     // memory.offload_experts: paging and writing the offloaded state back
   double step = 0;        // the whole step
   double tokens_per_s = 0;
   double mfu = 0;         // model FLOPs / (devices * peak of the precision)

@@ -233,6 +233,16 @@ double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const mo
   return bytes;
 }
 
+OffloadedBytes offloaded_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
+                               int expert_data) {
+  OffloadedBytes o;
+  if (!c.offload_experts) return o;
+  for (std::int64_t l = plan.layer_begin; l < plan.layer_end; ++l) o.moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
+  o.layer = 4.0 * 3.0 * double(plan.local_experts()) * double(plan.d_expert) * double(cfg.d_model);
+  o.values = o.layer * double(o.moe_layers) / (c.zero > 0 ? double(expert_data) : 1.0);
+  return o;
+}
+
 MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int stage) {
   const auto plan = stage_plan(cfg, c, stage);
   const int data = c.grid.dp * c.grid.cp;
@@ -266,21 +276,16 @@ MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int 
   if (c.recompute == "selective") m.activations += cheap_bytes(cfg, c, plan, layers).shared;
   if (c.offload_experts) {
     // The routed experts' values and gradients (and moments) leave the
-    // store: ZeRO 0's whole boxes, or ZeRO 1-3's parts of them over the
-    // expert-data group. Under ZeRO 0 backward holds the used experts (all,
-    // at worst) of `prefetch` MoE layers, values and gradients
-    // (model/expert_offload.hpp); the optimizer goes one expert tensor at a
-    // time.
-    std::int64_t moe = 0;
-    for (std::int64_t l = plan.layer_begin; l < plan.layer_end; ++l) moe += cfg.is_moe_layer(l) ? 1 : 0;
-    const double layer = 4.0 * 3.0 * double(plan.local_experts()) * double(plan.d_expert) * double(cfg.d_model);
-    const double parts = c.zero > 0 ? double(data / c.grid.ep) : 1.0;
-    const double all = layer * double(moe) / parts;
-    m.parameters -= all;
-    m.gradients -= all;
-    if (c.offload_optimizer) m.optimizer -= 2.0 * all;
-    m.offload = c.zero == 0 ? 2.0 * double(std::min<std::int64_t>(c.offload_prefetch, moe)) * layer
-                            : 4.0 * layer / 3.0 / parts;
+    // store. Under ZeRO 0 backward holds the used experts (all, at worst)
+    // of `prefetch` MoE layers, values and gradients
+    // (model/expert_offload.hpp); otherwise, and in the optimizer, one
+    // expert tensor at a time.
+    const OffloadedBytes o = offloaded_bytes(cfg, c, plan, data / c.grid.ep);
+    m.parameters -= o.values;
+    m.gradients -= o.values;
+    if (c.offload_optimizer) m.optimizer -= 2.0 * o.values;
+    m.offload = c.zero == 0 ? 2.0 * double(std::min<std::int64_t>(c.offload_prefetch, o.moe_layers)) * o.layer
+                            : 4.0 * o.layer / 3.0 / double(data / c.grid.ep);
   }
   const ScratchBytes sb = scratch_bytes(cfg, c, plan);
   m.activations += sb.activations;

@@ -42,6 +42,17 @@ int steady_micro(int n_micro, int pp, int chunks);
 // (memory.checkpoint_layers N, or "sqrt": ceil(sqrt(layers))).
 double recompute_segment(const Candidate& c, double layers);
 
+// memory.offload_experts: the routed experts' value bytes (the same again
+// for their gradients, twice for the moments) that `plan`'s rank keeps in
+// the offload file (ZeRO 1-3: its part over the expert-data group of
+// `expert_data` ranks), and one MoE layer's whole boxes of them.
+struct OffloadedBytes {
+  double values = 0, layer = 0;
+  std::int64_t moe_layers = 0;
+};
+OffloadedBytes offloaded_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
+                               int expert_data);
+
 // Activation bytes one micro-batch's context keeps on `plan` (one chunk of
 // an interleaved stage), and those the recomputation's work buffers add.
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,

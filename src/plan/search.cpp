@@ -114,14 +114,26 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                   for (int zero = 0; zero <= (data > 1 ? 3 : 0); ++zero) {
                     if (sched == "zb" && pp > 1 && zero > 1) continue;
                     c.zero = zero;
-                    std::vector<std::pair<std::string, std::string>> recomputes = {
-                        {deck.recompute, deck.checkpoint_layers}};
-                    if (opt.vary_recompute)
-                      recomputes = {{"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}};
+                    // Memory policies, cheapest first: the recompute
+                    // policies, then the same with the experts offloaded
+                    // (page traffic on top), then their moments too.
+                    struct MemoryPolicy {
+                      std::string rc, ckl;
+                      bool off_experts, off_optimizer;
+                    };
+                    std::vector<MemoryPolicy> recomputes = {
+                        {deck.recompute, deck.checkpoint_layers, deck.offload_experts, deck.offload_optimizer}};
+                    if (opt.vary_recompute) {
+                      recomputes.clear();
+                      for (const auto& [e, o] : std::initializer_list<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}})
+                        for (const auto& [rc, ckl] : std::vector<std::pair<const char*, const char*>>{
+                                 {"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}})
+                          recomputes.push_back({rc, ckl, e, o});
+                    }
                     bool fitted = false;
                     const auto policies = policies_for(data > 1, ep > 1, data > 1 && zero >= 1);
                     for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
-                      const auto& [rc, ckl] = recomputes[ri];
+                      const auto& [rc, ckl, off_e, off_o] = recomputes[ri];
                       if (rc == "full" && sched == "zb" && pp > 1) continue;
                       if (ckl != "all" && zero == 3) continue;
                       const auto n = std::int64_t(policies.size() * modes.size());
@@ -132,6 +144,8 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                       }
                       c.recompute = rc;
                       c.checkpoint_layers = ckl;
+                      c.offload_experts = off_e;
+                      c.offload_optimizer = off_o;
                       const MemoryBytes mem = peak_memory(cfg, c);
                       if (mem.total() > cl.usable_memory_bytes()) {
                         res.pruned_memory += n;

@@ -25,7 +25,7 @@ struct SearchOptions {
   std::vector<std::string> compressions;  // gradient wire formats tried when data > 1; empty: the deck's
   std::vector<std::string> a2a_compressions;  // expert all-to-all wire formats tried when ep > 1; empty: the deck's
   std::vector<std::string> weight_compressions;  // ZeRO allgather wire formats tried with ZeRO >= 1; empty: the deck's
-  bool vary_recompute = true;
+  bool vary_recompute = true;  // memory.recompute/checkpoint_layers, then expert offload (else the deck's)
   PredictOptions predict;
 };
 

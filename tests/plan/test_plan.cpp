@@ -274,3 +274,43 @@ TEST(Plan, ClusterFileErrorsNameTheKey) {
 }
 
 }  // namespace
+
+// Expert offload in the memory model: the experts' values and gradients
+// (and moments) leave the store's categories exactly, a layer's worth per
+// prefetch depth comes back as the offload term; and the search takes it
+// only when nothing else fits, paying its paging and writeback time.
+TEST(Plan, OffloadIsTheLastMemoryPolicy) {
+  auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
+  const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {"moe.n_experts=32", "moe.d_expert=256"}, 1);
+  const auto cfg = model::ModelConfig::from_deck(base);
+  plan::Candidate c = plan::Candidate::from_deck(base);
+  c.recompute = "full";
+  c.checkpoint_layers = "sqrt";
+  const auto resident = plan::peak_memory(cfg, c);
+  plan::Candidate off = c;
+  off.offload_experts = off.offload_optimizer = true;
+  off.offload_prefetch = 1;
+  const auto offloaded = plan::peak_memory(cfg, off);
+  // 4 MoE layers x 32 experts x 3 matrices of 256 x 64, fp32.
+  const double experts = 4.0 * 32 * 3 * 256 * 64 * 4;
+  EXPECT_DOUBLE_EQ(resident.parameters - offloaded.parameters, experts);
+  EXPECT_DOUBLE_EQ(resident.gradients - offloaded.gradients, experts);
+  EXPECT_DOUBLE_EQ(resident.optimizer - offloaded.optimizer, 2 * experts);
+  EXPECT_DOUBLE_EQ(offloaded.offload, 2 * experts / 4);  // one layer's values and gradients
+  EXPECT_EQ(resident.offload, 0);
+
+  plan::SearchOptions o;
+  o.world = 1;
+  const auto roomy = plan::search(base, cluster, o);
+  ASSERT_FALSE(roomy.top.empty());
+  for (const auto& t : roomy.top) EXPECT_FALSE(t.candidate.offload_experts) << t.candidate.describe();
+  // Room for the offloaded plan but for no resident one.
+  cluster.memory_gib = (offloaded.total() + resident.total()) / 2 / 0.9 / 1073741824.0;
+  const auto tight = plan::search(base, cluster, o);
+  ASSERT_FALSE(tight.top.empty());
+  for (const auto& t : tight.top) {
+    EXPECT_TRUE(t.candidate.offload_experts) << t.candidate.describe();
+    EXPECT_GT(t.cost.offload, 0) << t.candidate.describe();
+    EXPECT_NE(t.candidate.describe().find("offload experts"), std::string::npos);
+  }
+}

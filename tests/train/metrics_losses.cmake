@@ -44,6 +44,21 @@ function(losses_of file out)
   set(${out} "${res}" PARENT_SCOPE)
 endfunction()
 
+# ledger_peak_sum(<run dir> <step> <out-var> <category>...): the sum of
+# that step record's mem.<category>.peak (the memory ledger's bytes);
+# a FATAL_ERROR naming the category a record lacks.
+function(ledger_peak_sum dir step out)
+  set(sum 0)
+  foreach(cat IN LISTS ARGN)
+    value_at(${dir} ${step} peak mem ${cat} peak)
+    if(peak STREQUAL "")
+      message(FATAL_ERROR "${dir}/metrics.jsonl: no step-${step} record with mem.${cat}.peak")
+    endif()
+    math(EXPR sum "${sum} + ${peak}")
+  endforeach()
+  set(${out} ${sum} PARENT_SCOPE)
+endfunction()
+
 function(run_checked)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
