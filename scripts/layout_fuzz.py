@@ -112,6 +112,12 @@ def draw(rng, max_ranks, bf16=False):
     if layout.get("parallel.ep", 1) > 1 and rng.random() < 0.3:
         layout["moe.a2a_chunks"] = rng.choice([2, 3, 8])
         layout["comm.hierarchical_a2a"] = False
+    # Expert offload (the same arithmetic: the reference's losses), its
+    # optimizer state too in half the cases, under any ZeRO stage.
+    if rng.random() < 0.25:
+        layout.update({"memory.offload_experts": True, "memory.offload_prefetch": rng.choice([1, 2])})
+        if rng.random() < 0.5:
+            layout["memory.offload_optimizer"] = True
     return model, layout, ranks
 
 

@@ -13,6 +13,7 @@
 // neighbouring memory.
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <utility>
 #include <vector>
 #include <type_traits>
@@ -73,11 +74,13 @@ double global_sq_norm(const V& v, const exec_of<V>& exec = exec_of<V>{}) {
 
 // global_sq_norm's result, bit for bit (the same blocks, reduced by the
 // same parallel_reduce), with the blocks' sums computed first, range by
-// range: once the blocks over each of `pieces` ([begin, end) elements,
-// ascending) are summed, after(piece) runs, so that a caller can take the
-// piece out of memory before the next is read (memory.offload_experts).
-template <class V, class Piece, class After>
-double global_sq_norm_pieces(const V& v, const std::vector<Piece>& pieces, After&& after,
+// range: once the blocks over pieces[i] ([begin, end) elements, ascending)
+// are summed, after(i) runs, so that a caller can take the piece out of
+// memory before the next is read (memory.offload_experts). (A
+// std::function, not a template parameter: nvcc refuses a caller's local
+// lambda type in the template arguments of a function with device lambdas.)
+template <class V, class Piece>
+double global_sq_norm_pieces(const V& v, const std::vector<Piece>& pieces, const std::function<void(std::size_t)>& after,
                              const exec_of<V>& exec = exec_of<V>{}) {
   using Exec = typename V::execution_space;
   using Range = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>;
@@ -88,29 +91,30 @@ double global_sq_norm_pieces(const V& v, const std::vector<Piece>& pieces, After
   Kokkos::View<double*, typename V::memory_space> sums("exa::norm_block_sums", nblocks);
   // Block ranges in order, each piece's last (the piece goes after it).
   std::vector<std::pair<std::size_t, std::size_t>> runs;
-  std::vector<const Piece*> after_run;
+  std::vector<std::ptrdiff_t> after_run;  // the piece a run ends, or -1
   std::size_t next = 0;
-  for (const auto& piece : pieces) {
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const auto& piece = pieces[k];
     const std::size_t b0 = std::max(next, std::min(nblocks, std::size_t(piece.begin) / blk));
     const std::size_t b1 = std::max(b0, std::min(nblocks, (std::size_t(piece.end) + blk - 1) / blk));
     if (b0 > next) {
       runs.emplace_back(next, b0);
-      after_run.push_back(nullptr);
+      after_run.push_back(-1);
     }
     runs.emplace_back(b0, b1);
-    after_run.push_back(&piece);
+    after_run.push_back(std::ptrdiff_t(k));
     next = b1;
   }
   runs.emplace_back(next, nblocks);
-  after_run.push_back(nullptr);
+  after_run.push_back(-1);
   for (std::size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].second > runs[r].first)
       Kokkos::parallel_for(
           "exa::global_sq_norm::blocks", Range(exec, runs[r].first, runs[r].second),
           KOKKOS_LAMBDA(const std::size_t b) { sums(b) = detail::block_sq_sum(p, n, blk, b); });
-    if (after_run[r] != nullptr) {
+    if (after_run[r] >= 0) {
       exec.fence();
-      after(*after_run[r]);
+      after(std::size_t(after_run[r]));
     }
   }
   double s = 0;

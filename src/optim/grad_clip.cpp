@@ -21,9 +21,9 @@ double GradClipper::local_sq_norm(const model::ParameterStore& store) {
   if (store.trainable_numel() == 0) return 0.0;  // a rank may own nothing (small tensors, many ranks)
   if (const auto* tier = store.grad_tier()) {
     // Offloaded gradients leave memory piece by piece (the same sum).
-    return kernels::global_sq_norm_pieces(store.trainable_grads(), tier->spans(), [&](const ElementSpan& s) {
+    return kernels::global_sq_norm_pieces(store.trainable_grads(), tier->spans(), [&](std::size_t i) {
       store.offload_file()->sample();
-      tier->release(s);
+      tier->release(tier->spans()[i]);
     });
   }
   return kernels::global_sq_norm(store.trainable_grads());
