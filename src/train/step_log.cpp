@@ -44,7 +44,8 @@ nlohmann::json to_json(const StepLog& s) {
   j["tflops"] = s.tflops;
   j["mfu"] = s.mfu;
   j["expert_imbalance"] = s.imbalance;
-  j["time"] = {{"compute", s.t_compute}, {"comm_exposed", s.t_comm}, {"all_to_all", s.t_a2a}, {"tp", s.t_tp}, {"io", s.t_io}, {"eval", s.t_eval},
+  j["time"] = {{"compute", s.t_compute}, {"comm_exposed", s.t_comm}, {"all_to_all", s.t_a2a},
+               {"all_to_all_overlapped", s.t_a2a_overlapped}, {"tp", s.t_tp}, {"io", s.t_io}, {"eval", s.t_eval},
                {"compress", s.t_compress}};
   j["context_comm_exposed"] = s.t_context;  // part of time.comm_exposed
   j["memory"] = {{"params", s.mem_params}, {"grads", s.mem_grads}, {"optim", s.mem_optim},

@@ -17,7 +17,10 @@ struct StepLog {
   double tokens_per_s = 0, tflops = 0, mfu = 0;  // achieved rates over the interval
   double imbalance = 1;               // expert load max/mean (worst MoE layer)
   double t_compute = 0, t_comm = 0, t_io = 0, t_eval = 0;  // seconds per step, averaged over the interval
-  double t_a2a = 0;  // of t_comm: the expert all-to-all (counts and rows; blocking, so all exposed)
+  double t_a2a = 0;  // of t_comm: the expert all-to-all's waits (counts and rows; the blocking exchange all exposed)
+  // Of t_compute: the shared experts run while the expert all-to-all's
+  // first part travels (moe.a2a_chunks > 1), the compute that hid it.
+  double t_a2a_overlapped = 0;
   double t_tp = 0;   // of t_comm: the tensor-parallel collectives (comm/tp_*) left exposed
   double t_context = 0;
   double t_compress = 0;  // gradient compression: encoding and decoding (inside t_comm)  // of t_comm: context parallelism's exposed ring / all-to-all attention waits

@@ -415,6 +415,7 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   // (what overlap did not hide); compute is the rest of the step.
   s.t_comm = (iv.phase("comm/") - (eval_comm_s_ - iv.eval_comm0)) * k;
   s.t_a2a = iv.phase("comm/all_to_all") * k;  // the expert dispatch's share (counts included)
+  s.t_a2a_overlapped = iv.phase("moe/overlapped") * k;
   s.t_tp = iv.phase("comm/tp_") * k;           // tensor parallelism's (activations and replicated gradients)
   s.t_context = iv.phase("comm/context/") * k;  // ring / all-to-all attention waits
   s.t_compress = iv.phase("compress/") * k;     // comm.compression's kernels (run inside the comm waits)

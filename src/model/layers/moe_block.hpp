@@ -109,6 +109,7 @@ class MoeBlock {
   using V1 = Kokkos::View<T*, Layout, D>;
   using V2 = Kokkos::View<T**, Layout, D>;
   using LinearP = std::shared_ptr<const Linear<T, D>>;
+  using Meanwhile = typename TokenDispatcher<T, D>::Meanwhile;
 
   MoeBlock(std::int64_t layer, MoeShape shape, double norm_eps, LinearP column, LinearP row, LinearP replicated,
            std::shared_ptr<TokenDispatcher<T, D>> dispatcher, bool fence, RowShare norm_grad_rows = {},
@@ -185,6 +186,20 @@ class MoeBlock {
                                           c.router_lse, c.topk, c.gates, c.counts);
       if (scope_.spans_ranks()) c.router_losses.aux = aux_over_scope(c, N);
     }
+    using moe_detail::mat;
+    // The shared experts' first products and SwiGLU need nothing of the
+    // dispatch: the dispatcher runs them while its exchange travels
+    // (TokenDispatcher::Meanwhile). Their output product adds into `out`
+    // after the routed sum, as it always did, so the arithmetic is the same.
+    const auto shared_front = [&] {
+      ScopedRegion r("forward/moe/shared", fence_);
+      for (index_t s = 0; s < shape_.n_shared; ++s) {
+        const auto sa = mat(c.sa, s), sb = mat(c.sb, s), sh = mat(c.sh, s);
+        column_->forward(c.ffn_xn, mat(lw.shared_w1, s), sa, false, lora::in(c, lw, lw.lora_shared_w1, s, 1001));
+        column_->forward(c.ffn_xn, mat(lw.shared_w3, s), sb, false, lora::in(c, lw, lw.lora_shared_w3, s, 1003));
+        K::swiglu_forward(sa, sb, sh);
+      }
+    };
     {
       ScopedRegion r("forward/moe/experts", fence_);
       auto cap = ModelConfig::capacity_for(shape_.capacity_factor, N, shape_.top_k, shape_.n_experts);
@@ -196,20 +211,14 @@ class MoeBlock {
       }
       c.exchange.layer = layer_;
       c.experts_used.assign(lw.w1.extent(0), 0);
-      dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y);
+      dispatcher_->forward(c, lw, cap, c.ffn_xn, moe_y, shape_.n_shared > 0 ? Meanwhile(shared_front) : Meanwhile());
       moe_detail::residual_sum(out, c.x_mid, moe_y);
     }
     if (shape_.n_shared > 0) {
       ScopedRegion r("forward/moe/shared", fence_);
-      using moe_detail::mat;
-      for (index_t s = 0; s < shape_.n_shared; ++s) {
-        const auto sa = mat(c.sa, s), sb = mat(c.sb, s), sh = mat(c.sh, s);
-        column_->forward(c.ffn_xn, mat(lw.shared_w1, s), sa, false, lora::in(c, lw, lw.lora_shared_w1, s, 1001));
-        column_->forward(c.ffn_xn, mat(lw.shared_w3, s), sb, false, lora::in(c, lw, lw.lora_shared_w3, s, 1003));
-        K::swiglu_forward(sa, sb, sh);
-        row_->forward(sh, mat(lw.shared_w2, s), out, /*accumulate=*/true,
+      for (index_t s = 0; s < shape_.n_shared; ++s)
+        row_->forward(mat(c.sh, s), mat(lw.shared_w2, s), out, /*accumulate=*/true,
                       lora::in(c, lw, lw.lora_shared_w2, s, 1002));
-      }
     }
     if (routing) routing->push_back(statistics(c, N));
   }
@@ -220,18 +229,29 @@ class MoeBlock {
     namespace K = kernels;
     using moe_detail::mat;
     ScopedRegion region("backward/moe", fence_);
+    // Shared expert e's output product and SwiGLU backward (into the
+    // scratch dsh, dsa, dsb, one expert's at a time); the first expert's
+    // run while the dispatcher's exchange travels, as in forward.
+    const auto shared_back = [&](index_t e) {
+      if (c.shared_cheap) K::swiglu_forward(mat(c.sa, e), mat(c.sb, e), mat(c.sh, e));
+      row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, moe_detail::mat_or_empty(lg.shared_w2, e), false,
+                     lora::in(c, lw, lw.lora_shared_w2, e, 1002, &lg.lora_shared_w2));
+      K::swiglu_backward(mat(c.sa, e), mat(c.sb, e), s.dsh, s.dsa, s.dsb);
+    };
     {
       ScopedRegion r("backward/moe/experts", fence_);
-      dispatcher_->backward(c, lw, lg, s.dres, s.dxn, s.dgates);  // overwrites dxn
+      const auto first_shared = [&] {
+        ScopedRegion rs("backward/moe/shared", fence_);
+        shared_back(0);
+      };
+      dispatcher_->backward(c, lw, lg, s.dres, s.dxn, s.dgates,
+                            shape_.n_shared > 0 ? Meanwhile(first_shared) : Meanwhile());  // overwrites dxn
     }
     if (c.shared_cheap) norm_.forward(c.x_mid, lw.ffn_norm, c.ffn_xn, c.ffn_rstd);  // selective recompute
     if (shape_.n_shared > 0) {
       ScopedRegion r("backward/moe/shared", fence_);
       for (index_t e = 0; e < shape_.n_shared; ++e) {
-        if (c.shared_cheap) K::swiglu_forward(mat(c.sa, e), mat(c.sb, e), mat(c.sh, e));
-        row_->backward(mat(c.sh, e), mat(lw.shared_w2, e), s.dres, s.dsh, moe_detail::mat_or_empty(lg.shared_w2, e), false,
-                       lora::in(c, lw, lw.lora_shared_w2, e, 1002, &lg.lora_shared_w2));
-        K::swiglu_backward(mat(c.sa, e), mat(c.sb, e), s.dsh, s.dsa, s.dsb);
+        if (e > 0) shared_back(e);
         column_->backward(c.ffn_xn, mat(lw.shared_w1, e), s.dsa, s.dxn, moe_detail::mat_or_empty(lg.shared_w1, e), true,
                           lora::in(c, lw, lw.lora_shared_w1, e, 1001, &lg.lora_shared_w1));
         column_->backward(c.ffn_xn, mat(lw.shared_w3, e), s.dsb, s.dxn, moe_detail::mat_or_empty(lg.shared_w3, e), true,

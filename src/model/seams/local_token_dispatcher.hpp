@@ -22,9 +22,12 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
   // Every one of the n_experts experts lives on this rank.
   explicit LocalTokenDispatcher(int n_experts) : n_experts_(n_experts) {}
 
+  using typename TokenDispatcher<T, D>::Meanwhile;
+
   void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, std::int64_t capacity, const V2& xn,
-               const V2& y) override {
+               const V2& y, const Meanwhile& meanwhile = {}) override {
     namespace K = kernels;
+    if (meanwhile) meanwhile();  // nothing to overlap on one rank
     // Reuses the context's plan buffers; the keep mask, when set, replaces the capacity.
     K::permute_plan(c.plan, c.topk, n_experts_, capacity, exec_of<decltype(c.topk)>{}, c.capacity_keep);
     const Kept k(c);
@@ -48,8 +51,9 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
   }
 
   void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, const LayerWeights<T, D>& g, const V2& dy,
-                const V2& dxn, const V2& dgates) override {
+                const V2& dxn, const V2& dgates, const Meanwhile& meanwhile = {}) override {
     namespace K = kernels;
+    if (meanwhile) meanwhile();
     ensure_scratch(c);
     const Kept k(c);
     const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);

@@ -11,6 +11,7 @@
 // runs one grouped gemm per expert and unpermutes; expert parallelism
 // replaces it with an all-to-all version over this rank's expert range.
 #include <cstdint>
+#include <functional>
 
 #include "core/types.hpp"
 #include "model/activation_context.hpp"
@@ -22,16 +23,20 @@ template <class T, class D = Device>
 class TokenDispatcher {
  public:
   using V2 = Kokkos::View<T**, Layout, D>;
+  // Work that needs none of the dispatcher's results (the shared experts),
+  // run once by each call, while the exchange is in flight where there is
+  // a non-blocking one (the all-to-all in parts), else before the experts.
+  using Meanwhile = std::function<void()>;
 
   virtual ~TokenDispatcher() = default;
   // Fills the dispatch state of c (plan, permuted rows) and overwrites y [N,d].
   // capacity = 0 is dropless.
   virtual void forward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, std::int64_t capacity, const V2& xn,
-                       const V2& y) = 0;
+                       const V2& y, const Meanwhile& meanwhile = {}) = 0;
   // From dy [N,d]: overwrites dxn [N,d] and dgates [N,k], accumulates the
   // expert weights' gradients into g.
   virtual void backward(LayerContext<T, D>& c, const LayerWeights<T, D>& w, const LayerWeights<T, D>& g,
-                        const V2& dy, const V2& dxn, const V2& dgates) = 0;
+                        const V2& dy, const V2& dxn, const V2& dgates, const Meanwhile& meanwhile = {}) = 0;
   // Bytes of scratch the dispatcher keeps between calls.
   virtual std::size_t scratch_bytes() const { return 0; }
 };

@@ -85,7 +85,10 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   int ranks() const { return counts_->size(); }
   int local_experts() const { return local_experts_; }
 
-  void forward(Context& c, const Weights& w, std::int64_t capacity, const V2& xn, const V2& y) override {
+  using typename model::TokenDispatcher<T, D>::Meanwhile;
+
+  void forward(Context& c, const Weights& w, std::int64_t capacity, const V2& xn, const V2& y,
+               const Meanwhile& meanwhile = {}) override {
     namespace K = kernels;
     EXA_REQUIRE(index_t(w.w1.extent(0)) == local_experts_,
                 "AllToAllDispatcher: the weights hold {} experts, this rank's share is {}", w.w1.extent(0),
@@ -105,11 +108,12 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     ensure_scratch(R, std::int64_t(c.xp.extent(0)), d, F);
     const auto yp = rows(c.yp, c.plan.rows);
     if (!c.exchange.parts.empty()) {
-      pipeline_parts(c, xp, yp, [&](const auto& part, const I1& expert_row, const I1& source_row) {
+      pipeline_parts(c, xp, yp, meanwhile, [&](const auto& part, const I1& expert_row, const I1& source_row) {
         experts_forward(c, w, part.first, part.received, part.expert_offsets, expert_row, source_row);
       });
     } else {
       const auto src = rows(source_, R), ye = rows(expert_, R);
+      if (meanwhile) meanwhile();  // a blocking exchange: nothing to overlap
       {
         ScopedRegion r("comm/all_to_all");
         send(xp, c.exchange.send_rows, src, c.exchange.recv_rows);
@@ -125,18 +129,19 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   }
 
   void backward(Context& c, const Weights& w, const Weights& g, const V2& dy, const V2& dxn,
-                const V2& dgates) override {
+                const V2& dgates, const Meanwhile& meanwhile = {}) override {
     namespace K = kernels;
     const index_t R = c.exchange.received, M = c.plan.rows;
     const auto dyp = rows(dyp_, M), dxp = rows(dxp_, M);
     K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
     if (c.shared_cheap) K::swiglu_forward(rows(c.ea, R), rows(c.eb, R), rows(c.eh, R));  // selective recompute
     if (!c.exchange.parts.empty()) {
-      pipeline_parts(c, dyp, dxp, [&](const auto& part, const I1& expert_row, const I1& source_row) {
+      pipeline_parts(c, dyp, dxp, meanwhile, [&](const auto& part, const I1& expert_row, const I1& source_row) {
         experts_backward(c, w, g, part.first, part.received, part.expert_offsets, expert_row, source_row);
       });
     } else {
       const auto src = rows(source_, R);
+      if (meanwhile) meanwhile();
       {
         ScopedRegion r("comm/all_to_all");
         send(dyp, c.exchange.send_rows, src, c.exchange.recv_rows);
@@ -347,9 +352,10 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // source_ into `to` while part k's run. The sender's rows of a part sit
   // at the same permuted rows going and coming back; the receiver's part
   // is rows [first, + received) of R. The waits are the exposed exchange
-  // time (region comm/all_to_all).
+  // time (region comm/all_to_all). `meanwhile` runs once, while the first
+  // part travels (region moe/overlapped).
   template <class Compute>
-  void pipeline_parts(Context& c, const V2& from, const V2& to, Compute&& compute) {
+  void pipeline_parts(Context& c, const V2& from, const V2& to, const Meanwhile& meanwhile, Compute&& compute) {
     const auto& parts = c.exchange.parts;
     const std::size_t n = parts.size();
     std::vector<comm::Request> there(n), back(n);
@@ -357,6 +363,11 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
       return post_part(from, parts[k].send_rows, parts[k].send_at, source_, parts[k].recv_rows, parts[k].recv_at);
     };
     there[0] = post_there(0);
+    if (meanwhile) {
+      // The caller's independent work while the first part travels.
+      ScopedRegion r("moe/overlapped");
+      meanwhile();
+    }
     for (std::size_t k = 0; k < n; ++k) {
       const auto& part = parts[k];
       {

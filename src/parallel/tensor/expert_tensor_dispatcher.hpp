@@ -30,20 +30,23 @@ class ExpertTensorParallelDispatcher final : public model::TokenDispatcher<T, D>
                                  bool split_experts)
       : inner_(std::move(inner)), tp_(std::move(tp)), split_(split_experts) {}
 
+  using typename model::TokenDispatcher<T, D>::Meanwhile;
+
   void forward(model::LayerContext<T, D>& c, const model::LayerWeights<T, D>& w, std::int64_t capacity,
-               const V2& xn, const V2& y) override {
+               const V2& xn, const V2& y, const Meanwhile& meanwhile = {}) override {
     const std::size_t n = c.topk.extent(0);  // every token of the micro-batch
     const V2 gxn = whole(xn, n, gx_);
     const V2 gy = y.extent(0) == n ? y : scratch(gy_, n, y.extent(1));
-    inner_->forward(c, w, capacity, gxn, gy);
+    inner_->forward(c, w, capacity, gxn, gy, meanwhile);
     to_local(gy, y);
   }
   void backward(model::LayerContext<T, D>& c, const model::LayerWeights<T, D>& w,
-                const model::LayerWeights<T, D>& g, const V2& dy, const V2& dxn, const V2& dgates) override {
+                const model::LayerWeights<T, D>& g, const V2& dy, const V2& dxn, const V2& dgates,
+                const Meanwhile& meanwhile = {}) override {
     const std::size_t n = c.topk.extent(0);
     const V2 gdy = whole(dy, n, gdy_);
     const V2 gdxn = dxn.extent(0) == n ? dxn : scratch(gdxn_, n, dxn.extent(1));
-    inner_->backward(c, w, g, gdy, gdxn, dgates);
+    inner_->backward(c, w, g, gdy, gdxn, dgates, meanwhile);
     to_local(gdxn, dxn);
     if (split_) tp_->allreduce(dgates);  // each rank's part of every expert's output
   }
