@@ -3,6 +3,8 @@
 #include <Kokkos_Core.hpp>
 #include <chrono>
 
+#include "core/trace.hpp"
+
 namespace exa {
 
 void PhaseTimers::add(const std::string& name, double seconds) { totals_[name] += seconds; }
@@ -29,7 +31,9 @@ ScopedRegion::ScopedRegion(const char* name, bool fence) : name_(name), fence_(f
 ScopedRegion::~ScopedRegion() {
   if (fence_) Kokkos::fence();
   Kokkos::Profiling::popRegion();
-  phase_timers().add(name_, wall_seconds() - start_);
+  const double end = wall_seconds();
+  phase_timers().add(name_, end - start_);
+  if (Trace::on()) Trace::span(name_, start_, end);
 }
 
 }  // namespace exa

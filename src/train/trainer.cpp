@@ -22,6 +22,7 @@
 #include "model/precision.hpp"
 #include "core/memory_ledger.hpp"
 #include "core/profiling.hpp"
+#include "core/trace.hpp"
 #include "io/checkpoint/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "model/weights.hpp"
@@ -549,6 +550,11 @@ double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");
   const std::int64_t metrics_every = cfg_.get_int("output.metrics_every");
   const std::int64_t eval_every = cfg_.get_int("train.eval_every");
+  // output.trace_steps: a timeline of this run's first steps, per rank.
+  const std::int64_t trace_from = step_, trace_until = step_ + cfg_.get_int("output.trace_steps");
+  const std::string trace_path =
+      (fs::path(run_dir_) / fmt::format("trace.rank{}.json", comm_rank(world_))).string();
+  if (trace_until > step_) Trace::start(comm_rank(world_));
   log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
             "({:.2f}M active per token), {}, gemm peak {:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, global_batch_, mcfg_.seq_len, double(dp_->model_numel()) / 1e6,
@@ -615,6 +621,12 @@ double Trainer::run() {
     if (growth_.schedule().grows_after(step_)) grow(step_);
     ckpt_->save(due, step_, last);
     dp_->release_offloaded();  // evaluation, checks and the checkpoint read every expert
+    if (Trace::on() && (step_ >= trace_until || last)) {
+      Trace::stop_and_write(trace_path);
+      log::info("trace: the timeline of steps {}..{} is in {} (each rank's trace.rank<R>.json; chrome://tracing or "
+                "ui.perfetto.dev)",
+                trace_from + 1, step_, trace_path);
+    }
     inject_fault(step_);
     if (stop) break;
   }

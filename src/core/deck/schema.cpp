@@ -170,6 +170,7 @@ std::vector<KeySpec> build() {
 
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
+      I("output", "trace_steps", 0, 0, kCount, "record a timeline of the first N steps of the run: run_dir/trace.rank<R>.json per rank, every phase and each expert all-to-all part in flight, in the Chrome trace format (chrome://tracing or ui.perfetto.dev); 0 = none"),
       F("output", "power_w_per_rank", 0.0, 0, 1e6, O::none, "power (W) one rank draws, for the energy estimate; 0 = measure with RAPL (/sys/class/powercap) when readable, else none"),
       F("output", "pue", 1.0, 1, 10, O::none, "power usage effectiveness (facility power / IT power) applied to the energy estimate"),
       // clang-format on

@@ -30,6 +30,7 @@
 #include "kernels/wire_codec.hpp"
 #include "core/error.hpp"
 #include "core/profiling.hpp"
+#include "core/trace.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/permute.hpp"
 #include "kernels/swiglu.hpp"
@@ -359,7 +360,10 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto& parts = c.exchange.parts;
     const std::size_t n = parts.size();
     std::vector<comm::Request> there(n), back(n);
+    // When each part was posted: the trace's in-flight intervals.
+    std::vector<double> there_at(n), back_at(n);
     const auto post_there = [&](std::size_t k) {
+      there_at[k] = wall_seconds();
       return post_part(from, parts[k].send_rows, parts[k].send_at, source_, parts[k].recv_rows, parts[k].recv_at);
     };
     there[0] = post_there(0);
@@ -374,12 +378,17 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
         ScopedRegion r("comm/all_to_all");
         there[k].wait();
       }
+      Trace::span("comm/all_to_all/part in flight", there_at[k], wall_seconds());
       if (k + 1 < n) there[k + 1] = post_there(k + 1);
       compute(part, first(part.expert_row, part.received), first(part.source_row, part.received));
+      back_at[k] = wall_seconds();
       back[k] = post_part(source_, part.recv_rows, part.recv_at, to, part.send_rows, part.send_at);
     }
-    ScopedRegion r("comm/all_to_all");
-    comm::wait_all(back);
+    {
+      ScopedRegion r("comm/all_to_all");
+      comm::wait_all(back);
+    }
+    for (std::size_t k = 0; k < n; ++k) Trace::span("comm/all_to_all/part in flight", back_at[k], wall_seconds());
   }
 
   static void to_device(Kokkos::View<int*, Layout, D>& v, const std::vector<int>& h, const char* name) {
