@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <linux/falloc.h>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -119,7 +120,7 @@ TieredBuffer::TieredBuffer(std::string label, std::int64_t n, std::vector<Elemen
       void* q = ::mmap(addr, std::size_t(e - b), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, file_->fd(), at);
       EXA_REQUIRE(q == addr, "{}: cannot map {:.1f} MiB of the offload file in '{}': {}", label_,
                   double(e - b) / 1048576.0, file_->dir(), std::strerror(errno));
-      maps_.push_back({addr, e - b});
+      maps_.push_back({addr, e - b, at});
       mapped += e - b;
     }
   } catch (...) {
@@ -160,6 +161,32 @@ void TieredBuffer::release(ElementSpan s) const {
   char* e = std::min(reinterpret_cast<char*>(base_) + ceil_page(s.end * 4), m.begin + m.bytes);
   b = std::max(b, m.begin);
   if (e > b) ::madvise(b, std::size_t(e - b), MADV_DONTNEED);
+}
+
+void TieredBuffer::zero(ElementSpan s) const {
+  if (s.empty()) return;
+  const auto& m = mapping_of(s);
+  char* const base = reinterpret_cast<char*>(base_);
+  char* const b = base + s.begin * 4;
+  char* const e = base + s.end * 4;
+  char* const pb = base + ceil_page(s.begin * 4);
+  char* const pe = base + floor_page(s.end * 4);
+  if (pe <= pb) {
+    std::memset(b, 0, std::size_t(e - b));
+    return;
+  }
+  const off_t at = off_t(m.at + (pb - m.begin));
+  const off_t len = off_t(pe - pb);
+  if (::fallocate(file_->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, at, len) == 0) {
+    // The room again, so that no later write can fail for want of it.
+    const int rc = ::posix_fallocate(file_->fd(), at, len);
+    EXA_REQUIRE(rc == 0, "memory.offload_dir '{}': cannot reserve {:.1f} MiB again after zeroing {}: {}", file_->dir(),
+                double(len) / 1048576.0, label_, std::strerror(rc));
+  } else {
+    std::memset(pb, 0, std::size_t(pe - pb));
+  }
+  std::memset(b, 0, std::size_t(pb - b));
+  std::memset(pe, 0, std::size_t(e - pe));
 }
 
 void TieredBuffer::touch(ElementSpan s) const {

@@ -97,6 +97,12 @@ class TieredBuffer {
   void release(ElementSpan s) const;
   void touch(ElementSpan s) const;
   void release_all() const;
+  // Zeros of `s` (inside one of the spans) without bringing it in: its
+  // whole pages become a hole in the file (discarding their dirty pages,
+  // which are then never written back) reserved again, the partial pages
+  // at its ends are written. Falls back to writing zeros where the file
+  // system cannot punch holes.
+  void zero(ElementSpan s) const;
 
   // Mapped file-backed pages now (pagemap), and the most seen by sample().
   std::int64_t resident_bytes() const;
@@ -110,6 +116,7 @@ class TieredBuffer {
   struct Mapping {
     char* begin;
     std::int64_t bytes;
+    std::int64_t at;  // its offset in the file
   };
   const Mapping& mapping_of(ElementSpan s) const;
 

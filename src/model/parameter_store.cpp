@@ -105,9 +105,8 @@ void ParameterStore::zero_grads(std::int64_t begin, std::int64_t count) {
       const std::int64_t b = std::max(at, s.begin), e = std::min(end, s.end);
       if (e <= b) continue;
       zero(at, b);
-      zero(b, e);
       Kokkos::fence();
-      offload_file_->sample();
+      grad_tier_->zero({b, e});  // without bringing the span in
       grad_tier_->release({b, e});
       at = e;
     }

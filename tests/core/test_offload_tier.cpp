@@ -83,6 +83,27 @@ TEST(OffloadTier, AdjacentSpansShareOneMappingAndTheFileIsGone) {
   fs::remove_all(dir);
 }
 
+// zero() writes zeros over a span without bringing its whole pages in (a
+// hole punched in the file, reserved again), keeping everything around it.
+TEST(OffloadTier, ZeroLeavesTheRestAndBringsNothingIn) {
+  const auto dir = scratch_dir("zero");
+  auto file = std::make_shared<OffloadFile>(dir.string(), 0);
+  const std::int64_t per = kPage / 4, n = 10 * per;
+  TieredBuffer b("exa::grads", n, {{0, n}}, file);
+  for (std::int64_t i = 0; i < n; ++i) b.data()[i] = 1.0f + float(i);
+  b.release_all();
+  // From the middle of page 1 to the middle of page 8: pages 2-7 whole.
+  const ElementSpan z{per + per / 2, 8 * per + per / 2};
+  b.zero(z);
+  EXPECT_LE(b.resident_bytes(), 2 * kPage) << "zero() brought whole pages in";
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool in = i >= z.begin && i < z.end;
+    ASSERT_EQ(b.data()[i], in ? 0.0f : 1.0f + float(i)) << i;
+  }
+  EXPECT_EQ(file->bytes(), 10 * kPage);
+  fs::remove_all(dir);
+}
+
 TEST(OffloadTier, LedgerCountsTheAnonymousPartAndTheSampledPages) {
   ASSERT_TRUE(exa::MemoryLedger::install());
   const auto at = [](exa::MemCategory c) { return exa::MemoryLedger::snapshot()[std::size_t(c)].current; };
