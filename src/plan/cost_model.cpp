@@ -301,13 +301,15 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     // Expert offload (docs/performance.md, "Expert offload"): every 4 KiB
     // page the step brings in costs a fault and its drop, measured at
     // 0.65 us on tmpfs here (ZeRO 0: values in forward, values and
-    // gradients in backward, zeroing, the norm and the optimizer's values
-    // and gradients; ZeRO 1-3: the last three), and every changed page is
-    // written back to the node's disk at its calibrated write rate
-    // (storage_write_gbs), which the node's ranks in the run share.
+    // gradients in backward, the norm and the optimizer's values and
+    // gradients; ZeRO 1-3: the last two), and every changed page of the
+    // values and moments is written back to the node's disk at its
+    // calibrated write rate (storage_write_gbs), which the node's ranks in
+    // the run share. (The gradients are zeroed by punching holes, their
+    // dirty pages dropped unwritten.)
     const double m = c.offload_optimizer ? 2.0 * offloaded : 0.0;
-    const double paged = (c.zero == 0 ? 6.0 : 3.0) * offloaded + m;
-    const double written = 2.0 * offloaded + m;
+    const double paged = (c.zero == 0 ? 5.0 : 2.0) * offloaded + m;
+    const double written = offloaded + m;
     r.offload = paged / 4096.0 * 0.65e-6 +
                 written * double(std::min(cl.devices_per_node, g.world)) / (cl.storage_write_gbs * 1e9);
   }
