@@ -38,6 +38,18 @@ std::string divisors(std::int64_t n) {
   throw Error(c.locate(keys) + " " + what);
 }
 
+// `keys` act only under `setting` (of the key `switch_key`, which is off:
+// `got` says how, or is empty): one set away from its default is refused.
+// At its default a key changes nothing (input/full.toml sets every key).
+void refuse_set_without(const Config& c, std::initializer_list<const char*> keys, const char* switch_key,
+                        const std::string& setting, const std::string& got) {
+  for (const char* key : keys)
+    if (const auto& st = c.setting(key); st.origin != Origin::Default && !(st.value == st.spec->def))
+      fail(c, {key, switch_key},
+           fmt::format("{} is set, but it applies to {} only{}; set {}, or remove {}", key, setting, got, setting,
+                       key));
+}
+
 void check_model(const Config& c) {
   const auto d = c.get_int("model.d_model"), h = c.get_int("model.n_heads"), kv = c.get_int("model.n_kv_heads");
   if (d % h != 0) {
@@ -535,22 +547,12 @@ void check_combinations(const Config& c) {
          "comm.stochastic_rounding = true rounds the compressed gradients, but comm.compression = \"none\" sends "
          "them in fp32; set comm.compression = \"int8\" or \"bf16\", or stochastic_rounding = false");
   }
-  if (!c.get_bool("memory.offload_experts")) {
-    for (const char* key : {"memory.offload_optimizer", "memory.offload_dir", "memory.offload_prefetch"})
-      if (const auto& st = c.setting(key); st.origin != Origin::Default && !(st.value == st.spec->def))
-        fail(c, {key, "memory.offload_experts"},
-             fmt::format("{} is set, but it applies to memory.offload_experts = true only; set "
-                         "memory.offload_experts = true, or remove {}",
-                         key, key));
-  }
+  if (!c.get_bool("memory.offload_experts"))
+    refuse_set_without(c, {"memory.offload_optimizer", "memory.offload_dir", "memory.offload_prefetch"},
+                       "memory.offload_experts", "memory.offload_experts = true", "");
   if (c.get_string("comm.compression") != "topk") {
-    // At its default a key changes nothing (input/full.toml sets every key).
-    for (const char* key : {"comm.topk_ratio", "comm.topk_warmup"})
-      if (const auto& st = c.setting(key); st.origin != Origin::Default && !(st.value == st.spec->def))
-        fail(c, {key, "comm.compression"},
-             fmt::format("{} is set, but it applies to comm.compression = \"topk\" only (got \"{}\"); set "
-                         "comm.compression = \"topk\", or remove {}",
-                         key, c.get_string("comm.compression"), key));
+    refuse_set_without(c, {"comm.topk_ratio", "comm.topk_warmup"}, "comm.compression", "comm.compression = \"topk\"",
+                       fmt::format(" (got \"{}\")", c.get_string("comm.compression")));
   } else {
     if (c.get_bool("comm.stochastic_rounding"))
       fail(c, {"comm.stochastic_rounding", "comm.compression"},
