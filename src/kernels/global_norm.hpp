@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
-#include <utility>
 #include <vector>
 #include <type_traits>
 
@@ -72,54 +71,46 @@ double global_sq_norm(const V& v, const exec_of<V>& exec = exec_of<V>{}) {
   return s;
 }
 
+namespace detail {
+// sums(b) = block b's sum of squares for b in [b0, b1).
+template <class Exec, class T, class Sums>
+void block_sq_sums(const Exec& exec, const Sums& sums, const T* p, std::size_t n, std::size_t blk, std::size_t b0,
+                   std::size_t b1) {
+  if (b1 <= b0) return;
+  Kokkos::parallel_for(
+      "exa::global_sq_norm::blocks", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>(exec, b0, b1),
+      KOKKOS_LAMBDA(const std::size_t b) { sums(b) = block_sq_sum(p, n, blk, b); });
+}
+}  // namespace detail
+
 // global_sq_norm's result, bit for bit (the same blocks, reduced by the
 // same parallel_reduce), with the blocks' sums computed first, range by
-// range: once the blocks over pieces[i] ([begin, end) elements, ascending)
-// are summed, after(i) runs, so that a caller can take the piece out of
-// memory before the next is read (memory.offload_experts). (A
-// std::function, not a template parameter: nvcc refuses a caller's local
+// range: once the blocks up to the end of pieces[i] ([begin, end)
+// elements, ascending) are summed, after(i) runs, so that a caller can take
+// the piece out of memory before the next is read (memory.offload_experts).
+// (A std::function, not a template parameter: nvcc refuses a caller's local
 // lambda type in the template arguments of a function with device lambdas.)
 template <class V, class Piece>
 double global_sq_norm_pieces(const V& v, const std::vector<Piece>& pieces, const std::function<void(std::size_t)>& after,
                              const exec_of<V>& exec = exec_of<V>{}) {
   using Exec = typename V::execution_space;
-  using Range = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>;
   const std::size_t blk = detail::norm_block<Exec>();
   const auto* const p = v.data();
   const std::size_t n = v.span();
   const std::size_t nblocks = (n + blk - 1) / blk;
   Kokkos::View<double*, typename V::memory_space> sums("exa::norm_block_sums", nblocks);
-  // Block ranges in order, each piece's last (the piece goes after it).
-  std::vector<std::pair<std::size_t, std::size_t>> runs;
-  std::vector<std::ptrdiff_t> after_run;  // the piece a run ends, or -1
-  std::size_t next = 0;
+  std::size_t next = 0;  // the first block not summed yet
   for (std::size_t k = 0; k < pieces.size(); ++k) {
-    const auto& piece = pieces[k];
-    const std::size_t b0 = std::max(next, std::min(nblocks, std::size_t(piece.begin) / blk));
-    const std::size_t b1 = std::max(b0, std::min(nblocks, (std::size_t(piece.end) + blk - 1) / blk));
-    if (b0 > next) {
-      runs.emplace_back(next, b0);
-      after_run.push_back(-1);
-    }
-    runs.emplace_back(b0, b1);
-    after_run.push_back(std::ptrdiff_t(k));
-    next = b1;
+    const std::size_t end = std::max(next, std::min(nblocks, (std::size_t(pieces[k].end) + blk - 1) / blk));
+    detail::block_sq_sums(exec, sums, p, n, blk, next, end);
+    exec.fence();
+    after(k);
+    next = end;
   }
-  runs.emplace_back(next, nblocks);
-  after_run.push_back(-1);
-  for (std::size_t r = 0; r < runs.size(); ++r) {
-    if (runs[r].second > runs[r].first)
-      Kokkos::parallel_for(
-          "exa::global_sq_norm::blocks", Range(exec, runs[r].first, runs[r].second),
-          KOKKOS_LAMBDA(const std::size_t b) { sums(b) = detail::block_sq_sum(p, n, blk, b); });
-    if (after_run[r] >= 0) {
-      exec.fence();
-      after(std::size_t(after_run[r]));
-    }
-  }
+  detail::block_sq_sums(exec, sums, p, n, blk, next, nblocks);
   double s = 0;
   Kokkos::parallel_reduce(
-      "exa::global_sq_norm", Range(exec, 0, nblocks),
+      "exa::global_sq_norm", Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::size_t>>(exec, 0, nblocks),
       KOKKOS_LAMBDA(const std::size_t b, double& acc) { acc += sums(b); }, s);
   return s;
 }
