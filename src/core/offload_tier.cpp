@@ -1,5 +1,6 @@
 #include "core/offload_tier.hpp"
 
+#include <Kokkos_Core.hpp>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -70,6 +71,7 @@ void OffloadFile::detach(TieredBuffer* b) {
 }
 
 std::int64_t OffloadFile::sample() {
+  Kokkos::fence();
   std::lock_guard<std::mutex> lock(mutex_);
   std::int64_t sum = 0;
   for (auto* b : buffers_) {
@@ -89,6 +91,7 @@ std::vector<OffloadFile::Usage> OffloadFile::usage() {
 }
 
 void OffloadFile::release_all() {
+  sample();
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto* b : buffers_) b->release_all();
 }

@@ -53,10 +53,12 @@ class OffloadFile {
   int fd() const { return fd_; }
   std::int64_t bytes() const { return size_; }
 
-  // Resident bytes of every buffer mapped from this file, each buffer's
-  // sum updated into its peak.
+  // Resident bytes of every buffer mapped from this file, once the kernels
+  // that touch them have finished (a fence), each buffer's sum updated into
+  // its peak, the total into the ledger's offload category.
   std::int64_t sample();
-  // Every buffer's offloaded pages out of the resident set.
+  // Every buffer's offloaded pages out of the resident set, sampled first
+  // (what the sweep before brought in counts).
   void release_all();
   // Each buffer's label, bytes in the file and most resident bytes sampled.
   struct Usage {

@@ -20,12 +20,9 @@ ExpertOffload::ExpertOffload(const ParameterStore& store, std::int64_t n_layers,
     const auto& s = store.spec(i);
     if (!is_routed_expert(s) || store.shard(i).count == 0) continue;
     const auto& sh = store.shard(i);
-    // Whole boxes (ZeRO 0): expert e is the e-th equal run of the box.
-    EXA_REQUIRE(sh.count == [&] {
-      std::int64_t n = 1;
-      for (auto e : sh.box.extent) n *= e;
-      return n;
-    }(), "memory.offload_experts: '{}' is sharded by ZeRO on this rank; offload needs parallel.zero = 0", s.name);
+    // Whole boxes (ZeRO 0, the only stage that installs this hook): expert
+    // e is the e-th equal run of the box.
+    EXA_ASSERT(sh.count == sh.box.numel());
     const std::int64_t experts = sh.box.extent.empty() ? 1 : sh.box.extent[0];
     tensors_[std::size_t(unit_of(s.name, n_layers))].push_back(
         {{store.local_offset(i), store.local_offset(i) + sh.count}, experts});
@@ -109,17 +106,11 @@ void ExpertOffload::release_unit(int unit, bool grads) {
   fetched_[std::size_t(unit)] = false;
 }
 
-void ExpertOffload::sample() {
-  // The kernels that read the pages have finished (a host build's fence).
-  Kokkos::fence();
-  store_.offload_file()->sample();
-}
-
 void ExpertOffload::after_forward(int unit, const std::vector<std::uint8_t>& used) {
   if (unit < 0 || unit >= int(tensors_.size()) || tensors_[std::size_t(unit)].empty()) return;
   used_[std::size_t(unit)] = used;
   max_used_ = std::max(max_used_, int(std::count(used.begin(), used.end(), std::uint8_t(1))));
-  sample();
+  store_.offload_file()->sample();
   release_unit(unit, /*grads=*/false);
 }
 
@@ -130,13 +121,12 @@ void ExpertOffload::before_backward(int unit) {
 
 void ExpertOffload::after_backward(int unit) {
   if (unit < 0 || unit >= int(tensors_.size()) || tensors_[std::size_t(unit)].empty()) return;
-  sample();
+  store_.offload_file()->sample();
   release_unit(unit, /*grads=*/true);
 }
 
 void ExpertOffload::release_all() {
   cancel(-1);
-  sample();  // what the sweep before this brought in counts too
   store_.offload_file()->release_all();
   std::fill(fetched_.begin(), fetched_.end(), false);
 }

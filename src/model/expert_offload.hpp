@@ -2,7 +2,7 @@
 // ExpertOffload: which offloaded expert pages are resident when
 // (memory.offload_experts; docs/architecture.md, "Expert offload"). The
 // store's routed-expert tensors live in the rank's offload file
-// (ParameterStore::offload); this hook, run at the model's unit boundaries,
+// (ParameterStore::Offload); under ZeRO 0 this hook, run at the model's unit boundaries,
 // keeps in memory only the experts a layer is using:
 //
 //   forward   a layer's experts fault in as its grouped products first read
@@ -14,10 +14,10 @@
 //             brought in by a prefetch thread, so the reads of the next
 //             layers overlap this one's compute. After layer l's backward
 //             they leave the resident set.
-//   step      the optimizer updates offloaded tensors piece by piece
-//             (optim::AdamW), and release_all() empties the tier after
-//             anything that swept the whole store (zeroing the gradients,
-//             the gradient norm, a checkpoint).
+//   step      the optimizer, the gradient norm and zeroing go piece by
+//             piece (optim::AdamW, optim::GradClipper, ParameterStore),
+//             and release_all() empties the tier after anything else that
+//             swept the whole store (a checkpoint, evaluation, a load).
 //
 // None of this changes a value: the hook moves pages, the arithmetic and
 // its order are the resident run's, so the losses are equal bit for bit.
@@ -41,7 +41,8 @@ bool is_routed_expert(const ParamSpec& s);
 
 class ExpertOffload final : public UnitHooks {
  public:
-  // `store` has been offloaded (ParameterStore::offload); `depth` >= 1 is
+  // `store` holds its experts' whole boxes offloaded (ZeRO 0,
+  // ParameterStore::Offload); `depth` >= 1 is
   // memory.offload_prefetch, the layers brought in ahead in backward.
   ExpertOffload(const ParameterStore& store, std::int64_t n_layers, int depth);
   ~ExpertOffload() override;
@@ -54,8 +55,6 @@ class ExpertOffload final : public UnitHooks {
 
   // Every offloaded page out of the resident set (prefetches cancelled).
   void release_all();
-  // The resident bytes of every tier now, into the ledger.
-  void sample();
 
   int depth() const { return depth_; }
   // One routed expert's bytes (values) on this rank, and the most experts

@@ -86,7 +86,6 @@ void ParameterStore::settle(ElementSpan s) const {
   for (const auto& o : offloaded_) {
     const ElementSpan in{std::max(s.begin, o.begin), std::min(s.end, o.end)};
     if (in.empty()) continue;
-    Kokkos::fence();
     offload_file_->sample();
     value_tier_->release(in);
   }

@@ -48,11 +48,8 @@ AdamW::AdamW(const model::ParameterStore& store, AdamWConfig cfg) : cfg_(cfg) {
   // Each offloaded tensor's piece of a run updates on its own, so that it
   // leaves the resident set before the next comes in (element-wise: the
   // same arithmetic as one launch).
-  std::vector<ElementSpan> spans;
-  for (const auto& o : store.offloaded()) {
-    ElementSpan t{o.begin, std::min<std::int64_t>(o.end, std::int64_t(total))};
-    if (!t.empty()) spans.push_back(t);
-  }
+  // The gradient tier's spans: the offloaded tensors' trainable elements.
+  const std::vector<ElementSpan> spans = store.grad_tier() ? store.grad_tier()->spans() : std::vector<ElementSpan>{};
   if (!spans.empty()) {
     std::vector<Segment> cut;
     for (const auto& sg : segments_) {
@@ -113,7 +110,6 @@ void AdamW::step(model::ParameterStore& store, double lr, double grad_scale) {
 }
 
 void AdamW::release(const model::ParameterStore& store, ElementSpan s) const {
-  Kokkos::fence();
   store.offload_file()->sample();
   store.value_tier()->release(s);
   store.grad_tier()->release(s);

@@ -211,13 +211,8 @@ void DataParallel::params_stepped() {
 }
 
 void DataParallel::release_offloaded() {
-  if (offload_) {
-    offload_->release_all();
-  } else if (const auto& file = store_.offload_file()) {
-    Kokkos::fence();
-    file->sample();
-    file->release_all();
-  }
+  if (offload_) offload_->release_all();
+  else if (const auto& file = store_.offload_file()) file->release_all();
 }
 
 DataParallel::Flat DataParallel::replica_values(std::size_t i) {
@@ -239,7 +234,6 @@ void DataParallel::scale_residuals(float s) {
 
 void DataParallel::begin_step() {
   for (auto& e : engines_) e->begin_step();
-  release_offloaded();  // zeroing swept every gradient
 }
 
 void DataParallel::set_step(std::int64_t step) {
