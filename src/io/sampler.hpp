@@ -17,9 +17,13 @@
 // their inputs do not overlap), and validation batch k of size B holds
 // windows kB .. kB+B-1, wrapping round when the held-out part is exhausted.
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "io/dataset.hpp"
+#include "io/document_packing.hpp"
 
 namespace exa::io {
 
@@ -35,18 +39,40 @@ SampleRange dp_slice(std::int64_t global_batch, int dp_rank, int dp);
 SampleRange micro_slice(const SampleRange& slice, std::int64_t micro, std::int64_t micro_batch);
 
 // Host token batches, row-major [size, seq_len]; the trainer copies them to
-// the device.
+// the device. Packed batches (data.documents = "packed") also carry each
+// row's document, as the first row of it and one past its last
+// (document_packing.hpp); both are empty otherwise.
 struct Batch {
   std::int64_t size = 0, seq_len = 0;
   std::vector<std::int32_t> inputs, targets;
+  std::vector<std::int32_t> doc_start, doc_end;
+  bool packed() const { return !doc_start.empty(); }
 };
+
+// data.documents: "concat" reads windows across document boundaries;
+// "packed" packs whole documents (document_packing.hpp).
+enum class Documents { concat, packed };
+Documents parse_documents(const std::string& name);
 
 class Sampler {
  public:
   Sampler(Dataset data, std::uint64_t seed);
+  // Packed sequences: the documents starting at `doc_starts` (increasing,
+  // the first 0) packed within the training and the validation split. A
+  // training sample is then a packed sequence drawn as a window is (the
+  // same philox draw, modulo the number of sequences); validation batches
+  // take the validation split's sequences in order.
+  static Sampler packed(Dataset data, std::uint64_t seed, const std::vector<std::int64_t>& doc_starts);
 
   const Dataset& data() const { return data_; }
   std::uint64_t seed() const { return seed_; }
+  bool packed() const { return train_pack_ != nullptr; }
+  // The packings (null when not packed).
+  const DocumentPacking* train_packing() const { return train_pack_.get(); }
+  const DocumentPacking* val_packing() const { return val_pack_.get(); }
+  // The targets that count in the loss among training samples `samples`
+  // of step `step` (every target of a window when not packed).
+  std::int64_t train_targets(std::int64_t step, SampleRange samples) const;
 
   // Start of training sample `sample` of step `step`'s global batch.
   std::int64_t train_offset(std::int64_t step, std::int64_t sample) const;
@@ -67,6 +93,10 @@ class Sampler {
  private:
   Dataset data_;
   std::uint64_t seed_;
+  std::shared_ptr<const DocumentPacking> train_pack_, val_pack_;
+  std::uint64_t train_draw(std::int64_t step, std::int64_t sample) const;
+  Batch packed_batch(const DocumentPacking& pack, std::int64_t count,
+                     const std::function<std::int64_t(std::int64_t)>& sequence) const;
 };
 
 }  // namespace exa::io

@@ -50,6 +50,7 @@
 // All tensors must be LayoutRight (the head dimension is contiguous).
 // Accumulation is in the output's scalar type.
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "core/error.hpp"
@@ -68,10 +69,21 @@ struct AttentionTiles {
   int host_block_q = 64;
 };
 
-// Positions of the first query row and the first key row (see above).
+// Positions of the first query row and the first key row (see above), and
+// the documents of packed sequences: with doc_start set, query position p
+// sees only the keys at or after doc_start[b * doc_stride + p], the first
+// position of its document, and key position p is seen only by the queries
+// before doc_end[b * doc_stride + p], one past its document's last
+// position. Both arrays cover every position either side reaches (the
+// whole sequence under context parallelism), are non-decreasing along the
+// sequence and live where the views do. Null: one document, the causal
+// mask alone.
 struct AttentionOffsets {
   index_t q_offset = 0;
   index_t k_offset = 0;
+  const std::int32_t* doc_start = nullptr;
+  const std::int32_t* doc_end = nullptr;
+  index_t doc_stride = 0;
 };
 
 namespace attention_detail {
@@ -169,6 +181,33 @@ KOKKOS_INLINE_FUNCTION int first_query(int j, index_t shift, int T) {
   return i <= 0 ? 0 : (i >= T ? T : static_cast<int>(i));
 }
 
+// The keys a query row sees and the queries that see a key, as ranges of
+// the block's rows: row i of batch b sees keys [key_lo, key_hi), key j is
+// seen by rows [query_lo, query_hi). Without documents key_lo is 0 and
+// query_hi is T. Every bound is non-decreasing in i (or j), so a tile's
+// first row has the smallest key_lo and its last row the largest key_hi.
+struct Visibility {
+  index_t q_offset = 0, k_offset = 0, shift = 0;
+  int T = 0, Tk = 0;
+  const std::int32_t* start = nullptr;
+  const std::int32_t* end = nullptr;
+  index_t stride = 0;
+
+  Visibility(const AttentionOffsets& p, int T_, int Tk_)
+      : q_offset(p.q_offset), k_offset(p.k_offset), shift(p.q_offset - p.k_offset), T(T_), Tk(Tk_),
+        start(p.doc_start), end(p.doc_end), stride(p.doc_stride) {}
+
+  KOKKOS_INLINE_FUNCTION static int clamp(index_t x, int n) { return x <= 0 ? 0 : (x >= n ? n : int(x)); }
+  KOKKOS_INLINE_FUNCTION int key_hi(int i) const { return visible_keys(i, shift, Tk); }
+  KOKKOS_INLINE_FUNCTION int key_lo(int b, int i) const {
+    return start == nullptr ? 0 : clamp(index_t(start[b * stride + q_offset + i]) - k_offset, Tk);
+  }
+  KOKKOS_INLINE_FUNCTION int query_lo(int j) const { return first_query(j, shift, T); }
+  KOKKOS_INLINE_FUNCTION int query_hi(int b, int j) const {
+    return end == nullptr ? T : clamp(index_t(end[b * stride + k_offset + j]) - q_offset, T);
+  }
+};
+
 // The (batch, query head, query tile) that a team of the forward and dq
 // kernels owns: league index = (b * H + h) * n_tiles + tile; g is the kv head.
 struct QueryTile {
@@ -221,7 +260,7 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
   if (sh.B == 0 || Tn == 0 || H == 0) return;
   const int bq = tiles.block_q, bk = tiles.block_k;
   const int nqt = (Tn + bq - 1) / bq;
-  const index_t shift = pos.q_offset - pos.k_offset;
+  const ad::Visibility vis(pos, Tn, Tk);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
 
   const std::size_t bytes = 2 * S2::shmem_size(bk, hd) + S2::shmem_size(bq, bk) + 2 * S1::shmem_size(bq);
@@ -238,10 +277,19 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
         S2 Sc(team.team_scratch(lvl), bq, bk);
         S1 mrow(team.team_scratch(lvl), bq);
         S1 lrow(team.team_scratch(lvl), bq);
-        // The last row sees the most keys; later key tiles are fully masked.
-        const int nvis = ad::visible_keys(i1 - 1, shift, Tk);
+        // The first row sees the earliest keys and the last row the latest;
+        // key tiles outside that range are fully masked. A row's running
+        // state starts empty (max -inf, sum 0, out 0): the first tile it
+        // sees rescales it by exp(-inf) = 0, so the start costs no bits.
+        const int klo = vis.key_lo(b, i0), nvis = vis.key_hi(i1 - 1);
         const int nkt = (nvis + bk - 1) / bk;
-        for (int kt = 0; kt < nkt; ++kt) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
+          mrow(r) = -kx::infinity<T>();
+          lrow(r) = T(0);
+          T* oi = &out(b, i0 + r, h, 0);
+          for (int c = 0; c < hd; ++c) oi[c] = T(0);
+        });
+        for (int kt = klo / bk; kt < nkt && klo < nvis; ++kt) {
           const int j0 = kt * bk;
           const int jn = kx::min(bk, nvis - j0);
           team.team_barrier();  // everyone is done with the previous tile
@@ -253,36 +301,31 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
             const int i = i0 + r;
-            const int ni = ad::visible_keys(i, shift, Tk);
-            if (ni <= j0) return;  // every key of this tile is in row i's future
-            const int jend = kx::min(jn, ni - j0);
+            // Row i's keys in this tile: [ja, je) of its rows.
+            const int ja = kx::max(0, vis.key_lo(b, i) - j0), je = kx::min(jn, vis.key_hi(i) - j0);
+            if (je <= ja) return;  // every key of this tile is masked for row i
             const auto* qi = &q(b, i, h, 0);
             T* oi = &out(b, i, h, 0);
             T tile_max = kx::lowest<T>();
-            for (int jj = 0; jj < jend; ++jj) {
+            for (int jj = ja; jj < je; ++jj) {
               const T* kj = &Ks(jj, 0);
               const T s = scale * ad::dot<T>(qi, kj, hd);
               Sc(r, jj) = s;
               tile_max = kx::max(tile_max, s);
             }
-            const T m_old = kt == 0 ? tile_max : mrow(r);
+            const T m_old = mrow(r);
             const T m_new = kx::max(m_old, tile_max);
             const T alpha = kx::exp(m_old - m_new);
             T psum = 0;
-            for (int jj = 0; jj < jend; ++jj) {
+            for (int jj = ja; jj < je; ++jj) {
               const T p = kx::exp(Sc(r, jj) - m_new);
               Sc(r, jj) = p;
               psum += p;
             }
-            if (kt == 0) {
-              lrow(r) = psum;
-              for (int c = 0; c < hd; ++c) oi[c] = T(0);
-            } else {
-              lrow(r) = lrow(r) * alpha + psum;
-              for (int c = 0; c < hd; ++c) oi[c] *= alpha;
-            }
+            lrow(r) = lrow(r) * alpha + psum;
+            for (int c = 0; c < hd; ++c) oi[c] *= alpha;
             mrow(r) = m_new;
-            for (int jj = 0; jj < jend; ++jj) {
+            for (int jj = ja; jj < je; ++jj) {
               const T p = Sc(r, jj);
               const T* vj = &Vs(jj, 0);
               for (int c = 0; c < hd; ++c) oi[c] += p * vj[c];
@@ -293,8 +336,7 @@ void forward_team(const Q& q, const K& k, const V& v, const O& out, const L& lse
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
           const int i = i0 + r;
           T* oi = &out(b, i, h, 0);
-          if (ad::visible_keys(i, shift, Tk) == 0) {  // no key: mrow, lrow were never set
-            for (int c = 0; c < hd; ++c) oi[c] = T(0);
+          if (vis.key_hi(i) <= vis.key_lo(b, i)) {  // no key: out stays 0
             lse(b, h, i) = -kx::infinity<T>();
             return;
           }
@@ -335,7 +377,7 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   const int bq = tiles.block_q, bk = tiles.block_k;
   const int nqt = (Tn + bq - 1) / bq;
   const int nkt = (Tk + bk - 1) / bk;
-  const index_t shift = pos.q_offset - pos.k_offset;
+  const ad::Visibility vis(pos, Tn, Tk);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
 
   // D_i = dout_i . out_i, laid out like lse.
@@ -364,15 +406,14 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           const int b = tile.b, h = tile.h, g = tile.g, i0 = tile.i0, i1 = tile.i1, nrows = tile.nrows;
           S2 Ks(team.team_scratch(lvl), bk, hd);
           S2 Vs(team.team_scratch(lvl), bk, hd);
-          const int nvis = ad::visible_keys(i1 - 1, shift, Tk);
+          const int klo = vis.key_lo(b, i0), nvis = vis.key_hi(i1 - 1);
           const int nk = (nvis + bk - 1) / bk;
-          // Rows that see no key never enter the key loop: their dq is zero.
+          // dq starts at zero; rows that see no key keep it.
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
-            if (ad::visible_keys(i0 + r, shift, Tk) > 0) return;
             T* dqi = &dq(b, i0 + r, h, 0);
             for (int c = 0; c < hd; ++c) dqi[c] = T(0);
           });
-          for (int kt = 0; kt < nk; ++kt) {
+          for (int kt = klo / bk; kt < nk && klo < nvis; ++kt) {
             const int j0 = kt * bk;
             const int jn = kx::min(bk, nvis - j0);
             team.team_barrier();
@@ -384,17 +425,14 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
             team.team_barrier();
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nrows), [&](const int r) {
               const int i = i0 + r;
-              const int ni = ad::visible_keys(i, shift, Tk);
-              if (ni <= j0) return;
-              const int jend = kx::min(jn, ni - j0);
+              const int ja = kx::max(0, vis.key_lo(b, i) - j0), je = kx::min(jn, vis.key_hi(i) - j0);
+              if (je <= ja) return;
               const auto* qi = &q(b, i, h, 0);
               const auto* doi = &dout(b, i, h, 0);
               T* dqi = &dq(b, i, h, 0);
-              if (kt == 0)
-                for (int c = 0; c < hd; ++c) dqi[c] = T(0);
               const T lse_i = lse(b, h, i);
               const T d_i = delta(b, h, i);
-              for (int jj = 0; jj < jend; ++jj) {
+              for (int jj = ja; jj < je; ++jj) {
                 const T* kj = &Ks(jj, 0);
                 const T* vj = &Vs(jj, 0);
                 const T s = ad::dot<T>(qi, kj, hd);
@@ -422,10 +460,12 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           const int b = lid / (nkt * Hkv);
           const int j0 = kt * bk;
           const int ncols = kx::min(bk, Tk - j0);
-          // Query rows before first_query(j0) see none of this tile's keys:
-          // their tiles are skipped (none at all when no row sees key j0).
-          const int i_first = ad::first_query(j0, shift, Tn);
-          const int qt_first = i_first < Tn ? i_first / bq : nqt;
+          // Query rows before query_lo(j0) or from query_hi(last key) on see
+          // none of this tile's keys: their tiles are skipped.
+          const int i_first = vis.query_lo(j0);
+          const int i_end = ncols > 0 ? vis.query_hi(b, j0 + ncols - 1) : 0;
+          const int qt_first = i_first < i_end ? i_first / bq : nqt;
+          const int qt_end = i_first < i_end ? (i_end + bq - 1) / bq : nqt;
           S2 Qs(team.team_scratch(lvl), bq, hd);
           S2 DOs(team.team_scratch(lvl), bq, hd);
           S1 lse_s(team.team_scratch(lvl), bq);
@@ -440,7 +480,7 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           });
           for (int hr = 0; hr < rep; ++hr) {
             const int h = g * rep + hr;
-            for (int qt = qt_first; qt < nqt; ++qt) {
+            for (int qt = qt_first; qt < qt_end; ++qt) {
               const int i0 = qt * bq;
               const int in = kx::min(bq, Tn - i0);
               team.team_barrier();
@@ -460,7 +500,8 @@ void backward_team(const DO& dout, const Q& q, const K& k, const V& v, const O& 
                 const auto* vj = &v(b, j, g, 0);
                 T* dkj = &dk(b, j, g, 0);
                 T* dvj = &dv(b, j, g, 0);
-                for (int ii = kx::max(0, ad::first_query(j, shift, Tn) - i0); ii < in; ++ii) {
+                const int iend = kx::min(in, vis.query_hi(b, j) - i0);
+                for (int ii = kx::max(0, vis.query_lo(j) - i0); ii < iend; ++ii) {
                   const T* qi = &Qs(ii, 0);
                   const T* doi = &DOs(ii, 0);
                   const T s = ad::dot<T>(qi, kj, hd);

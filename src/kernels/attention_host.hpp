@@ -162,7 +162,7 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
   const int B = sh.B, Tn = sh.T, Tk = sh.Tk, H = sh.H, hd = sh.hd, rep = sh.rep;
   if (B == 0 || Tn == 0 || H == 0) return;
   const int bq = host_block(tiles, Tn);
-  const index_t shift = pos.q_offset - pos.k_offset;
+  const Visibility vis(pos, Tn, Tk);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const std::size_t per = static_cast<std::size_t>(bq) * Tk;  // scores
   Buf buf(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "exa::attention::host_fwd_scratch"),
@@ -177,34 +177,38 @@ void forward_host(const Q& q, const K& k, const V& v, const O& out, const L& lse
     for (int h = g * rep; h < (g + 1) * rep; ++h) {
       for (int i0 = 0; i0 < Tn; i0 += bq) {
         const int m = bq < Tn - i0 ? bq : Tn - i0;
-        const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
-        if (n == 0) {  // no row of the tile sees a key
+        // Keys lo..hi-1 reach this tile (its first row sees the earliest).
+        const int lo = vis.key_lo(b, i0), hi = vis.key_hi(i0 + m - 1);
+        if (hi <= lo) {  // no row of the tile sees a key
           host_zero_rows(run, "exa::attention::host_zero_out", out, b, i0, m, h);
           run.rows("exa::attention::host_empty_lse", m,
                    [=](const int r) { lse(b, h, i0 + r) = -std::numeric_limits<T>::infinity(); });
           continue;
         }
+        const int n = hi - lo;
         const HostMat<T> S{Sc, m, n, n};
-        run.gemm('N', 'T', scale, head_rows(q, b, h, i0, m), head_rows(k, b, g, 0, n), T(0), S);
+        run.gemm('N', 'T', scale, head_rows(q, b, h, i0, m), head_rows(k, b, g, lo, n), T(0), S);
         run.rows("exa::attention::host_softmax", m, [=](const int r) {
           const int i = i0 + r;
-          const int ni = visible_keys(i, shift, Tk);
+          // Row i sees the columns [a, e) of the tile's keys.
+          const int a = vis.key_lo(b, i) - lo, e = vis.key_hi(i) - lo;
           T* s = Sc + static_cast<std::size_t>(r) * n;
-          if (ni == 0) {  // the row sees no key: P row 0, so out row 0
+          if (e <= a) {  // the row sees no key: P row 0, so out row 0
             for (int j = 0; j < n; ++j) s[j] = T(0);
             lse(b, h, i) = -std::numeric_limits<T>::infinity();
             return;
           }
-          T mx = s[0];
-          for (int j = 1; j < ni; ++j) mx = s[j] > mx ? s[j] : mx;
-          for (int j = 0; j < ni; ++j) s[j] = detail::host_exp_nonpositive(s[j] - mx);
-          const T sum = detail::sum16(s, ni);
+          T mx = s[a];
+          for (int j = a + 1; j < e; ++j) mx = s[j] > mx ? s[j] : mx;
+          for (int j = a; j < e; ++j) s[j] = detail::host_exp_nonpositive(s[j] - mx);
+          const T sum = detail::sum16(s + a, e - a);
           const T inv = T(1) / sum;
-          for (int j = 0; j < ni; ++j) s[j] *= inv;
-          for (int j = ni; j < n; ++j) s[j] = T(0);
+          for (int j = a; j < e; ++j) s[j] *= inv;
+          for (int j = 0; j < a; ++j) s[j] = T(0);
+          for (int j = e; j < n; ++j) s[j] = T(0);
           lse(b, h, i) = mx + std::log(sum);
         });
-        run.gemm('N', 'N', T(1), S, head_rows(v, b, g, 0, n), T(0), head_rows(out, b, h, i0, m));
+        run.gemm('N', 'N', T(1), S, head_rows(v, b, g, lo, n), T(0), head_rows(out, b, h, i0, m));
       }
     }
   });
@@ -226,7 +230,7 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
   // T == 0 still runs: dk and dv are then zero.
   if (B == 0 || H == 0) return;
   const int bq = host_block(tiles, Tn);
-  const index_t shift = pos.q_offset - pos.k_offset;
+  const Visibility vis(pos, Tn, Tk);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   const std::size_t tile_s = static_cast<std::size_t>(bq) * Tk;
   // P, dP [bq,Tk]; D [T].
@@ -262,33 +266,36 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
                [=](const int i) { Dc[i] = dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), hd); });
       for (int i0 = 0; i0 < Tn; i0 += bq) {
         const int m = bq < Tn - i0 ? bq : Tn - i0;
-        const int n = visible_keys(i0 + m - 1, shift, Tk);  // keys 0..n-1 reach this tile
+        // Keys lo..hi-1 reach this tile.
+        const int lo = vis.key_lo(b, i0), hi = vis.key_hi(i0 + m - 1);
         // The first contribution to dK/dV rows overwrites: the group's first
-        // head zeroes the rows [reached, n) that this tile reaches first,
+        // head zeroes the rows [reached, hi) that this tile reaches first,
         // then every tile accumulates (beta 1).
-        if (hr == 0 && n > reached) {
-          zero_dkdv(reached, n);
-          reached = n;
+        if (hr == 0 && hi > reached) {
+          zero_dkdv(reached, hi);
+          reached = hi;
         }
-        if (n == 0) {  // no row of the tile sees a key
+        if (hi <= lo) {  // no row of the tile sees a key
           host_zero_rows(run, "exa::attention::host_zero_dq", dq, b, i0, m, h);
           continue;
         }
+        const int n = hi - lo;
         const auto Qt = head_rows(q, b, h, i0, m);
         const auto DOt = head_rows(dout, b, h, i0, m);
-        const auto Kn = head_rows(k, b, g, 0, n);
+        const auto Kn = head_rows(k, b, g, lo, n);
         const HostMat<T> P{Pc, m, n, n}, DP{DPc, m, n, n};
         run.gemm('N', 'T', scale, Qt, Kn, T(0), P);
         run.rows("exa::attention::host_probs", m, [=](const int r) {
           const int i = i0 + r;
-          const int ni = visible_keys(i, shift, Tk);
+          const int a = vis.key_lo(b, i) - lo, e = vis.key_hi(i) - lo;
           T* p = Pc + static_cast<std::size_t>(r) * n;
           const T l = lse(b, h, i);  // not read for a row that sees no key (it may be -inf)
-          for (int j = 0; j < ni; ++j) p[j] = detail::host_exp(p[j] - l);
-          for (int j = ni; j < n; ++j) p[j] = T(0);
+          for (int j = 0; j < a && j < n; ++j) p[j] = T(0);
+          for (int j = a; j < e; ++j) p[j] = detail::host_exp(p[j] - l);
+          for (int j = e > a ? e : a; j < n; ++j) p[j] = T(0);
         });
-        run.gemm('T', 'N', T(1), P, DOt, T(1), head_rows(dv, b, g, 0, n));
-        run.gemm('N', 'T', T(1), DOt, head_rows(v, b, g, 0, n), T(0), DP);
+        run.gemm('T', 'N', T(1), P, DOt, T(1), head_rows(dv, b, g, lo, n));
+        run.gemm('N', 'T', T(1), DOt, head_rows(v, b, g, lo, n), T(0), DP);
         run.rows("exa::attention::host_dscores", m, [=](const int r) {
           const int i = i0 + r;
           const T* p = Pc + static_cast<std::size_t>(r) * n;
@@ -297,7 +304,7 @@ void backward_host(const DO& dout, const Q& q, const K& k, const V& v, const O& 
           for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - di);  // p = 0 masks unseen keys
         });
         run.gemm('N', 'N', scale, DP, Kn, T(0), head_rows(dq, b, h, i0, m));
-        run.gemm('T', 'N', scale, DP, Qt, T(1), head_rows(dk, b, g, 0, n));
+        run.gemm('T', 'N', scale, DP, Qt, T(1), head_rows(dk, b, g, lo, n));
       }
     }
     if (reached < Tk) zero_dkdv(reached, Tk);  // keys that no query sees

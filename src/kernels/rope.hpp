@@ -18,6 +18,7 @@
 // one ulp in about 1.4% of the other (hd, i) pairs; since angle = pos *
 // inv_freq, rounding the angle itself in T is what makes matching the fp32
 // reference to 1e-6 possible at long positions.
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -26,6 +27,14 @@
 #include "core/types.hpp"
 
 namespace exa::kernels {
+
+// Packed sequences (kernels/attention.hpp's documents): positions restart
+// at each document, so row t of sequence b is rotated by the angle of
+// t + pos_offset - start[b * stride + t + pos_offset]. Null: no documents.
+struct RopeDocuments {
+  const std::int32_t* start = nullptr;
+  index_t stride = 0;
+};
 
 namespace detail {
 
@@ -49,7 +58,7 @@ inline void rope_check(index_t hd, const char* what) {
 // CosSin(pos, i, c, s) provides the cosine and sine.
 template <class XV, class CosSin>
 void rope_apply(const char* label, const XV& x, index_t pos_offset, int sign, const CosSin& cs,
-                const exec_of<XV>& exec) {
+                const exec_of<XV>& exec, RopeDocuments docs = {}) {
   using Exec = typename XV::execution_space;
   using T = typename XV::non_const_value_type;
   const index_t nb = x.extent(0), nt = x.extent(1), nh = x.extent(2), half = x.extent(3) / 2;
@@ -61,7 +70,8 @@ void rope_apply(const char* label, const XV& x, index_t pos_offset, int sign, co
                                        Kokkos::IndexType<index_t>>;
   Kokkos::parallel_for(
       label, Policy(exec, {0, 0, 0}, {nb, nt, nh}), KOKKOS_LAMBDA(const index_t b, const index_t t, const index_t h) {
-        const index_t pos = t + pos_offset;
+        const index_t at = t + pos_offset;
+        const index_t pos = docs.start == nullptr ? at : at - docs.start[b * docs.stride + at];
         for (index_t i = 0; i < half; ++i) {
           T c, s;
           cs(pos, i, c, s);
@@ -172,20 +182,21 @@ void rope_table_check(const XV& x, const RopeTable<T, D>& tab, index_t pos_offse
 // Same, with angles from a precomputed table.
 template <class XV, class T, class D>
 void rope_forward(const XV& x, const RopeTable<T, D>& tab, index_t pos_offset = 0,
-                  const exec_of<XV>& exec = exec_of<XV>{}) {
+                  const exec_of<XV>& exec = exec_of<XV>{}, RopeDocuments docs = {}) {
   static_assert(XV::rank == 4, "exa::rope_forward: x must be rank 4 [B, T, H, hd]");
   detail::rope_table_check(x, tab, pos_offset, "exa::rope_forward");
   using TV = Kokkos::View<T**, Kokkos::LayoutRight, D>;
-  detail::rope_apply("exa::rope::forward", x, pos_offset, +1, detail::RopeLookup<TV>{tab.cos, tab.sin}, exec);
+  detail::rope_apply("exa::rope::forward", x, pos_offset, +1, detail::RopeLookup<TV>{tab.cos, tab.sin}, exec, docs);
 }
 
 template <class XV, class T, class D>
 void rope_backward(const XV& dx, const RopeTable<T, D>& tab, index_t pos_offset = 0,
-                   const exec_of<XV>& exec = exec_of<XV>{}) {
+                   const exec_of<XV>& exec = exec_of<XV>{}, RopeDocuments docs = {}) {
   static_assert(XV::rank == 4, "exa::rope_backward: dx must be rank 4 [B, T, H, hd]");
   detail::rope_table_check(dx, tab, pos_offset, "exa::rope_backward");
   using TV = Kokkos::View<T**, Kokkos::LayoutRight, D>;
-  detail::rope_apply("exa::rope::backward", dx, pos_offset, -1, detail::RopeLookup<TV>{tab.cos, tab.sin}, exec);
+  detail::rope_apply("exa::rope::backward", dx, pos_offset, -1, detail::RopeLookup<TV>{tab.cos, tab.sin}, exec,
+                     docs);
 }
 
 // Unmanaged [B, T, H, hd] view of a contiguous row-major [B*T, H*hd] tensor.

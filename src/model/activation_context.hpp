@@ -63,6 +63,17 @@ struct ExpertExchange {
   std::vector<Part> parts;
 };
 
+// Packed sequences' documents (docs/architecture.md, "Sequence packing"):
+// for sequence b and position p of the whole sequence (every position, also
+// under context parallelism, where a rank holds only some rows), the first
+// position of p's document, start(b, p), and one past its last, end(b, p).
+// Empty views: no documents (the causal mask alone, positions from 0).
+template <class D = Device>
+struct DocumentSpans {
+  Kokkos::View<const std::int32_t**, Layout, D> start, end;
+  bool on() const { return start.data() != nullptr; }
+};
+
 template <class T, class D = Device>
 struct LayerContext {
   using V1 = Kokkos::View<T*, Layout, D>;
@@ -75,6 +86,11 @@ struct LayerContext {
   // before each forward and backward from the stage context's, so a
   // recomputed forward and the backward draw the forward's masks.
   std::uint64_t lora_key = 0;
+  // The micro-batch's documents (the stage context's copy; null: none), set
+  // with lora_key: attention masks and RoPE positions follow them.
+  const std::int32_t* doc_start = nullptr;
+  const std::int32_t* doc_end = nullptr;
+  index_t doc_stride = 0;
   // memory.recompute = "selective": attn_xn, ffn_xn, h, eh and sh are
   // buffers the model shares between all contexts, not this one's. Forward
   // writes them and reads them at once; backward computes them again (a
@@ -173,11 +189,18 @@ struct StageContext {
   // First stage: the micro-batch's input tokens (copied: the embedding's
   // backward needs them after the caller has reused its batch buffers).
   Ids tokens;
+  // The micro-batch's documents [B, whole T] (copied, as the tokens are);
+  // empty views when it has none.
+  Kokkos::View<std::int32_t**, Layout, D> doc_start, doc_end;
   // Last stage: targets, the final norm and the head.
   Ids targets;
   V2 hf, logits;  // final RMSNorm output [N,d], logits [N,V local]
   V1 rstd_f, ce_lse;
   std::int64_t n_valid = 0;
+  // The head's loss and gradient are the valid targets' sum over a
+  // denominator the caller chose (StageModel::Input::ce_denominator):
+  // ce_weight = n_valid / that denominator scales this rank's mean.
+  double ce_weight = 1;
   // Distillation (the student's head; docs/architecture.md
   // "Distillation"): the teacher's soft targets, the student's tempered
   // log-sum-exp per row, and the term's weight; none when the soft targets

@@ -123,6 +123,17 @@ class StageModel {
     SoftTargets<T, D>* soft_out = nullptr;
     SoftTargets<T, D> soft_in;
     double temperature = 1, distill_coef = 0;
+    // Packed sequences: the documents of the whole sequences, which every
+    // stage reads (masks, RoPE positions). Empty: none.
+    DocumentSpans<D> documents;
+    // The cross-entropy's denominator, read by the stage that holds the
+    // head: 0 takes this micro-batch's valid targets (the mean over them).
+    // Packing and token budgets give each micro-batch (and each context-
+    // parallel rank) its own count of valid targets; the trainer passes
+    // the step's global count divided by the number of micro-batch shares
+    // that are averaged, so that the step's loss is the mean over all its
+    // valid targets, whatever the layout.
+    double ce_denominator = 0;
   };
 
   // The single-rank model: the whole stage with the local seams.
@@ -220,6 +231,7 @@ class StageModel {
   // Embedding (or the incoming hidden state) and the layers into c.out.
   kernels::RouterLosses run_layers(Context& c, const W& w, const Input& in, std::vector<LayerRouting>* routing);
   void load_targets(Context& c, const Tokens& targets) const;
+  void load_documents(Context& c, const DocumentSpans<D>& docs) const;
   // The head's distillation parts of `in` (see Input): the teacher's soft
   // targets out, or the student's term into c.result.
   void write_soft_targets(const Context& c, const Input& in) const;

@@ -236,14 +236,13 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
 template <class T, class D>
 LayerContext<T, D>& StageModel<T, D>::layer_context(Context& c, std::size_t i, const TransformerLayer<T, D>& layer) {
   const std::uint64_t key = lora::key(c.lora_key, std::uint64_t(layer.index()));
-  if (opt_.recompute != Recompute::full) {
-    c.layers[i].lora_key = key;
-    return c.layers[i];
-  }
-  LayerContext<T, D>& w = layer.is_moe() ? work_moe_ : work_dense_;
-  w.x = layer_input(c, i);
-  w.lora_key = key;
-  return w;
+  LayerContext<T, D>& lc = opt_.recompute != Recompute::full ? c.layers[i] : (layer.is_moe() ? work_moe_ : work_dense_);
+  if (opt_.recompute == Recompute::full) lc.x = layer_input(c, i);
+  lc.lora_key = key;
+  lc.doc_start = c.doc_start.data();
+  lc.doc_end = c.doc_end.data();
+  lc.doc_stride = index_t(c.doc_start.extent(1));
+  return lc;
 }
 
 template <class T, class D>
@@ -350,6 +349,7 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
                                                    std::vector<LayerRouting>* routing) {
   const std::int64_t N = c.shape.N();
   const std::size_t first = chunk_first_[std::size_t(c.chunk)];
+  load_documents(c, in.documents);
   if (chunk_has_embedding(c.chunk)) {
     hooks_.before_forward(0);
     ScopedRegion region("forward/embed", opt_.fence_phases);
@@ -382,6 +382,27 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
     sum.z += rl.z;
   }
   return sum;
+}
+
+template <class T, class D>
+void StageModel<T, D>::load_documents(Context& c, const DocumentSpans<D>& docs) const {
+  if (!docs.on()) {
+    c.doc_start = {};
+    c.doc_end = {};
+    return;
+  }
+  const std::int64_t B = std::int64_t(docs.start.extent(0)), Tw = std::int64_t(docs.start.extent(1));
+  EXA_REQUIRE(B == c.shape.B && Tw >= c.shape.T && docs.end.extent(0) == docs.start.extent(0) &&
+                  docs.end.extent(1) == docs.start.extent(1),
+              "StageModel: documents [{}, {}] (start) and [{}, {}] (end) do not cover the micro-batch's {} "
+              "sequences of {} rows",
+              B, Tw, docs.end.extent(0), docs.end.extent(1), c.shape.B, c.shape.T);
+  if (c.doc_start.extent(0) != docs.start.extent(0) || c.doc_start.extent(1) != docs.start.extent(1)) {
+    c.doc_start = Kokkos::View<std::int32_t**, Layout, D>("exa::model::doc_start", B, Tw);
+    c.doc_end = Kokkos::View<std::int32_t**, Layout, D>("exa::model::doc_end", B, Tw);
+  }
+  Kokkos::deep_copy(c.doc_start, docs.start);
+  Kokkos::deep_copy(c.doc_end, docs.end);
 }
 
 template <class T, class D>
@@ -441,9 +462,13 @@ typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const 
     const auto ce = seams_.loss_head->forward(c, w.lm_head, head_adapter(w));
     c.n_valid = ce.n_valid;
     c.result.n_valid = ce.n_valid;
-    c.result.loss.ce = ce.mean();
+    EXA_REQUIRE(in.ce_denominator >= 0, "StageModel::forward: a negative cross-entropy denominator ({})",
+                in.ce_denominator);
+    c.ce_weight = in.ce_denominator > 0 ? double(ce.n_valid) / in.ce_denominator : 1.0;
+    c.result.loss.ce = in.ce_denominator > 0 ? ce.loss_sum / in.ce_denominator : ce.mean();
     write_soft_targets(c, in);
     add_distillation(c, in);
+    c.result.loss.distill *= c.ce_weight;
   } else {
     c.distill.teacher = {};
   }
@@ -470,7 +495,7 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
     hooks_.before_backward(head_unit());
     {
       ScopedRegion region("backward/head", opt_.fence_phases);
-      seams_.loss_head->backward(c, w.lm_head, loss_scale, s.dxn, g.lm_head, head_adapter(w, &g));
+      seams_.loss_head->backward(c, w.lm_head, loss_scale * c.ce_weight, s.dxn, g.lm_head, head_adapter(w, &g));
       final_norm_->backward(c.out, w.norm, c.rstd_f, s.dxn, s.dres, g.norm, /*accumulate_dx=*/false);
     }
     hooks_.after_backward(head_unit());

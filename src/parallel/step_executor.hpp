@@ -59,8 +59,9 @@ struct StepTarget {
 // One step's (or one evaluation batch's) feed.
 struct StepWork {
   // Micro-batch j's tokens and targets on the device: the caller samples
-  // and uploads them (under regions.io). Only a stage holding the embedding
-  // or the head asks.
+  // and uploads them (under regions.io). Every stage asks: the embedding's
+  // stage reads the tokens, the head's the targets, and all of them the
+  // documents of packed sequences.
   std::function<model::StageModel<float>::Input(int j)> input;
   double backward_seed = 1;  // optim::GradAccumulation::backward_seed()
   StepRegions regions{};

@@ -2,7 +2,10 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
+#include "io/document_index.hpp"
 #include "io/tokenizer.hpp"
 
 namespace exa::train {
@@ -41,6 +44,41 @@ io::Dataset open_deck_dataset(const deck::Config& cfg) {
                 tok.vocab_size());
   }
   return io::Dataset::open(spec);
+}
+
+io::Sampler open_deck_sampler(const deck::Config& cfg) { return deck_sampler(cfg, open_deck_dataset(cfg)); }
+
+io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data) {
+  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  if (io::parse_documents(cfg.get_string("data.documents")) == io::Documents::concat)
+    return io::Sampler(std::move(data), seed);
+  const std::string at = cfg.locate({"data.documents"});
+  std::vector<std::int64_t> starts;
+  switch (io::parse_data_format(cfg.get_string("data.format"))) {
+    case io::DataFormat::text:
+      starts = io::text_document_starts(data.tokens());
+      break;
+    case io::DataFormat::shard: {
+      const std::string index = data.tokens().source() + ".docs";
+      EXA_REQUIRE(fs::exists(index),
+                  "{} data.documents = \"packed\" needs the shard's document index {}, which does not exist; "
+                  "`examoe-tokenize encode` writes it beside the shard, or set data.documents = \"concat\"",
+                  at, index);
+      const io::DocumentIndex docs = io::read_document_index(index);
+      EXA_REQUIRE(std::int64_t(docs.tokens) == data.n_tokens(),
+                  "{} the document index {} is for {} tokens but {} holds {}; encode the shard again", at, index,
+                  docs.tokens, data.tokens().source(), data.n_tokens());
+      starts.assign(docs.starts.begin(), docs.starts.end());
+      break;
+    }
+    case io::DataFormat::hdf5:
+      throw Error(fmt::format("{} data.documents = \"packed\": an HDF5 token dataset has no document index; "
+                              "convert it to a shard with `examoe-tokenize encode`, or set data.documents = "
+                              "\"concat\"",
+                              at));
+  }
+  if (starts.empty()) starts.push_back(0);
+  return io::Sampler::packed(std::move(data), seed, starts);
 }
 
 }  // namespace exa::train

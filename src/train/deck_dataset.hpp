@@ -7,11 +7,19 @@
 
 #include "core/deck/config.hpp"
 #include "io/dataset.hpp"
+#include "io/sampler.hpp"
 
 namespace exa::train {
 
 // Also checks data.tokenizer, when set, against model.vocab_size.
 io::Dataset open_deck_dataset(const deck::Config& cfg);
+
+// The dataset and its sampler: data.documents = "packed" packs the
+// documents (a text's blank-line-separated ones, a shard's SHARD.docs
+// index; HDF5 has none) with train.seed's draws.
+io::Sampler open_deck_sampler(const deck::Config& cfg);
+// The same over a dataset already open (its errors name data.documents).
+io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data);
 
 // data.tokenizer resolved as above; empty when it is "none".
 std::string deck_tokenizer_path(const deck::Config& cfg);

@@ -26,6 +26,18 @@ void DeviceBatch::upload(const io::Batch& b) {
   }
   Kokkos::deep_copy(inputs, hi);
   Kokkos::deep_copy(targets, ht);
+  if (!b.packed()) return;
+  EXA_ASSERT(b.doc_start.size() == b.inputs.size() && b.doc_end.size() == b.inputs.size());
+  if (doc_start.extent(0) != std::size_t(b.size) || doc_start.extent(1) != std::size_t(b.seq_len)) {
+    doc_start = Kokkos::View<std::int32_t**, Layout, Device>("exa::doc_start", b.size, b.seq_len);
+    doc_end = Kokkos::View<std::int32_t**, Layout, Device>("exa::doc_end", b.size, b.seq_len);
+  }
+  auto hs = Kokkos::create_mirror_view(doc_start);
+  auto he = Kokkos::create_mirror_view(doc_end);
+  std::copy(b.doc_start.begin(), b.doc_start.end(), hs.data());
+  std::copy(b.doc_end.begin(), b.doc_end.end(), he.data());
+  Kokkos::deep_copy(doc_start, hs);
+  Kokkos::deep_copy(doc_end, he);
 }
 
 }  // namespace exa::train

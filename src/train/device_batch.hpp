@@ -15,6 +15,10 @@ namespace exa::train {
 
 struct DeviceBatch {
   Kokkos::View<std::int32_t**, Layout, Device> inputs, targets;
+  // Packed batches: the documents of the whole sequences [B, seq_len]
+  // (every rank of a Cp group holds them all; attention and RoPE index
+  // them by position). Empty until a packed batch is uploaded.
+  Kokkos::View<std::int32_t**, Layout, Device> doc_start, doc_end;
 
   DeviceBatch() = default;
   // seq_len: the whole sequences' length.
@@ -27,6 +31,7 @@ struct DeviceBatch {
     model::StageModel<float>::Input in;
     in.tokens = inputs;
     in.targets = targets;
+    if (b.packed()) in.documents = {doc_start, doc_end};
     return in;
   }
 

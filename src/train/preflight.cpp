@@ -53,14 +53,20 @@ std::string layout_line(const deck::Config& cfg) {
 std::string data_line(const deck::Config& cfg) {
   const std::initializer_list<std::string_view> keys = {"data.path", "data.format", "model.vocab_size",
                                                         "model.seq_len", "data.val_fraction"};
-  const io::Sampler data(located(cfg, keys, [&] { return open_deck_dataset(cfg); }), 0);
+  const io::Sampler data = deck_sampler(cfg, located(cfg, keys, [&] { return open_deck_dataset(cfg); }));
   const io::Dataset& d = data.data();
   std::error_code ec;
   const std::string path = fs::absolute(d.tokens().source(), ec).lexically_normal().string();
+  std::string packing;
+  if (const io::DocumentPacking* p = data.train_packing())
+    packing = fmt::format("; packed: {} documents ({} split) into {} training sequences, {:.1f}% of rows filled",
+                          p->documents(), p->split_documents(), p->sequences(),
+                          100.0 * double(p->filled_rows()) / double(p->sequences() * p->seq_len()));
   return fmt::format("data: {} ({}): {} tokens, vocabulary {} (model.vocab_size {}); {} for training, {} held out "
-                     "({} validation windows of {})",
+                     "({} validation {} of {}){}",
                      path, cfg.get_string("data.format"), d.n_tokens(), d.tokens().vocab(),
-                     cfg.get_int("model.vocab_size"), d.n_train(), d.n_val(), data.n_val_windows(), d.seq_len());
+                     cfg.get_int("model.vocab_size"), d.n_train(), d.n_val(), data.n_val_windows(),
+                     data.packed() ? "sequences" : "windows", d.seq_len(), packing);
 }
 
 // `dir` exists as a writable directory, or its nearest existing ancestor is

@@ -78,7 +78,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
       growth_(model::GrowthSchedule::from_deck(cfg), mcfg_),
-      sampler_(open_deck_dataset(cfg), static_cast<std::uint64_t>(cfg.get_int("train.seed"))),
+      sampler_(open_deck_sampler(cfg)),
       // RAPL counts the machine's packages: the ranks on this host share them,
       // whatever node size parallel.ranks_per_node pretends.
       energy_(EnergyOptions::from_deck(cfg), world) {
@@ -155,7 +155,18 @@ StepResult Trainer::train_step(std::int64_t step) {
   opt_->set_loss_scale(scale_before);
   const auto& acc = opt_->accumulation();
   const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
-  parallel::StepWork work{[&](int j) { return batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_))); },
+  // Packed sequences hold different numbers of valid targets: each
+  // micro-batch's cross-entropy is its sum over the step's mean share of
+  // them, so the step's loss is the mean over every valid target of the
+  // global batch in any layout (StageModel::Input::ce_denominator).
+  const double ce_denominator =
+      sampler_.packed() ? double(sampler_.train_targets(step, {0, global_batch_})) / (double(grad_accum_) * dp_->size())
+                        : 0.0;
+  parallel::StepWork work{[&](int j) {
+                            auto in = batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
+                            in.ce_denominator = ce_denominator;
+                            return in;
+                          },
                           acc.backward_seed()};
   if (mcfg_.lora.dropout > 0)  // LoRA's dropout masks: a function of (seed, step, data rank)
     model_->set_dropout_key(model::lora::key(model::lora::key(std::uint64_t(cfg_.get_int("train.seed")) + 1,

@@ -187,3 +187,37 @@ TEST(RoPE, OddHeadDimThrows) {
   V4<double> x("x", 1, 2, 1, 5);
   EXPECT_THROW(ek::rope_forward(x), exa::Error);
 }
+
+// Packed sequences: each document's rows are rotated as if the document
+// started the sequence (positions restart at its first row), here for a
+// chunk at an offset as context parallelism places one.
+TEST(RoPE, DocumentsRestartPositions) {
+  const index_t B = 2, T = 9, H = 2, hd = 8, off = 3, whole = off + T;
+  const auto tab = ek::make_rope_table<double, TestDevice>(whole, hd);
+  V4<double> x("x", B, T, H, hd), y("y", B, T, H, hd);
+  fill_uniform(x, 7);
+  Kokkos::deep_copy(y, x);
+  // Sequence 0: documents [0,5) [5,12); sequence 1: [0,2) [2,8) [8,12).
+  Kokkos::View<std::int32_t**, Kokkos::LayoutRight, TestDevice> start("start", B, whole);
+  auto hs = Kokkos::create_mirror_view(start);
+  for (index_t p = 0; p < whole; ++p) {
+    hs(0, p) = p < 5 ? 0 : 5;
+    hs(1, p) = p < 2 ? 0 : (p < 8 ? 2 : 8);
+  }
+  Kokkos::deep_copy(start, hs);
+  ek::rope_forward(y, tab, off, {}, ek::RopeDocuments{start.data(), whole});
+  auto hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
+  double worst = 0;
+  for (index_t b = 0; b < B; ++b)
+    for (index_t t = 0; t < T; ++t) {
+      // Row t alone, rotated at its position within its document.
+      auto row = Kokkos::subview(x, Kokkos::make_pair(b, b + 1), Kokkos::make_pair(t, t + 1), Kokkos::ALL, Kokkos::ALL);
+      const auto ref = ref_rope(row, 10000.0, t + off - hs(b, t + off), +1);
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < hd; ++i) worst = std::max(worst, std::fabs(ref(0, 0, h, i) - hy(b, t, h, i)));
+    }
+  EXPECT_LE(worst, 1e-12);
+  // The backward with the same documents undoes it.
+  ek::rope_backward(y, tab, off, {}, ek::RopeDocuments{start.data(), whole});
+  EXPECT_LE(max_rel_diff(y, x), 1e-12);
+}

@@ -122,6 +122,7 @@ std::vector<KeySpec> build() {
       S("data", "tokenizer", "none", {}, "the SentencePiece model a subword shard was encoded with (examoe-tokenize): checked against model.vocab_size when the data is opened, and examoe-generate speaks through it; \"none\": no tokenizer (bytes, or a shard made elsewhere)"),
       S("data", "format", "text", {"text", "shard", "hdf5"}, "text: bytes as tokens (V=256); shard: uint16/32 token file; hdf5: token dataset"),
       F("data", "val_fraction", 0.05, 0, 0.5, O::none, "share of the data held out for validation"),
+      S("data", "documents", "concat", {"concat", "packed"}, "concat: windows across document boundaries; packed: whole documents packed into each sequence (best fit), attention masked to each document, positions restarting at each (text: blank lines separate documents; shard: its .docs index)"),
 
       S("checkpoint", "dir", "ckpt", {}, "checkpoint directory; a relative path is taken under output.run_dir"),
       I("checkpoint", "every", 1000, 0, kCount, "steps between checkpoints; 0 = never"),

@@ -55,9 +55,10 @@ class AttentionBlock {
     const auto q4 = heads(c.q, mb, shape_.heads), k4 = heads(c.k, mb, shape_.kv_heads);
     const auto v4 = heads(c.v, mb, shape_.kv_heads), o4 = heads(c.attn_o, mb, shape_.heads);
     const auto chunks = core_->token_chunks(mb.T);
-    for_chunks(chunks, q4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos); });
-    for_chunks(chunks, k4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos); });
-    core_->forward(q4, k4, v4, o4, c.attn_lse, positions(chunks));
+    const kernels::RopeDocuments docs{c.doc_start, c.doc_stride};
+    for_chunks(chunks, q4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos, {}, docs); });
+    for_chunks(chunks, k4, [&](const auto& x, index_t pos) { kernels::rope_forward(x, rope, pos, {}, docs); });
+    core_->forward(q4, k4, v4, o4, c.attn_lse, positions(chunks, c));
     Kokkos::deep_copy(c.x_mid, c.x);
     row_->forward(c.attn_o, lw.wo, c.x_mid, /*accumulate=*/true, lora::in(c, lw, lw.lora_wo, 4));
   }
@@ -72,9 +73,10 @@ class AttentionBlock {
     const auto do4 = heads(s.dout, mb, shape_.heads), dq4 = heads(s.dq, mb, shape_.heads);
     const auto dk4 = heads(s.dk, mb, shape_.kv_heads), dv4 = heads(s.dv, mb, shape_.kv_heads);
     const auto chunks = core_->token_chunks(mb.T);
-    core_->backward(do4, q4, k4, v4, o4, c.attn_lse, dq4, dk4, dv4, positions(chunks));
-    for_chunks(chunks, dq4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
-    for_chunks(chunks, dk4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos); });
+    core_->backward(do4, q4, k4, v4, o4, c.attn_lse, dq4, dk4, dv4, positions(chunks, c));
+    const kernels::RopeDocuments docs{c.doc_start, c.doc_stride};
+    for_chunks(chunks, dq4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos, {}, docs); });
+    for_chunks(chunks, dk4, [&](const auto& x, index_t pos) { kernels::rope_backward(x, rope, pos, {}, docs); });
     if (c.shared_cheap) norm_.forward(c.x, lw.attn_norm, c.attn_xn, c.attn_rstd);  // selective recompute
     column_->backward(c.attn_xn, lw.wq, s.dq, s.dxn, lg.wq, /*accumulate_dx=*/false,
                       lora::in(c, lw, lw.lora_wq, 1, &lg.lora_wq));
@@ -89,10 +91,10 @@ class AttentionBlock {
     return kernels::view_as_bthd(x, mb.B, mb.T, h, shape_.head_dim);
   }
   // Queries and keys of one chunk start at its position; the seam places
-  // the rows of several chunks itself.
-  static AttentionPositions positions(const std::vector<TokenChunk>& chunks) {
+  // the rows of several chunks itself. The documents come along.
+  static AttentionPositions positions(const std::vector<TokenChunk>& chunks, const LayerContext<T, D>& c) {
     const index_t p = chunks.size() == 1 ? chunks[0].pos : 0;
-    return {p, p};
+    return {p, p, c.doc_start, c.doc_end, c.doc_stride};
   }
   // f(rows of x in the chunk, the chunk's first position) for each chunk; x
   // itself when one chunk covers every row.

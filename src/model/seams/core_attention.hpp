@@ -14,15 +14,23 @@
 // attention passes the values merged over all key blocks, and then the dq of
 // the blocks sum to the full dq and each block's dk, dv are its keys' full
 // gradients.
+#include <cstdint>
 #include <vector>
 
 #include "core/types.hpp"
 
 namespace exa::model {
 
+// The documents of packed sequences ride along (kernels::AttentionOffsets:
+// start and end positions of each position's document, [B, whole T]
+// row-major with row stride doc_stride; null: none). Every implementation
+// masks by them.
 struct AttentionPositions {
   index_t q_offset = 0;
   index_t k_offset = 0;
+  const std::int32_t* doc_start = nullptr;
+  const std::int32_t* doc_end = nullptr;
+  index_t doc_stride = 0;
 };
 
 // A run of this rank's rows of each sequence at consecutive positions: rows

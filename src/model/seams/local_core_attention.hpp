@@ -26,7 +26,9 @@ class LocalCoreAttention final : public CoreAttention<T, D> {
   }
 
  private:
-  static kernels::AttentionOffsets offsets(AttentionPositions pos) { return {pos.q_offset, pos.k_offset}; }
+  static kernels::AttentionOffsets offsets(AttentionPositions pos) {
+    return {pos.q_offset, pos.k_offset, pos.doc_start, pos.doc_end, pos.doc_stride};
+  }
   kernels::AttentionTiles tiles_;
 };
 

@@ -42,13 +42,13 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
       : Base(std::move(cp_comm), tiles) {}
 
   void forward(const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
-               model::AttentionPositions) const override {
+               model::AttentionPositions at) const override {
     const Shape s = shape(q, k);
     const auto full = to_heads({q, k, v}, s);
     const index_t Tn = s.c * 2 * zz_.cp;
     A4 fo = make(s.B, Tn, s.H / zz_.cp, s.hd);
     Lse fl("exa::context::a2a_lse", s.B, s.H / zz_.cp, Tn);
-    kernels::attention_forward(full[0], full[1], full[2], fo, fl, tiles_);
+    kernels::attention_forward(full[0], full[1], full[2], fo, fl, tiles_, documents(at));
     L4 fl4("exa::context::a2a_lse_rows", s.B, Tn, s.H / zz_.cp, 1);
     ops::lse_as_rows(fl, fl4, true);
     L4 l4("exa::context::lse_rows", s.B, 2 * s.c, s.H, 1);
@@ -57,7 +57,7 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
   }
 
   void backward(const A4& dout, const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse, const A4& dq,
-                const A4& dk, const A4& dv, model::AttentionPositions) const override {
+                const A4& dk, const A4& dv, model::AttentionPositions at) const override {
     const Shape s = shape(q, k);
     L4 l4("exa::context::lse_rows", s.B, 2 * s.c, s.H, 1);
     ops::lse_as_rows(lse, l4, true);
@@ -66,11 +66,17 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
     Lse fl("exa::context::a2a_lse", s.B, Hl, Tn);
     ops::lse_as_rows(fl, full[5], false);
     A4 fdq = make(s.B, Tn, Hl, s.hd), fdk = make(s.B, Tn, Hkvl, s.hd), fdv = make(s.B, Tn, Hkvl, s.hd);
-    kernels::attention_backward(full[4], full[0], full[1], full[2], full[3], fl, fdq, fdk, fdv, tiles_);
+    kernels::attention_backward(full[4], full[0], full[1], full[2], full[3], fl, fdq, fdk, fdv, tiles_,
+                                documents(at));
     to_rows({fdq, fdk, fdv}, {dq, dk, dv}, s);
   }
 
  private:
+  // The whole sequences sit at positions 0.. after the exchange: the
+  // documents (packed sequences) apply as they are.
+  static kernels::AttentionOffsets documents(const model::AttentionPositions& at) {
+    return {0, 0, at.doc_start, at.doc_end, at.doc_stride};
+  }
   using L4 = Kokkos::View<T****, Layout, D>;
   using Buf = Kokkos::View<T*, Layout, D>;
   Shape shape(const A4& q, const A4& k) const {

@@ -72,7 +72,7 @@ class RingAttention final : public ZigzagAttention<T, D> {
   }
 
   void forward(const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
-               model::AttentionPositions) const override {
+               model::AttentionPositions at) const override {
     const Shape sh = this->shape(q, k);
     auto& b = buffers(sh);
     pack(q, b.q, sh.c);
@@ -88,7 +88,7 @@ class RingAttention final : public ZigzagAttention<T, D> {
       const T* blk = b.kv[s % 2].data();
       for (int a = 0; a < 2; ++a)
         for (int kc = 0; kc < 2; ++kc) {
-          const auto pos = pair(r, a, src, kc, sh.c);
+          const auto pos = pair(r, a, src, kc, sh.c, at);
           if (!pos) continue;
           kernels::attention_forward(b.q[a], kv_view(blk, 0, kc, sh), kv_view(blk, 1, kc, sh), b.ob, b.lb, tiles_,
                                      *pos);
@@ -105,7 +105,7 @@ class RingAttention final : public ZigzagAttention<T, D> {
   }
 
   void backward(const A4& dout, const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse, const A4& dq,
-                const A4& dk, const A4& dv, model::AttentionPositions) const override {
+                const A4& dk, const A4& dv, model::AttentionPositions at) const override {
     const Shape sh = this->shape(q, k);
     auto& b = buffers(sh);
     pack(q, b.q, sh.c);
@@ -131,7 +131,7 @@ class RingAttention final : public ZigzagAttention<T, D> {
       const T* blk = b.kv[s % 2].data();
       for (int a = 0; a < 2; ++a)
         for (int kc = 0; kc < 2; ++kc) {
-          const auto pos = pair(r, a, src, kc, sh.c);
+          const auto pos = pair(r, a, src, kc, sh.c, at);
           if (!pos) continue;
           kernels::attention_backward(b.dout[a], b.q[a], kv_view(blk, 0, kc, sh), kv_view(blk, 1, kc, sh), b.o[a],
                                       b.l[a], b.ob, b.dkb, b.dvb, tiles_, *pos);
@@ -260,10 +260,13 @@ class RingAttention final : public ZigzagAttention<T, D> {
 
   // Offsets of (this rank's chunk a, rank src's key chunk kc), none when the
   // keys all lie in the queries' future.
-  std::optional<kernels::AttentionOffsets> pair(int r, int a, int src, int kc, index_t c) const {
+  // Documents (packed sequences) are indexed by the whole sequence's
+  // positions, which these offsets are.
+  std::optional<kernels::AttentionOffsets> pair(int r, int a, int src, int kc, index_t c,
+                                                const model::AttentionPositions& at) const {
     const index_t qi = zz_.chunk_of(r, a), ki = zz_.chunk_of(src, kc);
     if (qi < ki) return std::nullopt;
-    return kernels::AttentionOffsets{qi * c, ki * c};
+    return kernels::AttentionOffsets{qi * c, ki * c, at.doc_start, at.doc_end, at.doc_stride};
   }
 
   mutable Buffers buf_;
