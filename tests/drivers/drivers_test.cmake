@@ -177,6 +177,19 @@ elseif(MODE STREQUAL "convert")
   if(NOT text_CE STREQUAL bin_CE)
     message(FATAL_ERROR "ce on the text ${text_CE} != ce on the shard named .bin ${bin_CE}")
   endif()
+  # data.documents = "packed" needs documents: a shard's .docs index (which
+  # `examoe convert` does not write) and HDF5 (which has none) are refused
+  # with the fix; the text's blank lines are its documents.
+  set(packed ${SRC}/input/tiny.toml --check --set model.seq_len=16 --set data.documents=packed)
+  run(pk 1 ${EXAMOE} ${packed} --set data.format=shard --set data.path=${WORK}/sample_uint16.tok)
+  require_has("${pk_ERR}" "--set data.documents=packed: data.documents = \"packed\" needs the shard's document index ${WORK}/sample_uint16.tok.docs, which does not exist" "${pk_REPORT}")
+  require_has("${pk_ERR}" "`examoe-tokenize encode` writes it beside the shard, or set data.documents = \"concat\"" "${pk_REPORT}")
+  run(pk 1 ${EXAMOE} ${packed} --set data.format=hdf5 --set data.path=${WORK}/sample.h5)
+  require_has("${pk_ERR}" "an HDF5 token dataset has no document index" "${pk_REPORT}")
+  require_has("${pk_ERR}" "convert it to a shard with `examoe-tokenize encode`" "${pk_REPORT}")
+  run(pk 0 ${EXAMOE} ${packed} --set data.path=${sample} --set data.val_fraction=0.2)
+  require_has("${pk_OUT}" "validation sequences of 16" "${pk_REPORT}")
+  require_has("${pk_OUT}" "packed: " "${pk_REPORT}")
 
 elseif(MODE STREQUAL "eval_np2")
   set(l1 "${launcher}")
