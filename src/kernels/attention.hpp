@@ -9,7 +9,9 @@
 // position q_offset + i, key row j at k_offset + j, and i attends to j when
 // q_offset + i >= k_offset + j. So each query row sees a prefix of the key
 // block (visible_keys); with offsets (0, 0) and Tk = T that is j <= i.
-// Context parallelism (ring attention) calls the kernels with key blocks of
+// Packed sequences narrow that further: with documents (AttentionOffsets),
+// a query row sees only the keys of its own document, a range of the key
+// block (Visibility below). Context parallelism (ring attention) calls the kernels with key blocks of
 // other positions. A row that sees no key at all gets out = 0 and
 // lse = -inf (the neutral element of a log-sum-exp merge), and zero dq.
 // Key tiles that no row of a query tile sees are never loaded, and query

@@ -10,9 +10,10 @@
 // of a 1.3 s one-core bench step). Only the scores live in scratch.
 //
 // Queries are processed in tiles of `host_block_q` rows. A tile [i0,i1) only
-// needs the keys [0,n) that its last row sees (n = visible_keys(i1 - 1), i1
-// for offsets (0, 0)), so keys fully in the future are skipped, and the score
-// scratch is bounded by host_block_q x Tk. A tile that sees no key does no
+// needs the keys [lo, hi) from its first row's document start to what its
+// last row sees (hi = visible_keys(i1 - 1), i1 for offsets (0, 0); lo = 0
+// without documents), so keys in the future or in earlier documents are
+// skipped, and the score scratch is bounded by host_block_q x Tk. A tile that sees no key does no
 // product at all: out = 0, lse = -inf, dq = 0.
 //
 // Forward, per (b, h, query tile), m = i1 - i0:
