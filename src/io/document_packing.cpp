@@ -90,6 +90,13 @@ std::int64_t DocumentPacking::valid_targets(std::int64_t s) const {
   return n;
 }
 
+std::int64_t DocumentPacking::filled(std::int64_t s) const {
+  EXA_ASSERT(s >= 0 && s < sequences());
+  std::int64_t n = 0;
+  for (std::int64_t k = first_[std::size_t(s)]; k < first_[std::size_t(s) + 1]; ++k) n += len_[std::size_t(k)];
+  return n;
+}
+
 void DocumentPacking::fill(const TokenStore& tokens, std::int64_t s, const PackedRows& out) const {
   EXA_ASSERT(s >= 0 && s < sequences());
   std::int64_t row = 0;

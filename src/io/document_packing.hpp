@@ -52,8 +52,10 @@ class DocumentPacking {
   std::int64_t split_documents() const { return split_; }
   // Rows that hold tokens, over all sequences (the rest is padding).
   std::int64_t filled_rows() const { return filled_; }
-  // Targets that count in the loss in sequence s.
+  // Targets that count in the loss in sequence s, and its rows that hold
+  // tokens.
   std::int64_t valid_targets(std::int64_t s) const;
+  std::int64_t filled(std::int64_t s) const;
   // Sequence s's rows from `tokens`.
   void fill(const TokenStore& tokens, std::int64_t s, const PackedRows& out) const;
 

@@ -41,6 +41,19 @@ Sampler Sampler::packed(Dataset data, std::uint64_t seed, const std::vector<std:
   return s;
 }
 
+Sampler Sampler::budgeted(Dataset data, std::uint64_t seed, const std::vector<std::int64_t>& doc_starts,
+                          std::int64_t batch_tokens) {
+  Sampler s(std::move(data), seed);
+  s.budget_ = std::make_shared<const TokenBudget>(doc_starts, 0, s.data_.n_train(), s.data_.seq_len(), batch_tokens,
+                                                  seed);
+  return s;
+}
+
+Batch Sampler::train_micro(std::int64_t step, std::int64_t m) const {
+  EXA_REQUIRE(budget_ != nullptr, "Sampler::train_micro: the sampler has no token budget (train.batch_tokens = 0)");
+  return budget_->batch(data_.tokens(), step, m);
+}
+
 std::uint64_t Sampler::train_draw(std::int64_t step, std::int64_t sample) const {
   EXA_ASSERT(step >= 0 && sample >= 0);
   // Its own stream name, so data order never correlates with weight init.
@@ -79,6 +92,19 @@ std::int64_t Sampler::train_targets(std::int64_t step, SampleRange samples) cons
   std::int64_t n = 0;
   for (std::int64_t k = 0; k < samples.count; ++k) n += train_pack_->valid_targets(train_offset(step, samples.first + k));
   return n;
+}
+
+BatchCounts Sampler::train_counts(std::int64_t step, SampleRange samples) const {
+  const std::int64_t T = data_.seq_len();
+  BatchCounts c{samples.count, T, samples.count * T, samples.count * T};
+  if (!train_pack_) return c;
+  c.tokens = c.targets = 0;
+  for (std::int64_t k = 0; k < samples.count; ++k) {
+    const std::int64_t s = train_offset(step, samples.first + k);
+    c.tokens += train_pack_->filled(s);
+    c.targets += train_pack_->valid_targets(s);
+  }
+  return c;
 }
 
 Batch Sampler::train(std::int64_t step, SampleRange samples) const {

@@ -24,6 +24,7 @@
 
 #include "io/dataset.hpp"
 #include "io/document_packing.hpp"
+#include "io/token_budget.hpp"
 
 namespace exa::io {
 
@@ -64,15 +65,25 @@ class Sampler {
   // take the validation split's sequences in order.
   static Sampler packed(Dataset data, std::uint64_t seed, const std::vector<std::int64_t>& doc_starts);
 
+  // Token-budget micro-batches (token_budget.hpp) of the training split's
+  // documents; validation stays windows of seq_len.
+  static Sampler budgeted(Dataset data, std::uint64_t seed, const std::vector<std::int64_t>& doc_starts,
+                          std::int64_t batch_tokens);
+
   const Dataset& data() const { return data_; }
   std::uint64_t seed() const { return seed_; }
   bool packed() const { return train_pack_ != nullptr; }
+  // Token-budget mode: micro-batch m of step s (its own B and T).
+  const TokenBudget* budget() const { return budget_.get(); }
+  Batch train_micro(std::int64_t step, std::int64_t m) const;
   // The packings (null when not packed).
   const DocumentPacking* train_packing() const { return train_pack_.get(); }
   const DocumentPacking* val_packing() const { return val_pack_.get(); }
   // The targets that count in the loss among training samples `samples`
   // of step `step` (every target of a window when not packed).
   std::int64_t train_targets(std::int64_t step, SampleRange samples) const;
+  // Their sizes (windows or packed sequences).
+  BatchCounts train_counts(std::int64_t step, SampleRange samples) const;
 
   // Start of training sample `sample` of step `step`'s global batch.
   std::int64_t train_offset(std::int64_t step, std::int64_t sample) const;
@@ -94,6 +105,7 @@ class Sampler {
   Dataset data_;
   std::uint64_t seed_;
   std::shared_ptr<const DocumentPacking> train_pack_, val_pack_;
+  std::shared_ptr<const TokenBudget> budget_;
   std::uint64_t train_draw(std::int64_t step, std::int64_t sample) const;
   Batch packed_batch(const DocumentPacking& pack, std::int64_t count,
                      const std::function<std::int64_t(std::int64_t)>& sequence) const;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/deck/micro_batch.hpp"
 #include "core/deck/deck_checks.hpp"
 #include "core/error.hpp"
 #include "plan/calibrate.hpp"
@@ -46,7 +47,7 @@ AutoLayout choose_layout(const deck::Config& cfg, int world, MPI_Comm comm) {
   o.world = world;
   o.top = 1;
   o.vary_recompute = false;  // the deck's memory, precision and compression policies stay
-  o.global_batch = cfg.get_int("train.micro_batch") * cfg.get_int("train.grad_accum") * world;
+  o.global_batch = deck::micro_batch_sequences(cfg) * cfg.get_int("train.grad_accum") * world;
   const auto res = search(base, cluster, o);
   EXA_REQUIRE(!res.top.empty(), "{} parallel.auto: no layout of {} ranks fits {:.1f} GiB per device ({}); set the "
               "layout yourself or use more ranks",

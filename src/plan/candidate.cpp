@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/deck/micro_batch.hpp"
 #include "core/deck/config.hpp"
 
 namespace exa::plan {
@@ -18,7 +19,7 @@ Candidate Candidate::from_deck(const deck::Config& cfg) {
   c.schedule = cfg.get_string("pipeline.schedule");
   c.virtual_stages = int(cfg.get_int("pipeline.virtual_stages"));
   c.cp_mode = cfg.get_string("parallel.cp_mode");
-  c.micro_batch = cfg.get_int("train.micro_batch");
+  c.micro_batch = deck::micro_batch_sequences(cfg);
   c.grad_accum = cfg.get_int("train.grad_accum");
   c.round = int(cfg.get_int("parallel.microbatches"));
   c.layers_per_stage = cfg.get_string("pipeline.layers_per_stage");

@@ -48,11 +48,14 @@ io::Dataset open_deck_dataset(const deck::Config& cfg) {
 
 io::Sampler open_deck_sampler(const deck::Config& cfg) { return deck_sampler(cfg, open_deck_dataset(cfg)); }
 
-io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data) {
-  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
-  if (io::parse_documents(cfg.get_string("data.documents")) == io::Documents::concat)
-    return io::Sampler(std::move(data), seed);
-  const std::string at = cfg.locate({"data.documents"});
+namespace {
+
+// The data's document starts, for the feature `what` (the deck key that
+// asked): a text's blank-line-separated documents, a shard's .docs index;
+// HDF5 has none.
+std::vector<std::int64_t> document_starts(const deck::Config& cfg, const io::Dataset& data, const char* key,
+                                          const std::string& setting) {
+  const std::string at = cfg.locate({key});
   std::vector<std::int64_t> starts;
   switch (io::parse_data_format(cfg.get_string("data.format"))) {
     case io::DataFormat::text:
@@ -61,9 +64,9 @@ io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data) {
     case io::DataFormat::shard: {
       const std::string index = data.tokens().source() + ".docs";
       EXA_REQUIRE(fs::exists(index),
-                  "{} data.documents = \"packed\" needs the shard's document index {}, which does not exist; "
-                  "`examoe-tokenize encode` writes it beside the shard, or set data.documents = \"concat\"",
-                  at, index);
+                  "{} {} needs the shard's document index {}, which does not exist; `examoe-tokenize encode` "
+                  "writes it beside the shard, or unset {}",
+                  at, setting, index, key);
       const io::DocumentIndex docs = io::read_document_index(index);
       EXA_REQUIRE(std::int64_t(docs.tokens) == data.n_tokens(),
                   "{} the document index {} is for {} tokens but {} holds {}; encode the shard again", at, index,
@@ -72,12 +75,26 @@ io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data) {
       break;
     }
     case io::DataFormat::hdf5:
-      throw Error(fmt::format("{} data.documents = \"packed\": an HDF5 token dataset has no document index; "
-                              "convert it to a shard with `examoe-tokenize encode`, or set data.documents = "
-                              "\"concat\"",
-                              at));
+      throw Error(fmt::format("{} {}: an HDF5 token dataset has no document index; convert it to a shard with "
+                              "`examoe-tokenize encode`, or unset {}",
+                              at, setting, key));
   }
   if (starts.empty()) starts.push_back(0);
+  return starts;
+}
+
+}  // namespace
+
+io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data) {
+  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  if (const auto budget = cfg.get_int("train.batch_tokens"); budget > 0) {
+    const auto starts =
+        document_starts(cfg, data, "train.batch_tokens", fmt::format("train.batch_tokens = {}", budget));
+    return io::Sampler::budgeted(std::move(data), seed, starts, budget);
+  }
+  if (io::parse_documents(cfg.get_string("data.documents")) == io::Documents::concat)
+    return io::Sampler(std::move(data), seed);
+  const auto starts = document_starts(cfg, data, "data.documents", "data.documents = \"packed\"");
   return io::Sampler::packed(std::move(data), seed, starts);
 }
 

@@ -12,7 +12,9 @@ DeviceBatch::DeviceBatch(std::int64_t batch, std::int64_t seq_len, parallel::con
 }
 
 void DeviceBatch::upload(const io::Batch& b) {
-  EXA_ASSERT(b.size == std::int64_t(inputs.extent(0)) && b.seq_len == std::int64_t(inputs.extent(1)) * zz_.cp);
+  // Token-budget micro-batches change shape from one to the next.
+  if (b.size != std::int64_t(inputs.extent(0)) || b.seq_len != std::int64_t(inputs.extent(1)) * zz_.cp)
+    *this = DeviceBatch(b.size, b.seq_len, zz_);
   // LayoutRight [B,T] is the Batch's own row-major order: one flat copy each.
   auto hi = Kokkos::create_mirror_view(inputs);
   auto ht = Kokkos::create_mirror_view(targets);

@@ -23,7 +23,7 @@ struct DeviceBatch {
   DeviceBatch() = default;
   // seq_len: the whole sequences' length.
   DeviceBatch(std::int64_t batch, std::int64_t seq_len, parallel::context::Zigzag zz = {});
-  // b.size must equal the batch size and b.seq_len the sequence length.
+  // A batch of another shape than the last reallocates the buffers.
   void upload(const io::Batch& b);
   // upload(b), and the model's input for it (its tokens and targets).
   model::StageModel<float>::Input load(const io::Batch& b) {

@@ -62,6 +62,12 @@ std::string data_line(const deck::Config& cfg) {
     packing = fmt::format("; packed: {} documents ({} split) into {} training sequences, {:.1f}% of rows filled",
                           p->documents(), p->split_documents(), p->sequences(),
                           100.0 * double(p->filled_rows()) / double(p->sequences() * p->seq_len()));
+  if (const io::TokenBudget* b = data.budget()) {
+    std::vector<std::string> buckets;
+    for (std::size_t k = 0; k < b->lengths().size(); ++k)
+      buckets.push_back(fmt::format("{} x {}: {} pieces", b->sequences_in(k), b->lengths()[k], b->pieces_in(k)));
+    packing = fmt::format("; token budget {}: {}", cfg.get_int("train.batch_tokens"), fmt::join(buckets, ", "));
+  }
   return fmt::format("data: {} ({}): {} tokens, vocabulary {} (model.vocab_size {}); {} for training, {} held out "
                      "({} validation {} of {}){}",
                      path, cfg.get_string("data.format"), d.n_tokens(), d.tokens().vocab(),

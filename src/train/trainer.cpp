@@ -12,6 +12,8 @@
 #include <limits>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "comm/communicator.hpp"
 #include "comm/mpi_env.hpp"
 #include "comm/node_threads.hpp"
@@ -83,6 +85,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       // whatever node size parallel.ranks_per_node pretends.
       energy_(EnergyOptions::from_deck(cfg), world) {
   steps_ = cfg.get_int("train.steps");
+  // Token budgets size the training micro-batches themselves; evaluation
+  // keeps train.micro_batch windows of seq_len per micro-batch.
   micro_batch_ = cfg.get_int("train.micro_batch");
   grad_accum_ = cfg.get_int("train.grad_accum");
   // The cp ranks of a Cp group share their sequences (each holds its share
@@ -155,15 +159,29 @@ StepResult Trainer::train_step(std::int64_t step) {
   opt_->set_loss_scale(scale_before);
   const auto& acc = opt_->accumulation();
   const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
-  // Packed sequences hold different numbers of valid targets: each
-  // micro-batch's cross-entropy is its sum over the step's mean share of
-  // them, so the step's loss is the mean over every valid target of the
-  // global batch in any layout (StageModel::Input::ce_denominator).
+  // Packed sequences and token-budget micro-batches hold different numbers
+  // of valid targets: each micro-batch's cross-entropy is its sum over the
+  // step's mean share of them, so the step's loss is the mean over every
+  // valid target of the global batch in any layout
+  // (StageModel::Input::ce_denominator). Every rank counts the whole
+  // global batch (a pure function of the step).
+  const io::TokenBudget* budget = sampler_.budget();
+  const std::int64_t n_micro = grad_accum_ * grid_.sizes().dp;
+  auto count = [&](const io::BatchCounts& c) {
+    r.rows += double(c.cells());
+    r.tokens += double(c.tokens);
+    r.targets += double(c.targets);
+  };
+  if (budget)
+    for (std::int64_t m = 0; m < n_micro; ++m) count(budget->shape(step, m));
+  else
+    count(sampler_.train_counts(step, {0, global_batch_}));
   const double ce_denominator =
-      sampler_.packed() ? double(sampler_.train_targets(step, {0, global_batch_})) / (double(grad_accum_) * dp_->size())
-                        : 0.0;
+      budget || sampler_.packed() ? r.targets / (double(grad_accum_) * dp_->size()) : 0.0;
+  const std::int64_t first_micro = grid_.coords().dp * grad_accum_;
   parallel::StepWork work{[&](int j) {
-                            auto in = batch_.load(sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
+                            auto in = batch_.load(budget ? sampler_.train_micro(step, first_micro + j)
+                                                         : sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
                             in.ce_denominator = ce_denominator;
                             return in;
                           },
@@ -233,7 +251,7 @@ StepResult Trainer::train_step(std::int64_t step) {
       optim::require_finite(r.report.clip, step + 1);
     r.nan_action = nan_.after_step(step + 1, r.loss, r.report.clip.norm);
   }
-  tokens_seen_ += global_batch_ * mcfg_.seq_len;
+  tokens_seen_ += std::int64_t(r.rows);
   return r;
 }
 
@@ -374,6 +392,9 @@ void LogInterval::add(const StepResult& r) {
   sum.imbalance = std::max(sum.imbalance, r.imbalance);
   sum.report = r.report;
   sum.moe = r.moe;  // the logged step's loads
+  sum.rows += r.rows;
+  sum.tokens += r.tokens;
+  sum.targets += r.targets;
 }
 
 double LogInterval::phase(const char* prefix) const {
@@ -414,7 +435,7 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
     s.loss_scale = scaler_.scale();
     s.overflow_skips = scaler_.overflow_skips();
   }
-  const double tokens = double(global_batch_ * mcfg_.seq_len * steps_in_interval);
+  const double tokens = iv.sum.rows;  // rows computed, padding included (what the FLOPs are spent on)
   s.tokens_per_s = tokens / interval_s;
   const double flops_per_rank = flops_.per_token_train * tokens / comm_size(world_) / interval_s;
   s.tflops = flops_per_rank * comm_size(world_) * 1e-12;
@@ -457,6 +478,13 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
     record["comm"][comm::TrafficLedger::name(comm::Traffic(t))] = {{"logical_bytes", logical}, {"wire_bytes", wire}};
     if (wire < logical)
       line += fmt::format(" | {} wire {:.1f}%", comm::TrafficLedger::name(comm::Traffic(t)), 100.0 * wire / logical);
+  }
+  if (sampler_.budget() || sampler_.packed()) {
+    // Variable batches: the interval's mean global batch per step, and the
+    // share of its rows that were padding.
+    const double rows = iv.sum.rows * k, toks = iv.sum.tokens * k, pad = rows > 0 ? 1.0 - toks / rows : 0.0;
+    record["batch"] = {{"rows", rows}, {"tokens", toks}, {"targets", iv.sum.targets * k}, {"padding", pad}};
+    line += fmt::format(" | batch {:.0f} tok pad {:.1f}%", toks, 100.0 * pad);
   }
   if (iv.distill_steps > 0) {
     // The interval's distillation steps: the term's mean and the teacher's
@@ -566,10 +594,16 @@ double Trainer::run() {
   const std::string trace_path =
       (fs::path(run_dir_) / fmt::format("trace.rank{}.json", comm_rank(world_))).string();
   if (trace_until > step_) Trace::start(comm_rank(world_));
-  log::info("training {} steps from step {}: global batch {} x {} tokens, {:.2f}M parameters "
-            "({:.2f}M active per token), {}, gemm peak {:.1f} GFLOP/s per rank ({} cores)",
-            steps_, step_, global_batch_, mcfg_.seq_len, double(dp_->model_numel()) / 1e6,
-            flops_.active_params / 1e6, model::describe_precision(), peak_gflops_, peak_cores_);
+  const std::string batch =
+      sampler_.budget()
+          ? fmt::format("global batch {} micro-batches of up to {} tokens (lengths {})", grad_accum_ * grid_.sizes().dp,
+                        cfg_.get_int("train.batch_tokens"), fmt::join(sampler_.budget()->lengths(), ", "))
+          : fmt::format("global batch {} x {} tokens{}", global_batch_, mcfg_.seq_len,
+                        sampler_.packed() ? " (packed documents)" : "");
+  log::info("training {} steps from step {}: {}, {:.2f}M parameters ({:.2f}M active per token), {}, gemm peak "
+            "{:.1f} GFLOP/s per rank ({} cores)",
+            steps_, step_, batch, double(dp_->model_numel()) / 1e6, flops_.active_params / 1e6,
+            model::describe_precision(), peak_gflops_, peak_cores_);
   if (mcfg_.lora.enabled()) {
     std::int64_t trainable = 0;
     for (const auto& s : model::parameter_specs(mcfg_))

@@ -57,6 +57,9 @@ struct StepResult {
   std::vector<nlohmann::json> replaced;     // expert re-placements after the step (ExpertReplacement)
   NanGuard::Action nan_action = NanGuard::Action::none;  // resilience.nan_policy's verdict on the step
   bool overflow = false;  // skipped by dynamic loss scaling (optim/loss_scaler.hpp), not a non-finite step
+  // The global batch: rows computed (padding included), tokens that are
+  // not padding, and targets in the loss.
+  double rows = 0, tokens = 0, targets = 0;
 };
 
 // The steps one log line or one metrics record sums up. The two have their

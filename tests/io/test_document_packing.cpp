@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "io/document_packing.hpp"
 #include "io/sampler.hpp"
+#include "io/token_budget.hpp"
 
 using namespace exa::io;
 
@@ -166,5 +168,71 @@ TEST(DocumentPacking, UnknownDocumentsModeIsRefused) {
     ADD_FAILURE() << "accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("\"packed\""), std::string::npos) << e.what();
+  }
+}
+
+// Token budgets (io/token_budget.hpp): each micro-batch is one bucket's
+// length, as many sequences as the budget holds, each a whole document
+// piece from row 0 then padding; its counts are what its rows hold; the
+// draw is a pure function of (seed, step, micro-batch).
+TEST(TokenBudget, MicroBatchesFitTheBudgetAndHoldWholePieces) {
+  std::vector<int> lengths;
+  for (int i = 0; i < 400; ++i) lengths.push_back(1 + (i * 53) % 70);
+  const Text t = make_text(lengths);
+  const TokenStore store = t.store();
+  const std::int64_t T = 64, budget = 200;
+  const TokenBudget tb(t.starts, 0, store.size(), T, budget, 5);
+  EXPECT_EQ(tb.lengths(), (std::vector<std::int64_t>{64, 32, 16, 8}));
+  std::set<std::int64_t> seen_lengths;
+  for (std::int64_t step = 0; step < 4; ++step)
+    for (std::int64_t m = 0; m < 8; ++m) {
+      const BatchCounts c = tb.shape(step, m);
+      const Batch b = tb.batch(store, step, m);
+      ASSERT_EQ(b.size, c.sequences);
+      ASSERT_EQ(b.seq_len, c.rows);
+      ASSERT_EQ(c.sequences, budget / c.rows);
+      ASSERT_LE(c.cells(), budget);
+      seen_lengths.insert(c.rows);
+      std::int64_t tokens = 0, targets = 0;
+      for (std::int64_t r = 0; r < b.size; ++r) {
+        const std::int32_t* in = b.inputs.data() + r * b.seq_len;
+        const std::int32_t* tg = b.targets.data() + r * b.seq_len;
+        std::int64_t n = 0;
+        while (n < b.seq_len && in[n] != 0) ++n;  // tokens are never 0 here; padding is
+        ASSERT_GT(n, 0);
+        // The shortest bucket that holds it.
+        ASSERT_TRUE(n > b.seq_len / 2 || b.seq_len == tb.lengths().back()) << n << " rows in a bucket of " << b.seq_len;
+        if (in[0] < 1000) {  // the rest of a split document: its separator bytes only
+          ASSERT_LE(n, 2);
+          for (std::int64_t k = 0; k < n; ++k) targets += tg[k] >= 0;
+          tokens += n;
+          continue;
+        }
+        const std::int64_t at = in[0] - 1000;
+        for (std::int64_t k = 0; k < n; ++k) ASSERT_EQ(in[k], std::int32_t(store.at(at + k)));
+        for (std::int64_t k = n; k < b.seq_len; ++k) ASSERT_EQ(tg[k], -1);
+        for (std::int64_t k = 0; k < n; ++k)
+          if (tg[k] >= 0) {
+            ASSERT_EQ(tg[k], std::int32_t(store.at(at + k + 1)));
+            ++targets;
+          }
+        tokens += n;
+      }
+      EXPECT_EQ(tokens, c.tokens);
+      EXPECT_EQ(targets, c.targets);
+      const Batch again = tb.batch(store, step, m);
+      EXPECT_EQ(again.inputs, b.inputs);
+    }
+  EXPECT_GE(seen_lengths.size(), 3u) << "the draws reach several buckets";
+  EXPECT_NE(tb.batch(store, 0, 0).inputs, tb.batch(store, 0, 1).inputs);
+}
+
+TEST(TokenBudget, ABudgetBelowTheSequenceIsRefused) {
+  const Text t = make_text({5, 7});
+  try {
+    TokenBudget(t.starts, 0, t.n, 16, 8, 1);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("set train.batch_tokens >= 16"), std::string::npos) << e.what();
   }
 }

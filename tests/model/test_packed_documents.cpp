@@ -190,3 +190,57 @@ TEST(PackedDocuments, WithoutTheMaskDocumentsLeak) {
   EXPECT_LE(first, 1e-12);  // the first document sees nothing else either way
   EXPECT_GT(second, 1e-6);  // the second one's rows saw the first document
 }
+
+// Micro-batches of different shapes and valid-target counts (token
+// budgets): with the step's count split evenly as each one's denominator
+// (what the trainer passes), the mean of their losses is the mean over
+// every valid target, computed here by hand from each row's
+// cross-entropy, and the accumulated gradient is that mean's gradient
+// (the same as one micro-batch holding every row, up to rounding).
+TEST(PackedDocuments, TheStepLossIsTheMeanOverAllValidTargets) {
+  ModelConfig cfg = small();
+  cfg.aux_coef = 0;
+  cfg.z_coef = 0;
+  cfg.capacity_factor = 0;
+  const auto values = random_flat<double>(cfg, 33);
+  const auto docs = documents({{16, 16}, {7, 8, 5, 3}}, cfg.vocab_size);
+  // A: 2 x 16, full documents (15 targets each); B: 4 x 8, shorter ones.
+  HostBatch a = empty(2, 16), b = empty(4, 8);
+  put(a, 0, 0, docs[0], false);
+  put(a, 1, 0, docs[1], false);
+  for (int r = 0; r < 4; ++r) put(b, r, 0, docs[std::size_t(2 + r)], false);
+  const double n_valid = 15 + 15 + 6 + 7 + 4 + 2;  // 49
+  const double denom = n_valid / 2;                  // two micro-batches share the step's count
+  StageModel<double> model(cfg);
+  const auto w = bind_flat(cfg, values);
+  exa::View1<double> grads("grads", values.extent(0));
+  const auto g = bind_flat(cfg, grads);
+  double loss = 0, by_hand = 0;
+  for (const HostBatch* h : {&a, &b}) {
+    StageModel<double>::Input in;
+    in.tokens = device(h->in, h->B, h->T);
+    in.targets = device(h->tg, h->B, h->T);
+    in.ce_denominator = denom;
+    auto& c = model.forward(w, in);
+    loss += c.result.loss.ce / 2;  // the trainer's mean over micro-batches
+    model.backward(c, w, g, 0.5);  // and its backward seed
+    exa::View1<double> ce("ce", h->B * h->T);
+    model.eval(w, in, in.targets, ce);
+    for (double x : host(ce)) by_hand += x;
+  }
+  by_hand /= n_valid;
+  std::printf("token mean over two micro-batches: %.15f, by hand %.15f\n", loss, by_hand);
+  EXPECT_NEAR(loss, by_hand, 1e-13 * by_hand);
+  // The same rows as one micro-batch of 6 x 16 (B's sequences padded to
+  // 16 rows) with its own mean: the same gradient.
+  HostBatch all = empty(6, 16);
+  for (int r = 0; r < 6; ++r) put(all, r, 0, docs[std::size_t(r)], false);
+  const Result one = run(model, cfg, values, all, false, 0);
+  const auto h1 = host(one.grads), h2 = host(grads);
+  double diff = 0, mag = 0;
+  for (std::size_t i = 0; i < h1.size(); ++i) {
+    diff = std::max(diff, std::fabs(h1[i] - h2[i]));
+    mag = std::max(mag, std::fabs(h1[i]));
+  }
+  EXPECT_LE(diff, 1e-12 * mag);
+}

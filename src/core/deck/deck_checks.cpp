@@ -6,12 +6,14 @@
 #include "core/deck/deck_checks.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <utility>
 
 #include "core/deck/did_you_mean.hpp"
 #include "core/error.hpp"
+#include "core/length_buckets.hpp"
 
 namespace exa::deck {
 namespace {
@@ -460,6 +462,44 @@ void check_training(const Config& c) {
   }
 }
 
+// train.batch_tokens: the data it needs, and the layouts its micro-batches'
+// varying shapes (io/token_budget.hpp) can run.
+void check_batching(const Config& c) {
+  const auto budget = c.get_int("train.batch_tokens");
+  if (budget == 0) return;
+  const auto seq = c.get_int("model.seq_len");
+  if (budget < seq)
+    fail(c, {"train.batch_tokens", "model.seq_len"},
+         fmt::format("train.batch_tokens = {} is less than model.seq_len = {}: a micro-batch must hold at least one "
+                     "whole sequence; set train.batch_tokens >= {}",
+                     budget, seq, seq));
+  if (c.get_string("data.documents") == "packed")
+    fail(c, {"train.batch_tokens", "data.documents"},
+         "train.batch_tokens batches documents of varying length, but data.documents = \"packed\" makes every "
+         "sequence model.seq_len long; set data.documents = \"concat\" (the documents are read either way), or "
+         "train.batch_tokens = 0 and train.micro_batch");
+  if (c.get_int("parallel.pp") > 1)
+    fail(c, {"train.batch_tokens", "parallel.pp"},
+         "train.batch_tokens with parallel.pp > 1 is not built yet: the pipeline's boundary buffers have one "
+         "micro-batch shape; set parallel.pp = 1, or train.batch_tokens = 0");
+  const auto cp = c.get_int("parallel.cp"), tp = c.get_int("parallel.tp");
+  const bool sp = tp > 1 && c.get_bool("parallel.sequence_parallel");
+  for (const auto len : length_buckets(seq)) {
+    if (cp > 1 && len % (2 * cp) != 0)
+      fail(c, {"train.batch_tokens", "parallel.cp", "model.seq_len"},
+           fmt::format("train.batch_tokens makes micro-batches of sequences of {} tokens (model.seq_len = {} and "
+                       "its halves down to 8), which context parallelism cannot cut into 2*cp = {} chunks; choose "
+                       "model.seq_len divisible by {}, or a smaller cp",
+                       fmt::join(length_buckets(seq), ", "), seq, 2 * cp, 2 * cp * (seq / length_buckets(seq).back())));
+    if (sp && len % tp != 0)
+      fail(c, {"train.batch_tokens", "parallel.sequence_parallel", "model.seq_len"},
+           fmt::format("train.batch_tokens makes micro-batches of sequences of {} tokens, which sequence "
+                       "parallelism cannot split over tp = {} ranks; choose model.seq_len divisible by {}, or "
+                       "sequence_parallel = false",
+                       fmt::join(length_buckets(seq), ", "), tp, tp * (seq / length_buckets(seq).back())));
+  }
+}
+
 // Layouts and options that each work alone but not yet together. Each
 // message says which of the keys to change.
 void check_combinations(const Config& c) {
@@ -692,6 +732,7 @@ void check_consistency(const Config& c) {
   check_lora(c);
   check_pipeline(c);
   check_training(c);
+  check_batching(c);
   check_combinations(c);
 }
 

@@ -100,8 +100,9 @@ std::vector<KeySpec> build() {
       I("pipeline", "virtual_stages", 1, 1, 4096, "model chunks per pipeline stage (schedule \"interleaved\", >= 2): chunk c of stage r holds layer block c*pp + r of n_layers/(pp*v); bubble about 1/v of 1f1b's"),
 
       I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
-      I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank"),
+      I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank (with train.batch_tokens: evaluation's only)"),
       I("train", "grad_accum", 1, 1, kDim, "micro-batches per optimizer step; global batch = dp*micro_batch*grad_accum"),
+      I("train", "batch_tokens", 0, 0, kCount, "dynamic batching: micro-batches of whole documents (split only past seq_len) bucketed by length (seq_len, /2, /4, /8), each up to this many tokens with padding, instead of train.micro_batch windows (evaluation keeps those); the loss is the mean over the step's tokens; 0 = off"),
       I("train", "seed", 1234, 0, 4294967295.0, "seed of the counter-based RNG (initialisation, data order)"),
       I("train", "log_every", 10, 1, kCount, "steps between log lines"),
       I("train", "eval_every", 100, 0, kCount, "steps between validation evaluations; 0 = never"),
