@@ -28,6 +28,8 @@ struct ForwardResult {
   LossParts loss;
   std::int64_t n_tokens = 0;  // B*T
   std::int64_t n_valid = 0;   // targets >= 0 (the CE mean's denominator)
+  double ce_sum = 0;          // the cross-entropy summed over those targets (the head's stage)
+  int task = 0;               // the micro-batch's task (data stream), as its input said
   std::vector<LayerRouting> routing;  // one per MoE layer, in layer order
   // Largest per-layer imbalance (1 when there are no MoE layers).
   double max_imbalance() const;

@@ -134,6 +134,9 @@ class StageModel {
     // that are averaged, so that the step's loss is the mean over all its
     // valid targets, whatever the layout.
     double ce_denominator = 0;
+    // The micro-batch's task (its data stream's; docs/data.md "Data
+    // streams"), reported back in ForwardResult::task.
+    int task = 0;
   };
 
   // The single-rank model: the whole stage with the local seams.

@@ -453,6 +453,7 @@ typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const 
   ensure_scratch(shape);
   c.result = ForwardResult{};
   c.result.n_tokens = shape.N();
+  c.result.task = in.task;
   const auto rl = run_layers(c, w, in, &c.result.routing);
   if (chunk_has_head(c.chunk)) {
     ScopedRegion region("forward/head", opt_.fence_phases);
@@ -462,6 +463,7 @@ typename StageModel<T, D>::Context& StageModel<T, D>::forward(const W& w, const 
     const auto ce = seams_.loss_head->forward(c, w.lm_head, head_adapter(w));
     c.n_valid = ce.n_valid;
     c.result.n_valid = ce.n_valid;
+    c.result.ce_sum = ce.loss_sum;
     EXA_REQUIRE(in.ce_denominator >= 0, "StageModel::forward: a negative cross-entropy denominator ({})",
                 in.ce_denominator);
     c.ce_weight = in.ce_denominator > 0 ? double(ce.n_valid) / in.ce_denominator : 1.0;

@@ -9,6 +9,7 @@ namespace exa::parallel {
 
 StepTotals LocalExecutor::run(const StepWork& w, int n_micro) {
   StepTotals t;
+  t.task_sums.assign(std::size_t(2 * w.tasks), 0.0);
   if (t_.data) t_.data->begin_step();
   const auto& rg = w.regions;
   run_schedule(

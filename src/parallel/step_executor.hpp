@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/reduction.hpp"
 #include "core/types.hpp"
@@ -65,6 +66,7 @@ struct StepWork {
   std::function<model::StageModel<float>::Input(int j)> input;
   double backward_seed = 1;  // optim::GradAccumulation::backward_seed()
   StepRegions regions{};
+  int tasks = 1;  // the tasks the inputs name (StageModel::Input::task < tasks)
 };
 
 // A step's sums over this rank's micro-batches, over every pipeline stage
@@ -76,6 +78,9 @@ struct StepTotals {
   // Every MoE layer's expert loads, summed over the micro-batches and the
   // data-parallel group: the same on every rank.
   expert::MoeLoad moe;
+  // Per task: the cross-entropy summed over its valid targets, and their
+  // count ([2 * tasks], summed over the stages; not yet over data ranks).
+  std::vector<double> task_sums;
 
   // Adds one micro-batch's losses on this stage and keeps the worse imbalance.
   void add_losses(const model::ForwardResult& r) {
@@ -85,6 +90,10 @@ struct StepTotals {
     z += r.loss.z;
     distill += r.loss.distill;
     imbalance = std::max(imbalance, r.max_imbalance());
+    if (r.n_valid > 0 && std::size_t(2 * r.task + 1) < task_sums.size()) {
+      task_sums[std::size_t(2 * r.task)] += r.ce_sum;
+      task_sums[std::size_t(2 * r.task + 1)] += double(r.n_valid);
+    }
   }
 };
 

@@ -29,9 +29,10 @@ std::string deck_tokenizer_path(const deck::Config& cfg) {
   return t == "none" ? std::string() : found(t);
 }
 
-io::Dataset open_deck_dataset(const deck::Config& cfg) {
-  io::DataSpec spec = io::data_spec_from_deck(cfg);
-  spec.path = found(spec.path);
+namespace {
+
+// data.tokenizer (every stream's) against model.vocab_size.
+void check_tokenizer(const deck::Config& cfg) {
   // The tokenizer the shard was encoded with must have the model's vocabulary.
   if (const auto tok_path = deck_tokenizer_path(cfg); !tok_path.empty()) {
     const std::string at = cfg.locate({"data.tokenizer"});
@@ -43,6 +44,14 @@ io::Dataset open_deck_dataset(const deck::Config& cfg) {
                 cfg.get_string("data.tokenizer"), tok.vocab_size(), cfg.get_int("model.vocab_size"),
                 tok.vocab_size());
   }
+}
+
+}  // namespace
+
+io::Dataset open_deck_dataset(const deck::Config& cfg) {
+  io::DataSpec spec = io::data_spec_from_deck(cfg);
+  spec.path = found(spec.path);
+  check_tokenizer(cfg);
   return io::Dataset::open(spec);
 }
 
@@ -54,10 +63,10 @@ namespace {
 // asked): a text's blank-line-separated documents, a shard's .docs index;
 // HDF5 has none.
 std::vector<std::int64_t> document_starts(const deck::Config& cfg, const io::Dataset& data, const char* key,
-                                          const std::string& setting) {
+                                          const std::string& setting, io::DataFormat format) {
   const std::string at = cfg.locate({key});
   std::vector<std::int64_t> starts;
-  switch (io::parse_data_format(cfg.get_string("data.format"))) {
+  switch (format) {
     case io::DataFormat::text:
       starts = io::text_document_starts(data.tokens());
       break;
@@ -83,19 +92,46 @@ std::vector<std::int64_t> document_starts(const deck::Config& cfg, const io::Dat
   return starts;
 }
 
-}  // namespace
-
-io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data) {
+// The sampler of one source of `format`.
+io::Sampler source_sampler(const deck::Config& cfg, io::Dataset data, io::DataFormat format) {
   const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
   if (const auto budget = cfg.get_int("train.batch_tokens"); budget > 0) {
     const auto starts =
-        document_starts(cfg, data, "train.batch_tokens", fmt::format("train.batch_tokens = {}", budget));
+        document_starts(cfg, data, "train.batch_tokens", fmt::format("train.batch_tokens = {}", budget), format);
     return io::Sampler::budgeted(std::move(data), seed, starts, budget);
   }
   if (io::parse_documents(cfg.get_string("data.documents")) == io::Documents::concat)
     return io::Sampler(std::move(data), seed);
-  const auto starts = document_starts(cfg, data, "data.documents", "data.documents = \"packed\"");
+  const auto starts = document_starts(cfg, data, "data.documents", "data.documents = \"packed\"", format);
   return io::Sampler::packed(std::move(data), seed, starts);
+}
+
+}  // namespace
+
+io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data) {
+  return source_sampler(cfg, std::move(data), io::parse_data_format(cfg.get_string("data.format")));
+}
+
+io::StreamMixture open_deck_streams(const deck::Config& cfg) {
+  const auto seed = static_cast<std::uint64_t>(cfg.get_int("train.seed"));
+  std::vector<io::DataStream> streams;
+  if (cfg.streams().empty()) {
+    streams.push_back({"data", 1.0, open_deck_sampler(cfg)});
+    return io::StreamMixture(std::move(streams), seed);
+  }
+  check_tokenizer(cfg);
+  for (const deck::DataStream& d : cfg.streams()) {
+    io::DataSpec spec = io::data_spec_from_deck(cfg);
+    spec.path = found(d.path);
+    spec.format = io::parse_data_format(d.format);
+    try {
+      streams.push_back({d.task, d.weight, source_sampler(cfg, io::Dataset::open(spec), spec.format)});
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}:{}: [[data.streams]] '{}' ({}): {}", cfg.deck_path(), d.line, d.task, d.path,
+                              e.what()));
+    }
+  }
+  return io::StreamMixture(std::move(streams), seed);
 }
 
 }  // namespace exa::train

@@ -8,6 +8,7 @@
 #include "core/deck/config.hpp"
 #include "io/dataset.hpp"
 #include "io/sampler.hpp"
+#include "io/stream_mixture.hpp"
 
 namespace exa::train {
 
@@ -20,6 +21,11 @@ io::Dataset open_deck_dataset(const deck::Config& cfg);
 io::Sampler open_deck_sampler(const deck::Config& cfg);
 // The same over a dataset already open (its errors name data.documents).
 io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data);
+
+// The deck's data as a mixture: its [[data.streams]] (each opened and
+// sampled as above, with its own path and format), or data.path alone as
+// one stream (task "data").
+io::StreamMixture open_deck_streams(const deck::Config& cfg);
 
 // data.tokenizer resolved as above; empty when it is "none".
 std::string deck_tokenizer_path(const deck::Config& cfg);

@@ -50,10 +50,8 @@ std::string layout_line(const deck::Config& cfg) {
                      s.ep, s.ranks_per_node > 0 ? fmt::format(", {} ranks per node", s.ranks_per_node) : "");
 }
 
-std::string data_line(const deck::Config& cfg) {
-  const std::initializer_list<std::string_view> keys = {"data.path", "data.format", "model.vocab_size",
-                                                        "model.seq_len", "data.val_fraction"};
-  const io::Sampler data = deck_sampler(cfg, located(cfg, keys, [&] { return open_deck_dataset(cfg); }));
+// One source: its file, tokens, split and how it is sampled.
+std::string source_text(const deck::Config& cfg, const io::Sampler& data, const std::string& format) {
   const io::Dataset& d = data.data();
   std::error_code ec;
   const std::string path = fs::absolute(d.tokens().source(), ec).lexically_normal().string();
@@ -68,11 +66,26 @@ std::string data_line(const deck::Config& cfg) {
       buckets.push_back(fmt::format("{} x {}: {} pieces", b->sequences_in(k), b->lengths()[k], b->pieces_in(k)));
     packing = fmt::format("; token budget {}: {}", cfg.get_int("train.batch_tokens"), fmt::join(buckets, ", "));
   }
-  return fmt::format("data: {} ({}): {} tokens, vocabulary {} (model.vocab_size {}); {} for training, {} held out "
-                     "({} validation {} of {}){}",
-                     path, cfg.get_string("data.format"), d.n_tokens(), d.tokens().vocab(),
-                     cfg.get_int("model.vocab_size"), d.n_train(), d.n_val(), data.n_val_windows(),
-                     data.packed() ? "sequences" : "windows", d.seq_len(), packing);
+  return fmt::format("{} ({}): {} tokens, vocabulary {} (model.vocab_size {}); {} for training, {} held out ({} "
+                     "validation {} of {}){}",
+                     path, format, d.n_tokens(), d.tokens().vocab(), cfg.get_int("model.vocab_size"), d.n_train(),
+                     d.n_val(), data.n_val_windows(), data.packed() ? "sequences" : "windows", d.seq_len(), packing);
+}
+
+std::string data_line(const deck::Config& cfg) {
+  if (!cfg.streams().empty()) {
+    // Each stream's own errors name its table's line (open_deck_streams).
+    const io::StreamMixture mix = open_deck_streams(cfg);
+    std::vector<std::string> parts;
+    for (std::size_t k = 0; k < mix.size(); ++k)
+      parts.push_back(fmt::format("{} (weight {:g}): {}", mix.stream(k).task, mix.stream(k).weight,
+                                  source_text(cfg, mix.stream(k).sampler, cfg.streams()[k].format)));
+    return fmt::format("data: {} streams: {}", mix.size(), fmt::join(parts, "; "));
+  }
+  const std::initializer_list<std::string_view> keys = {"data.path", "data.format", "model.vocab_size",
+                                                        "model.seq_len", "data.val_fraction"};
+  const io::Sampler data = deck_sampler(cfg, located(cfg, keys, [&] { return open_deck_dataset(cfg); }));
+  return "data: " + source_text(cfg, data, cfg.get_string("data.format"));
 }
 
 // `dir` exists as a writable directory, or its nearest existing ancestor is

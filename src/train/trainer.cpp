@@ -80,7 +80,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                 cfg.get_float("resilience.timeout_s")),
       mcfg_(model::ModelConfig::from_deck(cfg)),
       growth_(model::GrowthSchedule::from_deck(cfg), mcfg_),
-      sampler_(open_deck_sampler(cfg)),
+      data_(open_deck_streams(cfg)),
       // RAPL counts the machine's packages: the ranks on this host share them,
       // whatever node size parallel.ranks_per_node pretends.
       energy_(EnergyOptions::from_deck(cfg), world) {
@@ -158,34 +158,33 @@ StepResult Trainer::train_step(std::int64_t step) {
   const double scale_before = scaler_.scale();
   opt_->set_loss_scale(scale_before);
   const auto& acc = opt_->accumulation();
-  const auto slice = io::dp_slice(global_batch_, grid_.coords().dp, grid_.sizes().dp);
   // Packed sequences and token-budget micro-batches hold different numbers
   // of valid targets: each micro-batch's cross-entropy is its sum over the
   // step's mean share of them, so the step's loss is the mean over every
   // valid target of the global batch in any layout
   // (StageModel::Input::ce_denominator). Every rank counts the whole
   // global batch (a pure function of the step).
-  const io::TokenBudget* budget = sampler_.budget();
+  const io::Sampler& first = data_.stream(0).sampler;  // every stream samples the same way
+  const bool counted = first.budget() || first.packed();
   const std::int64_t n_micro = grad_accum_ * grid_.sizes().dp;
-  auto count = [&](const io::BatchCounts& c) {
+  for (std::int64_t m = 0; m < n_micro; ++m) {
+    const io::BatchCounts c = data_.counts(step, m, micro_batch_);
     r.rows += double(c.cells());
     r.tokens += double(c.tokens);
     r.targets += double(c.targets);
-  };
-  if (budget)
-    for (std::int64_t m = 0; m < n_micro; ++m) count(budget->shape(step, m));
-  else
-    count(sampler_.train_counts(step, {0, global_batch_}));
-  const double ce_denominator =
-      budget || sampler_.packed() ? r.targets / (double(grad_accum_) * dp_->size()) : 0.0;
+  }
+  const double ce_denominator = counted ? r.targets / (double(grad_accum_) * dp_->size()) : 0.0;
+  // This data rank's micro-batches of the step's dp x grad_accum.
   const std::int64_t first_micro = grid_.coords().dp * grad_accum_;
   parallel::StepWork work{[&](int j) {
-                            auto in = batch_.load(budget ? sampler_.train_micro(step, first_micro + j)
-                                                         : sampler_.train(step, io::micro_slice(slice, j, micro_batch_)));
+                            const std::int64_t m = first_micro + j;
+                            auto in = batch_.load(data_.micro(step, m, micro_batch_));
                             in.ce_denominator = ce_denominator;
+                            in.task = int(data_.task_of(data_.stream_of(step, m)));
                             return in;
                           },
                           acc.backward_seed()};
+  work.tasks = int(data_.tasks().size());
   if (mcfg_.lora.dropout > 0)  // LoRA's dropout masks: a function of (seed, step, data rank)
     model_->set_dropout_key(model::lora::key(model::lora::key(std::uint64_t(cfg_.get_int("train.seed")) + 1,
                                                               std::uint64_t(step)),
@@ -216,6 +215,8 @@ StepResult Trainer::train_step(std::int64_t step) {
   r.aux = dp_->sum(t.aux) / n;
   r.z = dp_->sum(t.z) / n;
   r.distill = teacher_ ? dp_->sum(t.distill) / n : 0.0;
+  r.task_sums = t.task_sums;
+  for (double& x : r.task_sums) x = dp_->sum(x);
   r.moe = t.moe;
   if (std::isfinite(r.loss) || !nan_.enabled()) {
     ScopedRegion region("compute/optimizer", true);
@@ -266,26 +267,39 @@ double Trainer::evaluate() {
   } charge{eval_comm_s_, comm0};
   ScopedRegion region("eval", true);
   const std::int64_t n = cfg_.get_int("train.eval_batches");
-  if (sampler_.n_val_windows() == 0 || n == 0) return std::numeric_limits<double>::quiet_NaN();
-  double sum = 0;
-  std::int64_t count = 0;
+  val_tasks_.assign(2 * data_.tasks().size(), 0.0);
+  bool any = false;
+  for (std::size_t k = 0; k < data_.size(); ++k) any = any || data_.stream(k).sampler.n_val_windows() > 0;
+  if (!any || n == 0) return std::numeric_limits<double>::quiet_NaN();
   // Validation batch i is the same global batch of samples in every layout
   // (global_batch sequences), each rank evaluating its slice in micro-batches,
   // so the validation loss, like the training loss, does not depend on dp
   // (nor on cp: the Cp group's ranks evaluate their rows of the same
-  // sequences, and the sums run over the whole data group).
-  for (std::int64_t i = 0; i < n; ++i) {
-    const int dp = grid_.sizes().dp;
-    const parallel::StepWork work{[&](int j) {
-      return batch_.load(sampler_.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
-    }};
-    const auto e = exec_->forward_only(work, int(grad_accum_));
-    sum += e.ce_sum;
-    count += e.n_valid;
+  // sequences, and the sums run over the whole data group). Each stream
+  // has its own validation split: eval_batches of each, summed per task
+  // and over all.
+  for (std::size_t k = 0; k < data_.size(); ++k) {
+    const io::Sampler& sampler = data_.stream(k).sampler;
+    if (sampler.n_val_windows() == 0) continue;
+    const std::size_t task = data_.task_of(k);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const int dp = grid_.sizes().dp;
+      const parallel::StepWork work{[&](int j) {
+        return batch_.load(sampler.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
+      }};
+      const auto e = exec_->forward_only(work, int(grad_accum_));
+      val_tasks_[2 * task] += e.ce_sum;
+      val_tasks_[2 * task + 1] += double(e.n_valid);
+    }
   }
-  sum = dp_->sum(sum);
-  count = dp_->sum(count);
-  return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
+  double sum = 0, count = 0;
+  for (std::size_t t = 0; t < data_.tasks().size(); ++t) {
+    val_tasks_[2 * t] = dp_->sum(val_tasks_[2 * t]);
+    val_tasks_[2 * t + 1] = dp_->sum(val_tasks_[2 * t + 1]);
+    sum += val_tasks_[2 * t];
+    count += val_tasks_[2 * t + 1];
+  }
+  return count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
 }
 
 io::OptimizerState Trainer::optimizer_moments() {
@@ -305,7 +319,7 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
   meta.step = static_cast<std::uint64_t>(steps_done);
   meta.tokens_seen = static_cast<std::uint64_t>(tokens_seen_);
   meta.data_cursor = static_cast<std::uint64_t>(steps_done);  // the sampler is a pure function of the step
-  meta.rng_state = {static_cast<std::uint64_t>(sampler_.seed())};
+  meta.rng_state = {static_cast<std::uint64_t>(data_.seed())};
   meta.lr_schedule = {{"lr", opt_->schedule().lr()},
                       {"min_lr", opt_->schedule().min_lr()},
                       {"warmup_steps", double(opt_->schedule().warmup_steps())},
@@ -395,6 +409,8 @@ void LogInterval::add(const StepResult& r) {
   sum.rows += r.rows;
   sum.tokens += r.tokens;
   sum.targets += r.targets;
+  if (sum.task_sums.size() < r.task_sums.size()) sum.task_sums.resize(r.task_sums.size(), 0.0);
+  for (std::size_t i = 0; i < r.task_sums.size(); ++i) sum.task_sums[i] += r.task_sums[i];
 }
 
 double LogInterval::phase(const char* prefix) const {
@@ -479,7 +495,20 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
     if (wire < logical)
       line += fmt::format(" | {} wire {:.1f}%", comm::TrafficLedger::name(comm::Traffic(t)), 100.0 * wire / logical);
   }
-  if (sampler_.budget() || sampler_.packed()) {
+  if (data_.tasks().size() > 1 && !iv.sum.task_sums.empty()) {
+    // Each task's mean over its valid targets in the interval (and at the
+    // last evaluation).
+    for (std::size_t t = 0; t < data_.tasks().size(); ++t) {
+      const double c = iv.sum.task_sums[2 * t + 1], mean = c > 0 ? iv.sum.task_sums[2 * t] / c : 0.0;
+      auto& rec = record["tasks"][data_.tasks()[t]];
+      rec = {{"loss", c > 0 ? nlohmann::json(mean) : nlohmann::json(nullptr)}, {"targets", c * k}};
+      if (val && val_tasks_.size() == 2 * data_.tasks().size() && val_tasks_[2 * t + 1] > 0)
+        rec["val_loss"] = val_tasks_[2 * t] / val_tasks_[2 * t + 1];
+      line += c > 0 ? fmt::format(" | {} {:.4f}", data_.tasks()[t], mean) : fmt::format(" | {} -", data_.tasks()[t]);
+    }
+  }
+  const io::Sampler& first = data_.stream(0).sampler;
+  if (first.budget() || first.packed() || data_.size() > 1) {
     // Variable batches: the interval's mean global batch per step, and the
     // share of its rows that were padding.
     const double rows = iv.sum.rows * k, toks = iv.sum.tokens * k, pad = rows > 0 ? 1.0 - toks / rows : 0.0;
@@ -594,12 +623,19 @@ double Trainer::run() {
   const std::string trace_path =
       (fs::path(run_dir_) / fmt::format("trace.rank{}.json", comm_rank(world_))).string();
   if (trace_until > step_) Trace::start(comm_rank(world_));
-  const std::string batch =
-      sampler_.budget()
+  const io::Sampler& first = data_.stream(0).sampler;
+  std::string batch =
+      first.budget()
           ? fmt::format("global batch {} micro-batches of up to {} tokens (lengths {})", grad_accum_ * grid_.sizes().dp,
-                        cfg_.get_int("train.batch_tokens"), fmt::join(sampler_.budget()->lengths(), ", "))
+                        cfg_.get_int("train.batch_tokens"), fmt::join(first.budget()->lengths(), ", "))
           : fmt::format("global batch {} x {} tokens{}", global_batch_, mcfg_.seq_len,
-                        sampler_.packed() ? " (packed documents)" : "");
+                        first.packed() ? " (packed documents)" : "");
+  if (data_.size() > 1) {
+    std::vector<std::string> parts;
+    for (std::size_t k = 0; k < data_.size(); ++k)
+      parts.push_back(fmt::format("{} {:g}", data_.stream(k).task, data_.stream(k).weight));
+    batch += fmt::format(" from {} streams by weight ({})", data_.size(), fmt::join(parts, ", "));
+  }
   log::info("training {} steps from step {}: {}, {:.2f}M parameters ({:.2f}M active per token), {}, gemm peak "
             "{:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, batch, double(dp_->model_numel()) / 1e6, flops_.active_params / 1e6,

@@ -22,6 +22,7 @@
 #include "comm/traffic_ledger.hpp"
 #include "comm/watchdog.hpp"
 #include "core/deck/config.hpp"
+#include "io/stream_mixture.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/sampler.hpp"
 #include "model/parameter_store.hpp"
@@ -60,6 +61,9 @@ struct StepResult {
   // The global batch: rows computed (padding included), tokens that are
   // not padding, and targets in the loss.
   double rows = 0, tokens = 0, targets = 0;
+  // Per task (data stream): the cross-entropy summed over its valid targets
+  // and their count, over every rank ([2 * tasks]).
+  std::vector<double> task_sums;
 };
 
 // The steps one log line or one metrics record sums up. The two have their
@@ -167,7 +171,8 @@ class Trainer {
   // Runs a step's micro-batches and finishes their gradients, whatever the layout.
   std::unique_ptr<parallel::StepExecutor> exec_;
   std::unique_ptr<optim::Optimizer> opt_;
-  io::Sampler sampler_;
+  io::StreamMixture data_;  // the deck's data streams (one without [[data.streams]])
+  std::vector<double> val_tasks_;  // the last evaluation per task: ce sum, targets ([2 * tasks])
   std::unique_ptr<io::MetricsWriter> metrics_;
   FlopCount flops_;
   double peak_gflops_ = 0;

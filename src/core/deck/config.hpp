@@ -36,6 +36,16 @@ struct Setting {
   std::string derived;   // non-empty when ExaMoE computed the value: why
 };
 
+// One [[data.streams]] table (docs/data.md, "Data streams"): a corpus of
+// its own in a weighted mixture. `task` names what its loss is reported as
+// (and groups streams for train.grad_projection); by default the file's
+// stem.
+struct DataStream {
+  std::string path, format = "text", task;
+  double weight = 1.0;
+  int line = 0;  // where its [[data.streams]] header is
+};
+
 class Config {
  public:
   // Reads the deck at `path`. `world_size` is the number of ranks the run
@@ -55,6 +65,8 @@ class Config {
   const std::string& get_string(std::string_view key) const;
   const Setting& setting(std::string_view key) const;
   const std::vector<Setting>& settings() const { return settings_; }  // schema order
+  // The deck's [[data.streams]] tables, in order; empty: data.path alone.
+  const std::vector<DataStream>& streams() const { return streams_; }
 
   // Keys no code has asked for with get_*() since the load, on this Config
   // or on any copy of it, less the keys that only take their default
@@ -87,6 +99,7 @@ class Config {
   std::vector<std::string> overrides_;
   int world_size_ = 1;
   std::vector<Setting> settings_;
+  std::vector<DataStream> streams_;
   // One flag per setting, shared by every copy: the Trainer keeps a copy of
   // the Config it was given, and its reads must count for the original.
   std::shared_ptr<std::vector<std::atomic<bool>>> read_;

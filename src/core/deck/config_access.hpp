@@ -14,6 +14,7 @@ struct ConfigAccess {
   static Config defaults(std::string text, std::string path, std::vector<std::string> overrides, int world_size);
   static Setting& at(Config& c, std::string_view key);
   static void forget_reads(Config& c);
+  static std::vector<DataStream>& streams(Config& c) { return c.streams_; }
 };
 
 // "<path>:<line>:", "--set <raw>:" or "<path>:" (default): where a setting's

@@ -462,6 +462,17 @@ void check_training(const Config& c) {
   }
 }
 
+// [[data.streams]] replace data.path and data.format.
+void check_streams(const Config& c) {
+  if (c.streams().empty()) return;
+  for (const char* key : {"data.path", "data.format"})
+    if (c.setting(key).origin != Origin::Default)
+      fail(c, {key},
+           fmt::format("{} is set, but the deck's [[data.streams]] tables name the data (each its path and "
+                       "format); remove {}",
+                       key, key));
+}
+
 // train.batch_tokens: the data it needs, and the layouts its micro-batches'
 // varying shapes (io/token_budget.hpp) can run.
 void check_batching(const Config& c) {
@@ -732,6 +743,7 @@ void check_consistency(const Config& c) {
   check_lora(c);
   check_pipeline(c);
   check_training(c);
+  check_streams(c);
   check_batching(c);
   check_combinations(c);
 }

@@ -40,13 +40,25 @@ std::string Config::to_toml() const {
     return planner && !(s.value == s.spec->def) &&
            std::find(layout.begin(), layout.end(), s.spec->name()) != layout.end();
   };
+  // The [[data.streams]] tables follow [data]'s keys.
+  auto streams = [&] {
+    for (const DataStream& d : streams_)
+      out += fmt::format("\n[[data.streams]]  # deck line {}\npath = {}\nformat = {}\nweight = {}\ntask = {}\n", d.line,
+                         to_toml_literal(Value{d.path}), to_toml_literal(Value{d.format}),
+                         to_toml_literal(Value{d.weight}), to_toml_literal(Value{d.task}));
+  };
   std::string section;
   for (const Setting& s : settings_) {
     if (s.spec->section != section) {
+      if (section == "data") streams();
       section = s.spec->section;
       out += fmt::format("\n[{}]\n", section);
     }
     const std::string assign = s.spec->key + " = " + to_toml_literal(s.value);
+    if (!streams_.empty() && (s.spec->name() == "data.path" || s.spec->name() == "data.format")) {
+      out += fmt::format("# {:<{}}  # the [[data.streams]] below name the data\n", assign, width);
+      continue;
+    }
     if (planned(s)) {
       // A deck with parallel.auto = true may not set the layout, so the
       // planner's choice (and what it derived) stays a comment: the dump
@@ -66,6 +78,9 @@ std::string Config::to_json(int indent) const {
     auto& slot = j[s.spec->section][s.spec->key];
     std::visit([&](const auto& v) { slot = v; }, s.value);
   }
+  for (const DataStream& d : streams_)
+    j["data"]["streams"].push_back(
+        nlohmann::ordered_json{{"path", d.path}, {"format", d.format}, {"weight", d.weight}, {"task", d.task}});
   return j.dump(indent);
 }
 

@@ -61,10 +61,73 @@ std::string type_fix(const KeySpec& spec, const std::optional<Value>& got) {
   return fmt::format("write e.g. {} = {}", spec.key, to_toml_literal(spec.def));
 }
 
+// One entry of a [[data.streams]] table: path, format, weight, task.
+void apply_stream_entry(Config& c, const RawEntry& e, const std::string& at) {
+  auto& streams = ConfigAccess::streams(c);
+  if (e.key.empty()) {
+    streams.push_back(DataStream{});
+    streams.back().line = e.line;
+    return;
+  }
+  DataStream& d = streams.back();
+  const std::string keys = "path, format, weight, task";
+  auto text = [&](std::string& out) {
+    if (!e.value || type_of(*e.value) != Type::String)
+      throw Error(fmt::format("{} data.streams {} must be a string, not {}; write e.g. {} = \"{}\"", at, e.key, e.kind,
+                              e.key, e.key == "format" ? "text" : e.key == "task" ? "legal" : "data/legal.txt"));
+    out = std::get<std::string>(*e.value);
+  };
+  if (e.key == "path") {
+    text(d.path);
+    if (d.path.empty()) throw Error(fmt::format("{} data.streams path is empty; name the stream's file", at));
+  } else if (e.key == "format") {
+    text(d.format);
+    if (d.format != "text" && d.format != "shard" && d.format != "hdf5")
+      throw Error(fmt::format("{} data.streams format = \"{}\" is not one of \"text\", \"shard\", \"hdf5\"", at,
+                              d.format));
+  } else if (e.key == "task") {
+    text(d.task);
+    if (d.task.empty()) throw Error(fmt::format("{} data.streams task is empty; name it, or leave it out", at));
+  } else if (e.key == "weight") {
+    const bool number = e.value && (type_of(*e.value) == Type::Float || type_of(*e.value) == Type::Int);
+    if (!number)
+      throw Error(fmt::format("{} data.streams weight must be a number, not {}; write e.g. weight = 1.0", at, e.kind));
+    d.weight = type_of(*e.value) == Type::Int ? double(std::get<std::int64_t>(*e.value)) : std::get<double>(*e.value);
+    if (!(d.weight >= 0) || !std::isfinite(d.weight))
+      throw Error(fmt::format("{} data.streams weight = {} must be a finite number >= 0", at, to_toml_literal(*e.value)));
+  } else {
+    throw Error(fmt::format("{} unknown key '{}' in [[data.streams]]; its keys are {}", at, e.key, keys));
+  }
+}
+
+// The streams as a whole: each has a path; tasks default to the file's stem.
+void finish_streams(Config& c) {
+  auto& streams = ConfigAccess::streams(c);
+  double total = 0;
+  for (auto& d : streams) {
+    if (d.path.empty())
+      throw Error(fmt::format("{}:{}: this [[data.streams]] table has no path; give each stream path = \"FILE\"",
+                              c.deck_path(), d.line));
+    if (d.task.empty()) d.task = std::filesystem::path(d.path).stem().string();
+    total += d.weight;
+  }
+  if (!streams.empty() && !(total > 0))
+    throw Error(fmt::format("{}:{}: the [[data.streams]] weights sum to 0; give at least one stream a weight > 0",
+                            c.deck_path(), streams.front().line));
+}
+
 // Checks one deck entry's section, key and type and stores its value.
 // Returns the setting's index, or -1 for a section header.
 int apply_entry(Config& c, const RawEntry& e) {
   const std::string at = fmt::format("{}:{}:", c.deck_path(), e.line);
+  if (e.section == "data.streams") {
+    apply_stream_entry(c, e, at);
+    return -1;
+  }
+  if (e.section == "data" && e.key == "streams")
+    throw Error(fmt::format("{} data.streams must be tables, not {}: write each stream as a [[data.streams]] table "
+                            "with path = \"FILE\" (and format, weight, task)",
+                            at, e.kind));
   if (e.section.empty()) {
     if (is_section(e.key)) {
       throw Error(fmt::format("{} '{}' is a section, not {}; write [{}] on a line of its own with its keys below it",
@@ -123,6 +186,7 @@ Config Config::from_text(std::string text, const std::string& path, const std::v
     const int i = apply_entry(c, e);
     if (i >= 0) touched.push_back(i);
   }
+  finish_streams(c);
   for (const std::string& raw : overrides) touched.push_back(apply_override(c, parse_override(raw)));
 
   std::vector<bool> seen(c.settings().size(), false);

@@ -85,7 +85,28 @@ std::vector<RawEntry> read_toml_deck(std::string_view text, const std::string& p
     RawEntry header = entry(std::string(k.str()), k, v);
     header.key.clear();
     out.push_back(header);
-    for (auto&& [k2, v2] : *v.as_table()) out.push_back(entry(std::string(k.str()), k2, v2));
+    for (auto&& [k2, v2] : *v.as_table()) {
+      const toml::array* streams = k.str() == "data" && k2.str() == "streams" ? v2.as_array() : nullptr;
+      if (streams == nullptr || !streams->is_array_of_tables() || streams->empty()) {
+        out.push_back(entry(std::string(k.str()), k2, v2));
+        continue;
+      }
+      for (std::size_t i = 0; i < streams->size(); ++i) {
+        const toml::table& t = *streams->get(i)->as_table();
+        RawEntry h;
+        h.section = "data.streams";
+        h.index = int(i);
+        h.line = static_cast<int>(t.source().begin.line);
+        h.column = static_cast<int>(t.source().begin.column);
+        h.kind = "a table";
+        out.push_back(h);
+        for (auto&& [k3, v3] : t) {
+          RawEntry e = entry("data.streams", k3, v3);
+          e.index = int(i);
+          out.push_back(std::move(e));
+        }
+      }
+    }
   }
   // toml++ tables iterate in key order; report problems in reading order.
   std::stable_sort(out.begin(), out.end(), [](const RawEntry& a, const RawEntry& b) {

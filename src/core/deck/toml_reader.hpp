@@ -19,6 +19,10 @@ struct RawEntry {
   int column = 0;
   std::optional<Value> value;  // empty for arrays, tables, dates and times
   std::string kind;            // "an integer", "a table", "an array", ...: for messages
+  // The one array of tables a deck has, [[data.streams]]: its tables'
+  // entries come with section "data.streams" and the table's index (a
+  // header with an empty key first); -1 elsewhere.
+  int index = -1;
 };
 
 // Throws exa::Error "<path>:<line>:<column>: TOML syntax error: ..." when the

@@ -21,6 +21,7 @@ PipelineExecutor::PipelineExecutor(const ParallelLayout& layout, StepTarget targ
 
 StepTotals PipelineExecutor::run(const StepWork& w, int n_micro) {
   StepTotals t;
+  t.task_sums.assign(std::size_t(2 * w.tasks), 0.0);
   t_.data->begin_step();
   std::vector<std::vector<model::LayerRouting>> routing(static_cast<std::size_t>(n_micro));
   // parallel.microbatches < grad_accum: the step's micro-batches go through
@@ -59,6 +60,7 @@ StepTotals PipelineExecutor::run(const StepWork& w, int n_micro) {
   t.aux = parts[2];
   t.z = parts[3];
   t.distill = parts[4];
+  pipe_.sum(t.task_sums.data(), int(t.task_sums.size()));
   t.imbalance = pipe_.max(t.imbalance);
   t.moe.gather_stages(pipe_.pp_comm(), t_.model.config());
   t.moe.sum_over(t_.data->data_comm());
