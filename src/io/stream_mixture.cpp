@@ -21,6 +21,13 @@ StreamMixture::StreamMixture(std::vector<DataStream> streams, std::uint64_t seed
   EXA_REQUIRE(sum > 0, "the data streams' weights sum to {}; give at least one stream a weight > 0", sum);
 }
 
+double StreamMixture::task_weight(std::size_t task) const {
+  double w = 0;
+  for (std::size_t i = 0; i < streams_.size(); ++i)
+    if (task_of_[i] == task) w += streams_[i].weight;
+  return w / cumulative_.back();
+}
+
 std::size_t StreamMixture::stream_of(std::int64_t step, std::int64_t m) const {
   if (streams_.size() == 1) return 0;
   EXA_ASSERT(step >= 0 && m >= 0);
@@ -29,11 +36,28 @@ std::size_t StreamMixture::stream_of(std::int64_t step, std::int64_t m) const {
   const PhiloxCounter r = philox4x32(PhiloxCounter{static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(m >> 32),
                                                    static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(s >> 32)},
                                      key);
-  // 53 random bits as a uniform in [0, 1), scaled to the weights' sum.
+  // 53 random bits as a uniform in [0, 1).
   const std::uint64_t u = (static_cast<std::uint64_t>(r.c0) | static_cast<std::uint64_t>(r.c1) << 32) >> 11;
-  const double x = double(u) * (1.0 / 9007199254740992.0) * cumulative_.back();
+  const double x = double(u) * (1.0 / 9007199254740992.0);
+  // Among every stream by weight, or among micro-batch m's task's streams.
+  const std::size_t task = m % std::int64_t(tasks_.size());
+  std::vector<double> cum;
+  double sum = 0;
+  for (std::size_t i = 0; i < streams_.size(); ++i) {
+    if (!round_robin_ || task_of_[i] == task) sum += streams_[i].weight;
+    cum.push_back(sum);
+  }
+  std::size_t last = streams_.size() - 1;
+  if (round_robin_) {
+    while (task_of_[last] != task) --last;
+    if (!(sum > 0)) {  // a task of weight 0: its first stream
+      for (std::size_t i = 0; i < streams_.size(); ++i)
+        if (task_of_[i] == task) return i;
+    }
+  }
+  const double target = x * sum;
   std::size_t i = 0;
-  while (i + 1 < cumulative_.size() && !(x < cumulative_[i])) ++i;
+  while (i < last && (!(target < cum[i]) || (round_robin_ && task_of_[i] != task))) ++i;
   return i;
 }
 

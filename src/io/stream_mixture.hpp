@@ -37,6 +37,13 @@ class StreamMixture {
   const std::vector<std::string>& tasks() const { return tasks_; }
   std::size_t task_of(std::size_t stream) const { return task_of_[stream]; }
 
+  // Gradient projection (train.grad_projection) needs each task's share of
+  // a step fixed: after this, micro-batch m belongs to task m mod tasks()
+  // and draws its stream among that task's streams by weight.
+  void assign_tasks_round_robin() { round_robin_ = true; }
+  // A task's share of the weights (what it weighs in the projected sum).
+  double task_weight(std::size_t task) const;
+
   // The stream of micro-batch m of step `step`.
   std::size_t stream_of(std::int64_t step, std::int64_t m) const;
   // Micro-batch m of step `step`: `micro_batch` sequences of its stream
@@ -50,6 +57,7 @@ class StreamMixture {
   std::vector<double> cumulative_;  // running sums of the weights
   std::vector<std::string> tasks_;
   std::vector<std::size_t> task_of_;
+  bool round_robin_ = false;
 };
 
 }  // namespace exa::io

@@ -81,6 +81,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       mcfg_(model::ModelConfig::from_deck(cfg)),
       growth_(model::GrowthSchedule::from_deck(cfg), mcfg_),
       data_(open_deck_streams(cfg)),
+      projection_(cfg, data_),
       // RAPL counts the machine's packages: the ranks on this host share them,
       // whatever node size parallel.ranks_per_node pretends.
       energy_(EnergyOptions::from_deck(cfg), world) {
@@ -206,9 +207,39 @@ StepResult Trainer::train_step(std::int64_t step) {
       return in;
     };
   }
-  const auto t = exec_->run(work, int(grad_accum_));
+  parallel::StepTotals t;
+  if (!projection_.enabled()) {
+    t = exec_->run(work, int(grad_accum_));
+    exec_->finalize_grads();
+  } else {
+    // One round per task: this rank's micro-batches j = k, k + K, ... are
+    // task k's (m = first_micro + j, and K divides grad_accum), each
+    // round's gradient reduced and kept; then their projected combination.
+    const int K = projection_.tasks();
+    for (int k = 0; k < K; ++k) {
+      parallel::StepWork round = work;
+      round.input = [&work, k, K](int j) { return work.input(k + j * K); };
+      const auto tk = exec_->run(round, int(grad_accum_) / K);
+      exec_->finalize_grads();
+      projection_.keep(k, dp_->store());
+      t.loss += tk.loss;
+      t.ce += tk.ce;
+      t.aux += tk.aux;
+      t.z += tk.z;
+      t.imbalance = std::max(t.imbalance, tk.imbalance);
+      t.moe.merge(tk.moe);
+      if (t.task_sums.empty()) t.task_sums.assign(tk.task_sums.size(), 0.0);
+      for (std::size_t i = 0; i < tk.task_sums.size(); ++i) t.task_sums[i] += tk.task_sums[i];
+    }
+    ScopedRegion region("compute/grad_projection", true);
+    const auto rep = projection_.combine(step, dp_->store(), [&] {
+      const double norm = opt_->clipper().compute(dp_->store()).norm;
+      return norm * norm;
+    });
+    r.projection_conflicts = rep.conflicts;
+    r.projection_cosines = rep.cosines;
+  }
   r.imbalance = t.imbalance;
-  exec_->finalize_grads();
   const double n = double(grad_accum_) * dp_->size();
   r.loss = dp_->sum(nan_.inject(step + 1, comm_rank(world_), t.loss)) / n;
   r.ce = dp_->sum(t.ce) / n;
@@ -409,6 +440,8 @@ void LogInterval::add(const StepResult& r) {
   sum.rows += r.rows;
   sum.tokens += r.tokens;
   sum.targets += r.targets;
+  sum.projection_conflicts += r.projection_conflicts;
+  sum.projection_cosines = r.projection_cosines;  // the logged step's
   if (sum.task_sums.size() < r.task_sums.size()) sum.task_sums.resize(r.task_sums.size(), 0.0);
   for (std::size_t i = 0; i < r.task_sums.size(); ++i) sum.task_sums[i] += r.task_sums[i];
 }
@@ -506,6 +539,12 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
         rec["val_loss"] = val_tasks_[2 * t] / val_tasks_[2 * t + 1];
       line += c > 0 ? fmt::format(" | {} {:.4f}", data_.tasks()[t], mean) : fmt::format(" | {} -", data_.tasks()[t]);
     }
+  }
+  if (projection_.enabled()) {
+    record["grad_projection"] = {{"conflicts", double(iv.sum.projection_conflicts) * k},
+                                 {"cosines", iv.sum.projection_cosines}, {"bytes", projection_.bytes()}};
+    line += fmt::format(" | pcgrad {:.2g} conflicts", double(iv.sum.projection_conflicts) * k);
+    if (!iv.sum.projection_cosines.empty()) line += fmt::format(" cos {:.3f}", iv.sum.projection_cosines.front());
   }
   const io::Sampler& first = data_.stream(0).sampler;
   if (first.budget() || first.packed() || data_.size() > 1) {
@@ -630,6 +669,10 @@ double Trainer::run() {
                         cfg_.get_int("train.batch_tokens"), fmt::join(first.budget()->lengths(), ", "))
           : fmt::format("global batch {} x {} tokens{}", global_batch_, mcfg_.seq_len,
                         first.packed() ? " (packed documents)" : "");
+  if (projection_.enabled())
+    batch += fmt::format("; pcgrad over {} tasks, one round each ({} micro-batches per rank), {} task gradients and "
+                         "2 buffers of this rank's part kept",
+                         projection_.tasks(), grad_accum_ / projection_.tasks(), projection_.tasks());
   if (data_.size() > 1) {
     std::vector<std::string> parts;
     for (std::size_t k = 0; k < data_.size(); ++k)

@@ -32,6 +32,7 @@
 #include "parallel/data/data_parallel.hpp"
 #include "parallel/layout.hpp"
 #include "parallel/step_executor.hpp"
+#include "train/grad_projection.hpp"
 #include "train/aux_free.hpp"
 #include "train/checkpoint_manager.hpp"
 #include "train/distillation.hpp"
@@ -64,6 +65,10 @@ struct StepResult {
   // Per task (data stream): the cross-entropy summed over its valid targets
   // and their count, over every rank ([2 * tasks]).
   std::vector<double> task_sums;
+  // train.grad_projection: projections made, and the task gradients'
+  // pairwise cosines (i < j, row by row).
+  int projection_conflicts = 0;
+  std::vector<double> projection_cosines;
 };
 
 // The steps one log line or one metrics record sums up. The two have their
@@ -172,6 +177,7 @@ class Trainer {
   std::unique_ptr<parallel::StepExecutor> exec_;
   std::unique_ptr<optim::Optimizer> opt_;
   io::StreamMixture data_;  // the deck's data streams (one without [[data.streams]])
+  GradProjection projection_;  // train.grad_projection (after data_: it sets the streams' task order)
   std::vector<double> val_tasks_;  // the last evaluation per task: ce sum, targets ([2 * tasks])
   std::unique_ptr<io::MetricsWriter> metrics_;
   FlopCount flops_;

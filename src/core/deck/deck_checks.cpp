@@ -473,6 +473,37 @@ void check_streams(const Config& c) {
                        key, key));
 }
 
+// train.grad_projection: tasks to project between, and what keeps state
+// across a step's micro-batches that its rounds would split.
+void check_projection(const Config& c) {
+  if (c.get_string("train.grad_projection") == "none") return;
+  std::vector<std::string> tasks;
+  for (const auto& d : c.streams())
+    if (std::find(tasks.begin(), tasks.end(), d.task) == tasks.end()) tasks.push_back(d.task);
+  const auto K = std::int64_t(tasks.size());
+  if (K < 2)
+    fail(c, {"train.grad_projection"},
+         fmt::format("train.grad_projection = \"pcgrad\" projects between the gradients of tasks, but the deck has "
+                     "{}; give [[data.streams]] of at least two tasks (input/streams.toml), or grad_projection = "
+                     "\"none\"",
+                     K == 1 ? "one" : "none"));
+  const auto accum = c.get_int("train.grad_accum");
+  if (accum % K != 0)
+    fail(c, {"train.grad_projection", "train.grad_accum"},
+         fmt::format("train.grad_projection = \"pcgrad\" runs each of the {} tasks' micro-batches in a round of its "
+                     "own, but train.grad_accum = {} does not split into {} equal rounds; set grad_accum to a "
+                     "multiple of {}",
+                     K, accum, K, K));
+  if (c.get_string("comm.compression") == "topk")
+    fail(c, {"train.grad_projection", "comm.compression"},
+         "train.grad_projection = \"pcgrad\" with comm.compression = \"topk\" is not built yet: top-k's residuals "
+         "carry one gradient from step to step, not one per task; choose another comm.compression");
+  if (c.get_int("growth.distill_steps") > 0)
+    fail(c, {"train.grad_projection", "growth.distill_steps"},
+         "train.grad_projection = \"pcgrad\" with growth.distill_steps > 0 is not built yet (the teacher runs on "
+         "the step's micro-batches in one order); set growth.distill_steps = 0");
+}
+
 // train.batch_tokens: the data it needs, and the layouts its micro-batches'
 // varying shapes (io/token_budget.hpp) can run.
 void check_batching(const Config& c) {
@@ -744,6 +775,7 @@ void check_consistency(const Config& c) {
   check_pipeline(c);
   check_training(c);
   check_streams(c);
+  check_projection(c);
   check_batching(c);
   check_combinations(c);
 }

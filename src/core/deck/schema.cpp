@@ -102,6 +102,7 @@ std::vector<KeySpec> build() {
       I("train", "steps", 1000, 0, kCount, "optimizer steps to run"),
       I("train", "micro_batch", 8, 1, kDim, "sequences per micro-batch on each data-parallel rank (with train.batch_tokens: evaluation's only)"),
       I("train", "grad_accum", 1, 1, kDim, "micro-batches per optimizer step; global batch = dp*micro_batch*grad_accum"),
+      S("train", "grad_projection", "none", {"none", "pcgrad"}, "pcgrad: each task's ([[data.streams]] task) gradient computed in a round of its own and projected off the others it conflicts with (Yu et al. 2020) before they are summed; needs >= 2 tasks and grad_accum divisible by their count"),
       I("train", "batch_tokens", 0, 0, kCount, "dynamic batching: micro-batches of whole documents (split only past seq_len) bucketed by length (seq_len, /2, /4, /8), each up to this many tokens with padding, instead of train.micro_batch windows (evaluation keeps those); the loss is the mean over the step's tokens; 0 = off"),
       I("train", "seed", 1234, 0, 4294967295.0, "seed of the counter-based RNG (initialisation, data order)"),
       I("train", "log_every", 10, 1, kCount, "steps between log lines"),

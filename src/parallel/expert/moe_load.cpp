@@ -60,6 +60,26 @@ void MoeLoad::add(const std::vector<model::LayerRouting>& routing) {
   }
 }
 
+void MoeLoad::merge(const MoeLoad& other) {
+  if (other.layers_.empty()) return;
+  if (layers_.empty()) {
+    layers_ = other.layers_;
+    return;
+  }
+  EXA_REQUIRE(other.layers_.size() == layers_.size(), "MoeLoad: merging {} MoE layers into {}", other.layers_.size(),
+              layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    auto& l = layers_[i];
+    const auto& o = other.layers_[i];
+    EXA_REQUIRE(o.layer == l.layer && o.routed.size() == l.routed.size(), "MoeLoad: merging another layer set");
+    for (std::size_t e = 0; e < l.routed.size(); ++e) {
+      l.routed[e] += o.routed[e];
+      l.kept[e] += o.kept[e];
+    }
+    l.dropped += o.dropped;
+  }
+}
+
 void MoeLoad::sum_over(MPI_Comm comm) {
   // Every layer's counts in one message: routed, kept, dropped per layer.
   std::vector<long long> buf;

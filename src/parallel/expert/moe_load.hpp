@@ -51,6 +51,8 @@ class MoeLoad {
   // Sums the counts over `comm` (collective; every rank must have added the
   // same layers). A no-op without MoE layers.
   void sum_over(MPI_Comm comm);
+  // Adds another step part's counts (the same layers; either may be empty).
+  void merge(const MoeLoad& other);
   // Pipeline parallelism: each stage added its own MoE layers; afterwards
   // every stage holds every MoE layer of `cfg` (in layer order) with the
   // counts of the stage that ran it. Collective over `stages`, the same

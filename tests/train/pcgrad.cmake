@@ -1,0 +1,31 @@
+# The pcgrad reference run (tests/train/pcgrad/pcgrad.toml: two streams whose
+# next-token rules contradict) really projected: some step's record counts
+# projections, with a negative cosine between the task gradients, and every
+# step record carries the projection's record and both tasks' losses.
+#   -DREF=<the reference run's directory>
+file(STRINGS ${REF}/metrics.jsonl all)
+set(steps 0)
+set(projected 0)
+foreach(line IN LISTS all)
+  if(line MATCHES "\"event\":")
+    continue()
+  endif()
+  math(EXPR steps "${steps} + 1")
+  string(JSON conflicts GET "${line}" grad_projection conflicts)
+  string(JSON cos GET "${line}" grad_projection cosines 0)
+  string(JSON a TYPE "${line}" tasks alternate loss)
+  string(JSON r TYPE "${line}" tasks repeat loss)
+  if(NOT a STREQUAL "NUMBER" OR NOT r STREQUAL "NUMBER")
+    message(FATAL_ERROR "a step record lacks a task's loss (pcgrad runs every task every step): ${line}")
+  endif()
+  if(NOT conflicts MATCHES "^0(\\.0*)?$")
+    if(NOT cos MATCHES "^-")
+      message(FATAL_ERROR "a step projected (${conflicts}) but its task gradients' cosine is ${cos}")
+    endif()
+    math(EXPR projected "${projected} + 1")
+  endif()
+endforeach()
+if(steps EQUAL 0 OR projected EQUAL 0)
+  message(FATAL_ERROR "no projection in ${steps} steps of two contradicting tasks")
+endif()
+message(STATUS "${projected} of ${steps} steps projected conflicting task gradients")
