@@ -100,6 +100,10 @@ def draw(rng, max_ranks, bf16=False):
     # in the reference run too.
     if rng.random() < 0.25:
         model.update({"growth.every": 1, "growth.add": 4, "growth.max_experts": experts + 8, "growth.noise": 0.01})
+    # Packed documents (data.documents): every attention path masks them
+    # and the loss is the step's token mean, in the reference run too.
+    if rng.random() < 0.3:
+        model["data.documents"] = "packed"
     # Top-k gradient compression at ratio 1 (every value sent, nothing
     # owed: the uncompressed sums in rank order) through every layout's
     # reductions and residual buffers; on the inter-node
