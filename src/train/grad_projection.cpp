@@ -4,6 +4,19 @@
 
 namespace exa::train {
 
+namespace {
+
+// g = x + sign y (a named function: CUDA's extended lambdas may not sit
+// inside another lambda).
+void polarize(const optim::GradPart& g, const optim::GradPart& x, float sign, const optim::GradPart& y) {
+  Kokkos::parallel_for(
+      "exa::pcgrad::polarize", Kokkos::RangePolicy<ExecSpace>(0, index_t(g.extent(0))),
+      KOKKOS_LAMBDA(const index_t k) { g(k) = x(k) + sign * y(k); });
+  Kokkos::fence();
+}
+
+}  // namespace
+
 GradProjection::GradProjection(const deck::Config& cfg, io::StreamMixture& data)
     : on_(cfg.get_string("train.grad_projection") == "pcgrad"),
       seed_(static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
@@ -30,10 +43,7 @@ optim::ProjectionReport GradProjection::combine(std::int64_t step, model::Parame
   EXA_REQUIRE(task_.size() == weights_.size(), "gradient projection: combine() before every task's keep()");
   const auto g = store.trainable_grads();
   auto sq = [&](const optim::GradPart& x, float sign, const optim::GradPart& y) {
-    Kokkos::parallel_for(
-        "exa::pcgrad::polarize", Kokkos::RangePolicy<ExecSpace>(0, index_t(g.extent(0))),
-        KOKKOS_LAMBDA(const index_t k) { g(k) = x(k) + sign * y(k); });
-    Kokkos::fence();
+    polarize(g, x, sign, y);
     return global_sq_norm();
   };
   const optim::GlobalDot dot = [&](const optim::GradPart& a, const optim::GradPart& b) {
