@@ -31,9 +31,9 @@ void GradProjection::keep(int task, const model::ParameterStore& store) {
   const std::size_t n = g.extent(0);
   if (task_.size() != weights_.size() || acc_.extent(0) != n) {  // first step, or the model grew
     task_.clear();
-    for (int t = 0; t < tasks(); ++t) task_.emplace_back("exa::pcgrad::task", n);
-    acc_ = optim::GradPart("exa::pcgrad::sum", n);
-    work_ = optim::GradPart("exa::pcgrad::work", n);
+    for (int t = 0; t < tasks(); ++t) task_.emplace_back("exa::grads::pcgrad_task", n);
+    acc_ = optim::GradPart("exa::grads::pcgrad_sum", n);
+    work_ = optim::GradPart("exa::grads::pcgrad_work", n);
   }
   Kokkos::deep_copy(task_[std::size_t(task)], g);
 }

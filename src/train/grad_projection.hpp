@@ -38,7 +38,8 @@ class GradProjection {
   // The store's trainable gradient becomes the projected combination.
   optim::ProjectionReport combine(std::int64_t step, model::ParameterStore& store,
                                   const std::function<double()>& global_sq_norm);
-  // The task gradients and scratch this rank keeps.
+  // The task gradients and scratch this rank keeps (the memory ledger's
+  // gradients: their labels start "exa::grads").
   double bytes() const;
 
  private:
