@@ -67,6 +67,11 @@ struct StepWork {
   double backward_seed = 1;  // optim::GradAccumulation::backward_seed()
   StepRegions regions{};
   int tasks = 1;  // the tasks the inputs name (StageModel::Input::task < tasks)
+  // Micro-batch j's shape as this rank's model takes it ([B, T / cp]),
+  // when micro-batches differ in shape (token budgets): pipeline stages
+  // without the embedding size their boundary buffers by it. Empty: every
+  // micro-batch has the executor's shape.
+  std::function<model::MicroBatchShape(int j)> shape;
 };
 
 // A step's sums over this rank's micro-batches, over every pipeline stage

@@ -186,6 +186,13 @@ StepResult Trainer::train_step(std::int64_t step) {
                           },
                           acc.backward_seed()};
   work.tasks = int(data_.tasks().size());
+  if (first.budget()) {
+    const int cp = grid_.sizes().cp;
+    work.shape = [&, cp](int j) {
+      const io::BatchCounts c = data_.counts(step, first_micro + j, micro_batch_);
+      return model::MicroBatchShape{c.sequences, c.rows / cp};
+    };
+  }
   if (mcfg_.lora.dropout > 0)  // LoRA's dropout masks: a function of (seed, step, data rank)
     model_->set_dropout_key(model::lora::key(model::lora::key(std::uint64_t(cfg_.get_int("train.seed")) + 1,
                                                               std::uint64_t(step)),
@@ -219,6 +226,7 @@ StepResult Trainer::train_step(std::int64_t step) {
     for (int k = 0; k < K; ++k) {
       parallel::StepWork round = work;
       round.input = [&work, k, K](int j) { return work.input(k + j * K); };
+      if (work.shape) round.shape = [&work, k, K](int j) { return work.shape(k + j * K); };
       const auto tk = exec_->run(round, int(grad_accum_) / K);
       exec_->finalize_grads();
       projection_.keep(k, dp_->store());

@@ -520,10 +520,6 @@ void check_batching(const Config& c) {
          "train.batch_tokens batches documents of varying length, but data.documents = \"packed\" makes every "
          "sequence model.seq_len long; set data.documents = \"concat\" (the documents are read either way), or "
          "train.batch_tokens = 0 and train.micro_batch");
-  if (c.get_int("parallel.pp") > 1)
-    fail(c, {"train.batch_tokens", "parallel.pp"},
-         "train.batch_tokens with parallel.pp > 1 is not built yet: the pipeline's boundary buffers have one "
-         "micro-batch shape; set parallel.pp = 1, or train.batch_tokens = 0");
   const auto cp = c.get_int("parallel.cp"), tp = c.get_int("parallel.tp");
   const bool sp = tp > 1 && c.get_bool("parallel.sequence_parallel");
   for (const auto len : length_buckets(seq)) {

@@ -55,18 +55,26 @@ Pipeline::~Pipeline() {
   if (embed_ != MPI_COMM_NULL) MPI_Comm_free(&embed_);
 }
 
-void Pipeline::post_receives(const Model& m, int n_micro) {
+void Pipeline::post_receives(const Model& m, int n_micro, const std::function<model::MicroBatchShape(int)>& shape) {
   // Each tensor-parallel rank sends its copy of the residual stream to the
   // same TP rank of the next stage: whole, or its 1/tp of the rows under
   // sequence parallelism (context parallelism: of its T/cp zigzag rows).
-  const std::int64_t N = m.plan().stream_rows(shape_.N()), d = cfg_.d_model;
+  // Slot k = chunk * n_micro + j is sized for micro-batch j (token budgets
+  // give each its own shape; a slot is reallocated when its shape changes).
+  const std::int64_t d = cfg_.d_model;
   const int slots = n_micro * chunks();
-  auto grow = [&](std::vector<Model::V2>& v, const char* label) {
-    while (std::int64_t(v.size()) < slots) v.emplace_back(std::string("exa::pipeline::") + label, N, d);
+  auto fit = [&](std::vector<Model::V2>& v, const char* label) {
+    if (std::int64_t(v.size()) < slots) v.resize(std::size_t(slots));
+    for (int k = 0; k < slots; ++k) {
+      const std::int64_t N = m.plan().stream_rows((shape ? shape(k % n_micro) : shape_).N());
+      auto& x = v[std::size_t(k)];
+      if (std::int64_t(x.extent(0)) != N || std::int64_t(x.extent(1)) != d)
+        x = Model::V2(std::string("exa::pipeline::") + label, N, d);
+    }
   };
-  grow(act_in_, "act_in");
-  grow(grad_in_, "grad_in");
-  grow(grad_out_, "grad_out");
+  fit(act_in_, "act_in");
+  fit(grad_in_, "grad_in");
+  fit(grad_out_, "grad_out");
   for (auto* r : {&act_recv_, &grad_recv_, &act_send_, &grad_send_}) r->resize(std::size_t(slots));
   for (int c = 0; c < chunks(); ++c)
     for (int j = 0; j < n_micro; ++j) {
@@ -91,7 +99,7 @@ void Pipeline::wait(comm::Request& r, double& waited) {
 PipelineStats Pipeline::run(const Step& s, int n_micro) {
   PipelineStats st;
   const double t0 = wall_seconds();
-  post_receives(s.model, n_micro);
+  post_receives(s.model, n_micro, s.shape);
   // Slot k = chunk * n_micro + j holds micro-batch j's tensors at one of the
   // stage's chunks; a message's tag is its receiver's slot (2k forward,
   // 2k + 1 backward).
@@ -113,7 +121,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         if (has_prev(c)) {
           wait(act_recv_[k], st.wait_s);
           in.hidden = act_in_[k];
-          in.shape = shape_;
+          in.shape = shape_of(s, j);
         }
         Ctx& ctx = s.model.forward(s.weights, in);
         if (s.forwarded) s.forwarded(j, ctx);
@@ -160,7 +168,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
 }
 
 void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void(int j, const Ctx& c)>& done) {
-  post_receives(s.model, n_micro);
+  post_receives(s.model, n_micro, s.shape);
   double waited = 0;
   for (int j = 0; j < n_micro; ++j)
     for (int c = 0; c < chunks(); ++c) {
@@ -171,7 +179,7 @@ void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void
       if (has_prev(c)) {
         wait(act_recv_[k], waited);
         in.hidden = act_in_[k];
-        in.shape = shape_;
+        in.shape = shape_of(s, j);
       }
       Ctx& ctx = s.model.forward(s.weights, in);
       if (!has_next(c)) {

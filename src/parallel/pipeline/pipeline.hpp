@@ -104,6 +104,9 @@ class Pipeline {
     std::function<void(int j, const Ctx& c)> forwarded;
     // Before micro-batch j's backward; last: no backward follows (may be empty).
     std::function<void(int j, bool last)> before_backward;
+    // Micro-batch j's shape (this rank's rows, as the model takes it) when
+    // micro-batches differ (token budgets); empty: the pipeline's own.
+    std::function<model::MicroBatchShape(int j)> shape;
   };
   // One round of n_micro micro-batches in the schedule's order (a step of
   // several rounds calls it once a round, passing `last` to
@@ -132,7 +135,8 @@ class Pipeline {
   MPI_Comm pp_comm() const { return pp_; }
 
  private:
-  void post_receives(const Model& m, int n_micro);
+  void post_receives(const Model& m, int n_micro, const std::function<model::MicroBatchShape(int)>& shape = {});
+  model::MicroBatchShape shape_of(const Step& s, int j) const { return s.shape ? s.shape(j) : shape_; }
   // Chunk c's input comes from another (stage, chunk), not the embedding;
   // its output goes on, not into the head. Interleaved, the last stage's
   // chunk c feeds the first stage's chunk c + 1.

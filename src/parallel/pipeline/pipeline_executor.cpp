@@ -47,6 +47,7 @@ StepTotals PipelineExecutor::run(const StepWork& w, int n_micro) {
                           rt.insert(rt.end(), r.routing.begin(), r.routing.end());
                         },
                         [&](int, bool last) { t_.data->set_sync(last && final_round); }};
+    if (w.shape) step.shape = [&](int j) { return w.shape(first + j); };
     last_.add_round(pipe_.run(step, m));
   }
   last_micro_ = n_micro;
