@@ -33,6 +33,8 @@ struct Candidate {
   std::string compression = "none", weight_compression = "none", a2a_compression = "none";
   std::int64_t quant_block = 256;
   double topk_ratio = 0.01;  // comm.topk_ratio (compression = "topk")
+  // train.grad_projection = "pcgrad": the tasks projected between (0: none).
+  int projection_tasks = 0;
 
   // The deck's own layout and policies for its world size.
   static Candidate from_deck(const deck::Config& cfg);

@@ -265,6 +265,9 @@ MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int 
   // Top-k's error feedback: a residual per trainable element of the rank's
   // boxes (the whole boxes, whatever the ZeRO stage), as communication.
   if (c.compression == "topk" && data > 1) m.communication += state_bytes(cfg, plan, 0, 1, 1).gradients;
+  // Gradient projection keeps each task's gradient of this rank's trainable
+  // part and two more such buffers (train/grad_projection.hpp), as gradients.
+  if (c.projection_tasks > 0) m.gradients += double(c.projection_tasks + 2) * m.optimizer / 2;
   const std::int64_t layers = plan.local_layers() / chunks;
   m.activations = double(alive) * context_bytes(cfg, c, plan, layers);
   if (c.recompute == "full") {
