@@ -36,6 +36,7 @@ std::vector<std::string> overrides_from_json(const std::string& json_text, const
   for (const auto& [section, keys] : j.items()) {
     if (!keys.is_object()) continue;
     for (const auto& [key, value] : keys.items()) {
+      if (section == "data" && key == "streams") continue;  // [[data.streams]]: in the stored deck itself
       if (!deck::find_key(section, key)) {
         log::warn("{}: the stored configuration sets {}.{}, which this ExaMoE does not know; ignored", where,
                   section, key);

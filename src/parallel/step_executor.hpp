@@ -60,9 +60,9 @@ struct StepTarget {
 // One step's (or one evaluation batch's) feed.
 struct StepWork {
   // Micro-batch j's tokens and targets on the device: the caller samples
-  // and uploads them (under regions.io). Every stage asks: the embedding's
-  // stage reads the tokens, the head's the targets, and all of them the
-  // documents of packed sequences.
+  // and uploads them (under regions.io). Only a stage holding the embedding
+  // or the head asks, unless `documents`: then every stage does, as every
+  // layer reads the documents of packed sequences.
   std::function<model::StageModel<float>::Input(int j)> input;
   double backward_seed = 1;  // optim::GradAccumulation::backward_seed()
   StepRegions regions{};
@@ -72,6 +72,7 @@ struct StepWork {
   // without the embedding size their boundary buffers by it. Empty: every
   // micro-batch has the executor's shape.
   std::function<model::MicroBatchShape(int j)> shape;
+  bool documents = false;
 };
 
 // A step's sums over this rank's micro-batches, over every pipeline stage

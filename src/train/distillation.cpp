@@ -71,7 +71,8 @@ void Teacher::ready(const io::CheckpointMeta& saved) {
   route_as_saved(saved, *model_);
 }
 
-void Teacher::run(const std::function<Input(int)>& input, int n_micro) {
+void Teacher::run(const std::function<Input(int)>& input, int n_micro,
+                  const std::function<model::MicroBatchShape(int)>& shape, bool documents) {
   const double t0 = wall_seconds();
   ScopedRegion region("distill/teacher", true);
   soft_.resize(std::size_t(n_micro));
@@ -81,6 +82,8 @@ void Teacher::run(const std::function<Input(int)>& input, int n_micro) {
     in.temperature = opt_.temperature;
     return in;
   }};
+  work.shape = shape;
+  work.documents = documents;
   exec_->forward_only(work, n_micro);
   last_s_ = wall_seconds() - t0;
 }

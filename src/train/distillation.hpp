@@ -75,7 +75,10 @@ class Teacher {
 
   // The teacher's forward of micro-batches 0..n_micro-1, keeping each one's
   // soft targets (only the stage that holds the head has them).
-  void run(const std::function<Input(int)>& input, int n_micro);
+  // `shape` and `documents`: as StepWork's (differing shapes, packed
+  // documents every stage reads).
+  void run(const std::function<Input(int)>& input, int n_micro,
+           const std::function<model::MicroBatchShape(int)>& shape = {}, bool documents = false);
   // Micro-batch j's input for the student: the soft targets and the term.
   void attach(Input& in, int j) const;
   double last_seconds() const { return last_s_; }

@@ -186,6 +186,7 @@ StepResult Trainer::train_step(std::int64_t step) {
                           },
                           acc.backward_seed()};
   work.tasks = int(data_.tasks().size());
+  work.documents = first.packed();
   if (first.budget()) {
     const int cp = grid_.sizes().cp;
     work.shape = [&, cp](int j) {
@@ -206,7 +207,7 @@ StepResult Trainer::train_step(std::int64_t step) {
   if (teacher_) {
     // The teacher first, on the same micro-batches; the student's head
     // then reads its soft targets.
-    teacher_->run(work.input, int(grad_accum_));
+    teacher_->run(work.input, int(grad_accum_), work.shape, work.documents);
     r.teacher_s = teacher_->last_seconds();
     work.input = [this, base = work.input](int j) {
       auto in = base(j);
@@ -323,9 +324,10 @@ double Trainer::evaluate() {
     const std::size_t task = data_.task_of(k);
     for (std::int64_t i = 0; i < n; ++i) {
       const int dp = grid_.sizes().dp;
-      const parallel::StepWork work{[&](int j) {
+      parallel::StepWork work{[&](int j) {
         return batch_.load(sampler.val_batch(i * grad_accum_ + j, micro_batch_ * dp, grid_.coords().dp, dp));
       }};
+      work.documents = sampler.packed();
       const auto e = exec_->forward_only(work, int(grad_accum_));
       val_tasks_[2 * task] += e.ce_sum;
       val_tasks_[2 * task + 1] += double(e.n_valid);

@@ -494,6 +494,35 @@ void check_projection(const Config& c) {
                      "own, but train.grad_accum = {} does not split into {} equal rounds; set grad_accum to a "
                      "multiple of {}",
                      K, accum, K, K));
+  // Each task's round is a step of grad_accum / K micro-batches to the
+  // pipeline: its rounds and the interleaved schedule's groups must fit it.
+  // (parallel.microbatches derived from grad_accum means whole passes.)
+  const auto& mbs = c.setting("parallel.microbatches");
+  const auto per_task = accum / K, pp = c.get_int("parallel.pp");
+  const auto mb = mbs.derived.empty() ? c.get_int("parallel.microbatches") : std::int64_t(0);
+  if (pp > 1 && mb > 0 && per_task % mb != 0)
+    fail(c, {"train.grad_projection", "parallel.microbatches", "train.grad_accum"},
+         fmt::format("train.grad_projection = \"pcgrad\" runs each task's grad_accum / {} = {} micro-batches as "
+                     "one pipeline pass, which parallel.microbatches = {} does not divide; choose microbatches "
+                     "dividing {}, or 0",
+                     K, per_task, mb, per_task));
+  if (pp > 1 && c.get_string("pipeline.schedule") == "interleaved" && (mb > 0 ? mb : per_task) % pp != 0)
+    fail(c, {"train.grad_projection", "pipeline.schedule", "train.grad_accum"},
+         fmt::format("train.grad_projection = \"pcgrad\" runs each task's grad_accum / {} = {} micro-batches as "
+                     "one pipeline pass, but the interleaved schedule runs them in groups of parallel.pp = {}; set "
+                     "train.grad_accum to a multiple of {}",
+                     K, per_task, pp, K * pp));
+  // A task of weight 0 would still steer the others' projections.
+  for (const auto& t : tasks) {
+    double w = 0;
+    for (const auto& d : c.streams())
+      if (d.task == t) w += d.weight;
+    if (!(w > 0))
+      fail(c, {"train.grad_projection"},
+           fmt::format("train.grad_projection = \"pcgrad\": task '{}' has weight 0 but would still take a round "
+                       "and bend the other tasks' gradients; give it a weight > 0 or remove its streams",
+                       t));
+  }
   if (c.get_string("comm.compression") == "topk")
     fail(c, {"train.grad_projection", "comm.compression"},
          "train.grad_projection = \"pcgrad\" with comm.compression = \"topk\" is not built yet: top-k's residuals "

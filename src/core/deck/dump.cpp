@@ -75,6 +75,10 @@ std::string Config::to_toml() const {
 std::string Config::to_json(int indent) const {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const Setting& s : settings_) {
+    // With [[data.streams]] the streams name the data: the unused path and
+    // format are left out (a checkpoint's stored configuration reloads as
+    // --set overrides, which the deck would refuse beside the streams).
+    if (!streams_.empty() && (s.spec->name() == "data.path" || s.spec->name() == "data.format")) continue;
     auto& slot = j[s.spec->section][s.spec->key];
     std::visit([&](const auto& v) { slot = v; }, s.value);
   }

@@ -116,7 +116,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         const int j = op.micro, c = op.chunk;
         const auto k = std::size_t(slot(c, j));
         Model::Input in;
-        in = s.input(j);  // every chunk: the documents of packed sequences reach every layer
+        if (s.input_everywhere || !has_prev(c) || !has_next(c)) in = s.input(j);
         in.chunk = c;
         if (has_prev(c)) {
           wait(act_recv_[k], st.wait_s);
@@ -174,7 +174,7 @@ void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void
     for (int c = 0; c < chunks(); ++c) {
       const auto k = std::size_t(c * n_micro + j);
       Model::Input in;
-      in = s.input(j);
+      if (s.input_everywhere || !has_prev(c) || !has_next(c)) in = s.input(j);
       in.chunk = c;
       if (has_prev(c)) {
         wait(act_recv_[k], waited);

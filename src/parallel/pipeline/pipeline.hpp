@@ -98,7 +98,8 @@ class Pipeline {
     const W& weights;
     const W& grads;
     double backward_seed = 1;
-    // Tokens and targets of micro-batch j (only the end stages ask).
+    // Tokens and targets of micro-batch j (only the end stages ask, unless
+    // input_everywhere: packed documents, which every stage reads).
     std::function<Model::Input(int j)> input;
     // After micro-batch j's forward on this stage (may be empty).
     std::function<void(int j, const Ctx& c)> forwarded;
@@ -107,6 +108,7 @@ class Pipeline {
     // Micro-batch j's shape (this rank's rows, as the model takes it) when
     // micro-batches differ (token budgets); empty: the pipeline's own.
     std::function<model::MicroBatchShape(int j)> shape;
+    bool input_everywhere = false;
   };
   // One round of n_micro micro-batches in the schedule's order (a step of
   // several rounds calls it once a round, passing `last` to

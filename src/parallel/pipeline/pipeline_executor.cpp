@@ -48,6 +48,7 @@ StepTotals PipelineExecutor::run(const StepWork& w, int n_micro) {
                         },
                         [&](int, bool last) { t_.data->set_sync(last && final_round); }};
     if (w.shape) step.shape = [&](int j) { return w.shape(first + j); };
+    step.input_everywhere = w.documents;
     last_.add_round(pipe_.run(step, m));
   }
   last_micro_ = n_micro;
@@ -73,6 +74,8 @@ EvalTotals PipelineExecutor::forward_only(const StepWork& w, int n_micro) {
   // mean cross-entropy over its valid targets.
   EvalTotals e;
   Pipeline::Step step{t_.model, t_.weights, t_.grads, 1.0, w.input};
+  step.shape = w.shape;
+  step.input_everywhere = w.documents;
   pipe_.forward_only(step, n_micro, [&](int, const model::StageContext<float>& c) {
     e.ce_sum += c.result.loss.ce * double(c.n_valid);
     e.n_valid += c.n_valid;
