@@ -102,8 +102,12 @@ def draw(rng, max_ranks, bf16=False):
         model.update({"growth.every": 1, "growth.add": 4, "growth.max_experts": experts + 8, "growth.noise": 0.01})
     # Packed documents (data.documents): every attention path masks them
     # and the loss is the step's token mean, in the reference run too.
-    if rng.random() < 0.3:
+    # ... or token-budget micro-batches of whole documents (train.batch_tokens).
+    r = rng.random()
+    if r < 0.3:
         model["data.documents"] = "packed"
+    elif r < 0.45:
+        model["train.batch_tokens"] = 2 * model["model.seq_len"]
     # Top-k gradient compression at ratio 1 (every value sent, nothing
     # owed: the uncompressed sums in rank order) through every layout's
     # reductions and residual buffers; on the inter-node
