@@ -75,23 +75,30 @@ void train_tokenizer(const TokenizerTraining& t) {
   EXA_REQUIRE(!t.corpus.empty(), "examoe-tokenize train: give at least one text file");
   EXA_REQUIRE(t.model_type == "bpe" || t.model_type == "unigram",
               "--model-type {} is not one of bpe, unigram", t.model_type);
-  EXA_REQUIRE(t.vocab_size >= 8 && t.vocab_size <= (std::int64_t{1} << 20),
-              "--vocab {} is out of range; choose 8 to 1048576 (4096 suits the bundled corpus)", t.vocab_size);
+  EXA_REQUIRE(t.vocab_size >= 300 && t.vocab_size <= (std::int64_t{1} << 20),
+              "--vocab {} is out of range; choose 300 to 1048576 (the vocabulary holds the 256 byte pieces that "
+              "keep every document exact; 4096 suits the bundled corpus)",
+              t.vocab_size);
   std::string inputs;
   for (const auto& f : t.corpus) {
     EXA_REQUIRE(std::filesystem::is_regular_file(f), "{}: no such text file; check the corpus paths", f);
     inputs += (inputs.empty() ? "" : ",") + f;
   }
   // Sentences in corpus order and every character kept: the same model from
-  // the same files.
+  // the same files. No normalisation, whitespace kept as it is, and bytes
+  // for what the vocabulary lacks (the newlines inside a document, which
+  // line-based training never sees): decode(encode(document)) is the
+  // document, byte for byte.
   const std::string args = fmt::format(
       "--input={} --model_prefix={} --vocab_size={} --model_type={} --character_coverage=1.0 "
-      "--num_threads={} --shuffle_input_sentence=false --minloglevel=2",
+      "--num_threads={} --shuffle_input_sentence=false --minloglevel=2 --normalization_rule_name=identity "
+      "--remove_extra_whitespaces=false --byte_fallback=true --add_dummy_prefix=false",
       inputs, t.model_prefix, t.vocab_size, t.model_type, thread_count(t.threads, 64));
   const auto status = sentencepiece::SentencePieceTrainer::Train(args);
   EXA_REQUIRE(status.ok(),
-              "examoe-tokenize train: SentencePiece failed: {} (a vocabulary larger than the corpus supports "
-              "needs a smaller --vocab)",
+              "examoe-tokenize train: SentencePiece failed: {} (the vocabulary must hold the 256 byte pieces and "
+              "every character of the corpus, so a larger --vocab; one larger than the corpus supports needs a "
+              "smaller --vocab)",
               status.ToString());
 }
 

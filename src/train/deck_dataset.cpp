@@ -134,4 +134,19 @@ io::StreamMixture open_deck_streams(const deck::Config& cfg) {
   return io::StreamMixture(std::move(streams), seed);
 }
 
+double validation_tokens_per_byte(const deck::Config& cfg, const io::StreamMixture& data) {
+  if (!cfg.streams().empty() || data.size() != 1) return 0;
+  const io::Dataset& d = data.stream(0).sampler.data();
+  if (d.n_val() == 0) return 0;
+  const auto format = io::parse_data_format(cfg.get_string("data.format"));
+  if (format == io::DataFormat::text) return 1.0;
+  const std::string tok_path = deck_tokenizer_path(cfg);
+  if (format != io::DataFormat::shard || tok_path.empty()) return 0;
+  const io::Tokenizer tok(tok_path);
+  std::vector<std::uint32_t> ids(static_cast<std::size_t>(d.n_val()));
+  for (std::int64_t i = 0; i < d.n_val(); ++i) ids[std::size_t(i)] = d.tokens().at(d.n_train() + i);
+  const std::size_t bytes = tok.decode(ids).size();
+  return bytes > 0 ? double(d.n_val()) / double(bytes) : 0.0;
+}
+
 }  // namespace exa::train

@@ -27,6 +27,13 @@ io::Sampler deck_sampler(const deck::Config& cfg, io::Dataset data);
 // one stream (task "data").
 io::StreamMixture open_deck_streams(const deck::Config& cfg);
 
+// Tokens per byte of the validation text, for reporting the validation loss
+// in bits per byte: 1 for byte-level text; for a shard with data.tokenizer,
+// its validation tokens over the bytes they decode to (each document's own
+// bytes); 0 when unknown (a shard without a tokenizer, HDF5, several
+// streams).
+double validation_tokens_per_byte(const deck::Config& cfg, const io::StreamMixture& data);
+
 // data.tokenizer resolved as above; empty when it is "none".
 std::string deck_tokenizer_path(const deck::Config& cfg);
 

@@ -15,7 +15,9 @@ std::string mib(double b) { return fmt::format("{:.1f}MiB", b / (1024.0 * 1024.0
 }  // namespace
 
 std::string format_line(const StepLog& s) {
-  const std::string val = s.val_loss ? fmt::format("{:.4f}", *s.val_loss) : std::string("-");
+  const std::string val = s.val_loss ? fmt::format("{:.4f}{}", *s.val_loss,
+                                                   s.val_bpb ? fmt::format(" ({:.4f} bpb)", *s.val_bpb) : "")
+                                     : std::string("-");
   const std::string moe = s.moe_summary.empty() ? std::string() : " | " + s.moe_summary;
   return fmt::format(
       "step {:>6}/{} | loss {:.4f} | val {} | lr {:.3e} | gnorm {:.3f}{} | {} tok/s | {:.3f} TFLOP/s | MFU {:.1f}% | "
@@ -38,6 +40,7 @@ nlohmann::json to_json(const StepLog& s) {
   j["aux"] = s.aux;
   j["z"] = s.z;
   j["val_loss"] = s.val_loss ? nlohmann::json(*s.val_loss) : nlohmann::json(nullptr);
+  if (s.val_loss && s.val_bpb) j["val_bpb"] = *s.val_bpb;
   j["lr"] = s.lr;
   j["grad_norm"] = s.grad_norm;
   j["tokens_per_s"] = s.tokens_per_s;

@@ -13,6 +13,10 @@ struct StepLog {
   std::int64_t tokens_seen = 0;
   double loss = 0, ce = 0, aux = 0, z = 0;  // means over the interval's steps
   std::optional<double> val_loss;     // when an evaluation ran at this step
+  // The validation loss in bits per byte of text (val_loss / ln 2 x tokens
+  // per byte): comparable between byte-level and subword runs. Set when the
+  // bytes are known (a text corpus, or a shard with data.tokenizer).
+  std::optional<double> val_bpb;
   double lr = 0, grad_norm = 0;
   double tokens_per_s = 0, tflops = 0, mfu = 0;  // achieved rates over the interval
   double imbalance = 1;               // expert load max/mean (worst MoE layer)

@@ -86,6 +86,7 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       // whatever node size parallel.ranks_per_node pretends.
       energy_(EnergyOptions::from_deck(cfg), world) {
   steps_ = cfg.get_int("train.steps");
+  val_tokens_per_byte_ = validation_tokens_per_byte(cfg, data_);
   // Token budgets size the training micro-batches themselves; evaluation
   // keeps train.micro_batch windows of seq_len per micro-batch.
   micro_batch_ = cfg.get_int("train.micro_batch");
@@ -486,6 +487,7 @@ void Trainer::log_interval(const LogInterval& iv, bool line_due, bool record_due
   s.aux = r.aux;
   s.z = r.z;
   s.val_loss = val;
+  if (val && val_tokens_per_byte_ > 0) s.val_bpb = *val / std::log(2.0) * val_tokens_per_byte_;
   s.lr = r.report.lr;
   s.grad_norm = r.report.clip.norm;
   s.skipped = !r.report.applied;

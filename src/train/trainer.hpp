@@ -178,7 +178,9 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> opt_;
   io::StreamMixture data_;  // the deck's data streams (one without [[data.streams]])
   GradProjection projection_;  // train.grad_projection (after data_: it sets the streams' task order)
-  std::vector<double> val_tasks_;  // the last evaluation per task: ce sum, targets ([2 * tasks])
+  std::vector<double> val_tasks_;
+  // Tokens per byte of the validation text (0: unknown), for bits per byte.
+  double val_tokens_per_byte_ = 0;  // the last evaluation per task: ce sum, targets ([2 * tasks])
   std::unique_ptr<io::MetricsWriter> metrics_;
   FlopCount flops_;
   double peak_gflops_ = 0;

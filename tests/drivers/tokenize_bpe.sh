@@ -27,6 +27,10 @@ deck=("$src/input/bpe.toml" --set data.path="$work/bpe4k.tok" --set data.tokeniz
   --set model.d_model=32 --set model.n_layers=1 --set checkpoint.every=3 --set output.run_dir="$work/run" \
   >"$work/train.log" 2>&1 || { cat "$work/train.log" >&2; exit 1; }
 grep -E "step +3/3 \| loss [0-9]" "$work/train.log" || { cat "$work/train.log" >&2; exit 1; }
+# Its validation loss also in bits per byte (the tokenizer decodes the
+# validation tokens), comparable with a byte-level run's.
+grep -E "step +3/3 \| loss [0-9.]+ \| val [0-9.]+ \([0-9.]+ bpb\)" "$work/train.log" \
+  || { echo "FAIL: no validation loss in bits per byte" >&2; cat "$work/train.log" >&2; exit 1; }
 gen=("$generate" --checkpoint "$work/run" --prompt "The hacker" --max-new-tokens 6 --seed 1)
 # The checkpoint's deck names the tokenizer (data.tokenizer): no option needed.
 text=$("${gen[@]}" 2>"$work/gen.err") || { cat "$work/gen.err" >&2; exit 1; }

@@ -7,6 +7,9 @@
 // SentencePiece refuses with the package to install.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -67,19 +70,19 @@ TEST(Tokenizer, TrainsEncodesAndDecodes) {
   TokenizerTraining t;
   t.corpus = {text};
   t.model_prefix = scratch("m");
-  t.vocab_size = 100;
+  t.vocab_size = 400;
   if (!tokenizer_available()) {
     EXPECT_NE(error_of([&] { train_tokenizer(t); }).find("libsentencepiece-dev"), std::string::npos);
     return;
   }
   train_tokenizer(t);
   const Tokenizer tok(t.model_prefix + ".model");
-  EXPECT_EQ(tok.vocab_size(), 100);
+  EXPECT_EQ(tok.vocab_size(), 400);
   EXPECT_GE(tok.eos_id(), 0);
   const std::string doc = "the expert router sends tokens\nto each rank";
   const auto ids = tok.encode(doc);
   EXPECT_LT(ids.size(), doc.size());  // subwords, not bytes
-  EXPECT_EQ(tok.decode(ids), "the expert router sends tokens to each rank");  // newlines normalise to spaces
+  EXPECT_EQ(tok.decode(ids), doc);  // newlines and all: bytes where the vocabulary has no piece
   EXPECT_NE(error_of([&] { Tokenizer bad(text); }).find("not a SentencePiece model"), std::string::npos);
 
   // Two files in one or two threads: the same shard and index, documents in
@@ -101,4 +104,31 @@ TEST(Tokenizer, TrainsEncodesAndDecodes) {
   for (std::size_t k = 1; k < index.starts.size(); ++k)
     EXPECT_EQ(shard.at(std::int64_t(index.starts[k]) - 1), std::uint32_t(tok.eos_id())) << "document " << k;
   EXPECT_EQ(shard.at(shard.size() - 1), std::uint32_t(tok.eos_id()));
+}
+
+// The bundled corpus's documents survive encoding: decode(encode(d)) == d,
+// byte for byte, for every one of them.
+TEST(Tokenizer, RoundTripsTheBundledCorpus) {
+  if (!tokenizer_available()) GTEST_SKIP() << "built without SentencePiece";
+  const std::string corpus = std::string(EXAMOE_SOURCE_DIR) + "/data/corpus.txt";
+  TokenizerTraining t;
+  t.corpus = {corpus};
+  t.model_prefix = scratch("corpus_bpe");
+  t.vocab_size = 1024;
+  train_tokenizer(t);
+  const Tokenizer tok(t.model_prefix + ".model");
+  std::ifstream in(corpus, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto docs = split_documents(text);
+  ASSERT_EQ(docs.size(), 11857u);
+  std::size_t bad = 0, bytes = 0, tokens = 0;
+  for (const auto& d : docs) {
+    const auto ids = tok.encode(d);
+    tokens += ids.size();
+    bytes += d.size();
+    if (tok.decode(ids) != d && bad++ < 3) ADD_FAILURE() << "document does not round-trip: " << d.substr(0, 80);
+  }
+  EXPECT_EQ(bad, 0u);
+  std::printf("corpus round trip: %zu documents, %zu bytes in %zu tokens (%.2f bytes per token)\n", docs.size(),
+              bytes, tokens, double(bytes) / double(tokens));
 }
