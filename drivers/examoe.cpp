@@ -4,7 +4,7 @@
 //
 //   examoe DECK.toml [--set k=v]... [--check] [--ranks N] [--keys [--format markdown]] [--version]
 //     (exit 0; 1 on an error; 75 after SIGTERM/SIGUSR1 stopped it with a checkpoint)
-//   examoe eval --checkpoint DIR --tokens FILE [--batch B] [--seq-len T] [--pp P]
+//   examoe eval --checkpoint DIR --tokens FILE [--tokenizer MODEL] [--batch B] [--seq-len T] [--pp P]
 //   examoe convert --text FILE --out FILE.tok [--dtype uint16|uint32]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "ExaMoE: pre-train Mixture-of-Experts transformers.\n"
       "  examoe DECK.toml [--set k=v]... [--check] [--ranks N]    train (launch with mpiexec for more ranks)\n"
-      "  examoe eval --checkpoint DIR --tokens FILE [--batch B] [--seq-len T] [--pp P]\n"
+      "  examoe eval --checkpoint DIR --tokens FILE [--tokenizer MODEL] [--batch B] [--seq-len T] [--pp P]\n"
       "  examoe convert --text FILE --out FILE.tok [--dtype uint16|uint32]"};
   std::string deck_path;
   std::vector<std::string> overrides;
@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
                    "token shard (.tok), HDF5 file (.h5/.hdf5, dataset \"tokens\") or text file (bytes)");
   eval->add_option("--batch", ev.opt.batch, "windows per forward pass (default: the run's train.micro_batch)")
       ->check(exa::driver::at_least(1));
+  eval->add_option("--tokenizer", ev.opt.tokenizer,
+                   "SentencePiece model that encodes a text file (default: the checkpoint's data.tokenizer)");
   eval->add_option("--seq-len", ev.opt.seq_len, "window length T (default: the model's seq_len)")
       ->check(exa::driver::at_least(1));
   eval->add_option("--pp", ev.opt.pp,

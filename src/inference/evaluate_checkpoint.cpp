@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <vector>
 
 #include "comm/mpi_env.hpp"
@@ -15,9 +17,11 @@
 #include "io/token_h5.hpp"
 #include "io/token_shard.hpp"
 #include "io/token_text.hpp"
+#include "io/tokenizer.hpp"
 #include "inference/checkpoint_model.hpp"
 #include "inference/pipeline_ranks.hpp"
 #include "kernels/matmul_precision.hpp"
+#include "train/deck_dataset.hpp"
 
 namespace exa::inference {
 
@@ -46,10 +50,32 @@ FileKind kind_of(const std::string& path) {
   return FileKind::text;
 }
 
+// A text file through a SentencePiece model: each document's tokens and the
+// end-of-sequence token, as examoe-tokenize encode writes a shard.
+io::TokenStore encode_text(const std::string& path, const std::string& model) {
+  const io::Tokenizer tok(model);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto ids = std::make_shared<std::vector<std::uint32_t>>();
+  for (const auto& d : io::split_documents(text)) {
+    for (const auto id : tok.encode(d)) ids->push_back(id);
+    if (tok.eos_id() >= 0) ids->push_back(std::uint32_t(tok.eos_id()));
+  }
+  // Four little-endian bytes per token (the store's widest width).
+  auto bytes = std::make_shared<std::vector<unsigned char>>(ids->size() * 4);
+  for (std::size_t k = 0; k < ids->size(); ++k)
+    for (int b = 0; b < 4; ++b) (*bytes)[4 * k + std::size_t(b)] = static_cast<unsigned char>((*ids)[k] >> (8 * b));
+  io::TokenStore t(std::shared_ptr<const unsigned char>(bytes, bytes->data()), bytes->data(), 4,
+                   std::int64_t(ids->size()), tok.vocab_size(), path);
+  t.validate("encode it with the checkpoint's own tokenizer");
+  return t;
+}
+
 
 }  // namespace
 
-io::TokenStore read_token_file(const std::string& path, std::int64_t vocab, const std::string& h5_dataset) {
+io::TokenStore read_token_file(const std::string& path, std::int64_t vocab, const std::string& h5_dataset,
+                               const std::string& tokenizer) {
   const std::string kinds =
       "pass a token shard (.tok, made by `examoe convert --text FILE --out FILE.tok`), an HDF5 file (.h5) with "
       "a 1-D dataset \"tokens\", or a text file";
@@ -63,7 +89,9 @@ io::TokenStore read_token_file(const std::string& path, std::int64_t vocab, cons
   switch (kind_of(path)) {
     case FileKind::shard: t = io::read_shard(path); break;
     case FileKind::hdf5: t = io::read_h5_tokens(path, h5_dataset, vocab); break;
-    case FileKind::text: t = io::read_text_tokens(path); break;
+    case FileKind::text:
+      t = tokenizer.empty() ? io::read_text_tokens(path) : encode_text(path, tokenizer);
+      break;
   }
   EXA_REQUIRE(t.vocab() <= vocab,
               "tokens file {} has vocabulary size {} but the checkpoint's model has model.vocab_size = {}; "
@@ -83,7 +111,16 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
   const auto& mc = m.model_config();
   const std::int64_t T = opt.seq_len > 0 ? opt.seq_len : mc.seq_len;
   const std::int64_t B = opt.batch > 0 ? opt.batch : std::max<std::int64_t>(1, m.config().get_int("train.micro_batch"));
-  const io::TokenStore tokens = read_token_file(opt.tokens_file, mc.vocab_size);
+  // A text file of a subword model goes through its tokenizer (--tokenizer,
+  // else the checkpoint deck's data.tokenizer); bytes are tokens only for a
+  // byte-level model.
+  const std::string tok_path = opt.tokenizer.empty() ? train::deck_tokenizer_path(m.config()) : opt.tokenizer;
+  EXA_REQUIRE(kind_of(opt.tokens_file) != FileKind::text || !tok_path.empty() || mc.vocab_size == io::kByteVocab,
+              "tokens file {} is text, which reads as bytes, but checkpoint {} has model.vocab_size = {}: pass "
+              "--tokenizer MODEL (the SentencePiece model it was trained with), or a shard",
+              opt.tokens_file, m.directory(), mc.vocab_size);
+  const io::TokenStore tokens = read_token_file(opt.tokens_file, mc.vocab_size, "tokens",
+                                                kind_of(opt.tokens_file) == FileKind::text ? tok_path : "");
   const std::int64_t N = tokens.size();
   EXA_REQUIRE(N >= T + 1,
               "tokens file {} holds {} tokens, too few for one window of seq_len {}: evaluation needs at least {} "

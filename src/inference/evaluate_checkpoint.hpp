@@ -30,12 +30,18 @@ namespace exa::inference {
 // the HDF5 signature; 1-D dataset `h5_dataset`), else a text file tokenised
 // at byte level. `vocab` is the model's vocabulary: exa::Error when the file
 // holds a token >= vocab, or is missing or empty.
+// With `tokenizer` (a SentencePiece model's path), a text file is encoded
+// through it instead, document by document as examoe-tokenize encodes (its
+// documents' tokens, each followed by the end-of-sequence token).
 io::TokenStore read_token_file(const std::string& path, std::int64_t vocab,
-                               const std::string& h5_dataset = "tokens");
+                               const std::string& h5_dataset = "tokens", const std::string& tokenizer = "");
 
 struct EvalOptions {
   std::string checkpoint;   // run dir, ckpt/ dir or step_<N> dir
   std::string tokens_file;
+  // --tokenizer: encodes a text file (empty: the checkpoint deck's
+  // data.tokenizer; a text file of a subword model needs one).
+  std::string tokenizer;
   std::int64_t batch = 0;    // windows per forward pass; 0 = the checkpoint's train.micro_batch
   std::int64_t seq_len = 0;  // T; 0 = the model's seq_len
   // Pipeline stages (--pp): each rank loads and runs only its stage's
@@ -47,6 +53,9 @@ struct EvalReport {
   std::string checkpoint;   // the step directory that was read
   std::uint64_t step = 0;   // its training step
   std::string tokens_file;
+  // --tokenizer: encodes a text file (empty: the checkpoint deck's
+  // data.tokenizer; a text file of a subword model needs one).
+  std::string tokenizer;
   std::int64_t tokens = 0;     // N, tokens in the file
   std::int64_t predicted = 0;  // N - 1 scored predictions
   std::int64_t windows = 0;

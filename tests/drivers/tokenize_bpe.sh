@@ -48,4 +48,17 @@ if "$generate" --checkpoint "$work/run_bare" --prompt "The" --max-new-tokens 2 -
   echo "FAIL: a subword model generated without its tokenizer" >&2; exit 1
 fi
 grep -q "pass --tokenizer MODEL" "$work/gen.err" || { cat "$work/gen.err" >&2; exit 1; }
-echo "bpe.toml: tokenized, checked, trained 3 steps and generated"
+# examoe eval encodes a text file through the checkpoint's tokenizer: the
+# same cross-entropy as on the shard examoe-tokenize encodes from it; a
+# subword checkpoint without a tokenizer refuses text.
+"$tokenize" encode --model "$work/bpe4k.model" -o "$work/legal.tok" "$src/data/legal.txt" >/dev/null
+ce_of() { sed -n 's/.*"ce_nats_per_token":\([0-9.e+-]*\).*/\1/p'; }
+ce_text=$("$examoe" eval --checkpoint "$work/run" --tokens "$src/data/legal.txt" | ce_of)
+ce_shard=$("$examoe" eval --checkpoint "$work/run" --tokens "$work/legal.tok" | ce_of)
+[[ -n "$ce_text" && "$ce_text" == "$ce_shard" ]] \
+  || { echo "FAIL: eval of the text ($ce_text) and of its shard ($ce_shard) differ" >&2; exit 1; }
+if "$examoe" eval --checkpoint "$work/run_bare" --tokens "$src/data/legal.txt" >/dev/null 2>"$work/eval.err"; then
+  echo "FAIL: a subword checkpoint evaluated text as bytes" >&2; exit 1
+fi
+grep -q "pass --tokenizer MODEL" "$work/eval.err" || { cat "$work/eval.err" >&2; exit 1; }
+echo "bpe.toml: tokenized, checked, trained 3 steps, generated and evaluated text (ce $ce_text)"
