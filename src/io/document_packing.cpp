@@ -16,26 +16,18 @@ std::vector<std::int64_t> text_document_starts(const TokenStore& bytes) {
   return starts;
 }
 
-DocumentPacking::DocumentPacking(const std::vector<std::int64_t>& starts, std::int64_t begin, std::int64_t end,
-                                 std::int64_t T)
-    : T_(T) {
-  EXA_REQUIRE(T >= 1 && begin >= 0 && end > begin, "sequence packing: no tokens in [{}, {}) to pack", begin, end);
-  EXA_REQUIRE(!starts.empty() && starts.front() == 0 && std::is_sorted(starts.begin(), starts.end()),
-              "sequence packing: document starts must begin at 0 and increase");
-  struct Piece {
-    std::int64_t start;
-    std::int32_t len;
-    std::uint8_t more;
-  };
-  std::vector<Piece> pieces;
-  // The documents that overlap [begin, end), clipped to it.
+std::vector<DocumentPiece> document_pieces(const std::vector<std::int64_t>& starts, std::int64_t begin,
+                                           std::int64_t end, std::int64_t T, std::int64_t* documents,
+                                           std::int64_t* split) {
+  std::vector<DocumentPiece> pieces;
+  std::int64_t n_docs = 0, n_split = 0;
   auto it = std::upper_bound(starts.begin(), starts.end(), begin);
   std::int64_t a = begin;
   for (;;) {
     const std::int64_t e = it == starts.end() ? end : std::min(*it, end);
     if (e > a) {
-      ++documents_;
-      if (e - a > T) ++split_;
+      ++n_docs;
+      if (e - a > T) ++n_split;
       for (std::int64_t p = a; p < e; p += T) {
         const std::int64_t n = std::min(T, e - p);
         pieces.push_back({p, std::int32_t(n), std::uint8_t(p + n < e)});
@@ -44,6 +36,25 @@ DocumentPacking::DocumentPacking(const std::vector<std::int64_t>& starts, std::i
     if (it == starts.end() || *it >= end) break;
     a = *it++;
   }
+  if (documents) *documents = n_docs;
+  if (split) *split = n_split;
+  return pieces;
+}
+
+void piece_rows(const TokenStore& tokens, const DocumentPiece& piece, std::int32_t* inputs, std::int32_t* targets) {
+  const std::int64_t p = piece.start, n = piece.len;
+  tokens.copy(p, n, inputs);
+  if (n > 1) tokens.copy(p + 1, n - 1, targets);
+  targets[n - 1] = piece.more ? std::int32_t(tokens.at(p + n)) : -1;
+}
+
+DocumentPacking::DocumentPacking(const std::vector<std::int64_t>& starts, std::int64_t begin, std::int64_t end,
+                                 std::int64_t T)
+    : T_(T) {
+  EXA_REQUIRE(T >= 1 && begin >= 0 && end > begin, "sequence packing: no tokens in [{}, {}) to pack", begin, end);
+  EXA_REQUIRE(!starts.empty() && starts.front() == 0 && std::is_sorted(starts.begin(), starts.end()),
+              "sequence packing: document starts must begin at 0 and increase");
+  const std::vector<DocumentPiece> pieces = document_pieces(starts, begin, end, T, &documents_, &split_);
   // Best-fit decreasing; ties keep the data's order (stable sort), and among
   // open sequences with equal room the first opened takes the piece.
   std::vector<std::int64_t> order(pieces.size());
@@ -73,27 +84,22 @@ DocumentPacking::DocumentPacking(const std::vector<std::int64_t>& starts, std::i
   first_.reserve(seqs.size() + 1);
   first_.push_back(0);
   for (const auto& sq : seqs) {
-    for (const std::int64_t k : sq) {
-      start_.push_back(pieces[std::size_t(k)].start);
-      len_.push_back(pieces[std::size_t(k)].len);
-      more_.push_back(pieces[std::size_t(k)].more);
-    }
-    first_.push_back(std::int64_t(start_.size()));
+    for (const std::int64_t k : sq) pieces_.push_back(pieces[std::size_t(k)]);
+    first_.push_back(std::int64_t(pieces_.size()));
   }
 }
 
 std::int64_t DocumentPacking::valid_targets(std::int64_t s) const {
   EXA_ASSERT(s >= 0 && s < sequences());
   std::int64_t n = 0;
-  for (std::int64_t k = first_[std::size_t(s)]; k < first_[std::size_t(s) + 1]; ++k)
-    n += len_[std::size_t(k)] - 1 + more_[std::size_t(k)];
+  for (std::int64_t k = first_[std::size_t(s)]; k < first_[std::size_t(s) + 1]; ++k) n += pieces_[std::size_t(k)].targets();
   return n;
 }
 
 std::int64_t DocumentPacking::filled(std::int64_t s) const {
   EXA_ASSERT(s >= 0 && s < sequences());
   std::int64_t n = 0;
-  for (std::int64_t k = first_[std::size_t(s)]; k < first_[std::size_t(s) + 1]; ++k) n += len_[std::size_t(k)];
+  for (std::int64_t k = first_[std::size_t(s)]; k < first_[std::size_t(s) + 1]; ++k) n += pieces_[std::size_t(k)].len;
   return n;
 }
 
@@ -101,10 +107,9 @@ void DocumentPacking::fill(const TokenStore& tokens, std::int64_t s, const Packe
   EXA_ASSERT(s >= 0 && s < sequences());
   std::int64_t row = 0;
   for (std::int64_t k = first_[std::size_t(s)]; k < first_[std::size_t(s) + 1]; ++k) {
-    const std::int64_t p = start_[std::size_t(k)], n = len_[std::size_t(k)];
-    tokens.copy(p, n, out.inputs + row);
-    if (n > 1) tokens.copy(p + 1, n - 1, out.targets + row);
-    out.targets[row + n - 1] = more_[std::size_t(k)] ? std::int32_t(tokens.at(p + n)) : -1;
+    const DocumentPiece& piece = pieces_[std::size_t(k)];
+    const std::int64_t n = piece.len;
+    piece_rows(tokens, piece, out.inputs + row, out.targets + row);
     for (std::int64_t t = row; t < row + n; ++t) {
       out.doc_start[t] = std::int32_t(row);
       out.doc_end[t] = std::int32_t(row + n);

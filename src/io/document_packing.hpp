@@ -29,6 +29,27 @@ namespace exa::io {
 // (tokenizer.hpp's rule: blank lines separate documents).
 std::vector<std::int64_t> text_document_starts(const TokenStore& bytes);
 
+// One document's tokens [start, start + len), all of it or a piece of at
+// most T of a longer one; `more` when the document goes on after it. Its
+// rows' targets are the next tokens of the document; the last row's only
+// when `more` (else it has none).
+struct DocumentPiece {
+  std::int64_t start = 0;
+  std::int32_t len = 0;
+  std::uint8_t more = 0;
+  std::int64_t targets() const { return len - 1 + more; }
+};
+
+// The documents that overlap [begin, end), clipped to it, in order, each
+// cut into pieces of at most T tokens. `documents` and `split` (when
+// given) count the documents and those longer than T.
+std::vector<DocumentPiece> document_pieces(const std::vector<std::int64_t>& starts, std::int64_t begin,
+                                           std::int64_t end, std::int64_t T, std::int64_t* documents = nullptr,
+                                           std::int64_t* split = nullptr);
+
+// A piece's rows from `tokens`: len inputs and len targets.
+void piece_rows(const TokenStore& tokens, const DocumentPiece& piece, std::int32_t* inputs, std::int32_t* targets);
+
 // One packed sequence's rows: inputs, targets, and the start and end row
 // of each row's document (end exclusive), each [T].
 struct PackedRows {
@@ -61,10 +82,8 @@ class DocumentPacking {
 
  private:
   std::int64_t T_ = 0, documents_ = 0, split_ = 0, filled_ = 0;
-  std::vector<std::int64_t> first_;  // [sequences + 1]: each sequence's first piece
-  std::vector<std::int64_t> start_;  // per piece: its first token
-  std::vector<std::int32_t> len_;    // per piece: its tokens
-  std::vector<std::uint8_t> more_;   // per piece: 1 when its document goes on after it
+  std::vector<std::int64_t> first_;    // [sequences + 1]: each sequence's first piece
+  std::vector<DocumentPiece> pieces_;  // by sequence, in their order within it
 };
 
 }  // namespace exa::io

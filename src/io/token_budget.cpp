@@ -33,22 +33,13 @@ TokenBudget::TokenBudget(const std::vector<std::int64_t>& starts, std::int64_t b
               "dynamic batching: no documents in the token range [{}, {})", begin, end);
   bucket_.resize(lengths_.size());
   std::vector<std::int64_t> tokens(lengths_.size(), 0);
-  auto it = std::upper_bound(starts.begin(), starts.end(), begin);
-  std::int64_t a = begin;
-  for (;;) {
-    const std::int64_t e = it == starts.end() ? end : std::min(*it, end);
-    for (std::int64_t p = a; p < e; p += seq_len) {
-      const std::int64_t n = std::min(seq_len, e - p);
-      std::size_t k = lengths_.size() - 1;
-      while (lengths_[k] < n) --k;  // the shortest bucket that holds it
-      bucket_[k].push_back(std::int64_t(start_.size()));
-      tokens[k] += n;
-      start_.push_back(p);
-      len_.push_back(std::int32_t(n));
-      more_.push_back(std::uint8_t(p + n < e));
-    }
-    if (it == starts.end() || *it >= end) break;
-    a = *it++;
+  pieces_ = document_pieces(starts, begin, end, seq_len);
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    const std::int64_t n = pieces_[i].len;
+    std::size_t k = lengths_.size() - 1;
+    while (lengths_[k] < n) --k;  // the shortest bucket that holds it
+    bucket_[k].push_back(std::int64_t(i));
+    tokens[k] += n;
   }
   std::int64_t sum = 0;
   for (std::size_t k = 0; k < lengths_.size(); ++k) mass_.push_back(sum += tokens[k]);
@@ -72,8 +63,8 @@ BatchCounts TokenBudget::shape(std::int64_t step, std::int64_t m) const {
   const Draw d = draw(step, m);
   BatchCounts s{std::int64_t(d.pieces.size()), lengths_[d.bucket], 0, 0};
   for (const std::int64_t p : d.pieces) {
-    s.tokens += len_[std::size_t(p)];
-    s.targets += len_[std::size_t(p)] - 1 + more_[std::size_t(p)];
+    s.tokens += pieces_[std::size_t(p)].len;
+    s.targets += pieces_[std::size_t(p)].targets();
   }
   return s;
 }
@@ -82,15 +73,9 @@ Batch TokenBudget::batch(const TokenStore& tokens, std::int64_t step, std::int64
   const Draw d = draw(step, m);
   const std::int64_t L = lengths_[d.bucket], B = std::int64_t(d.pieces.size());
   Batch b{B, L, std::vector<std::int32_t>(std::size_t(B * L), 0), std::vector<std::int32_t>(std::size_t(B * L), -1)};
-  for (std::int64_t r = 0; r < B; ++r) {
-    const auto p = std::size_t(d.pieces[std::size_t(r)]);
-    const std::int64_t at = start_[p], n = len_[p];
-    std::int32_t* in = b.inputs.data() + r * L;
-    std::int32_t* tg = b.targets.data() + r * L;
-    tokens.copy(at, n, in);
-    if (n > 1) tokens.copy(at + 1, n - 1, tg);
-    tg[n - 1] = more_[p] ? std::int32_t(tokens.at(at + n)) : -1;
-  }
+  for (std::int64_t r = 0; r < B; ++r)
+    piece_rows(tokens, pieces_[std::size_t(d.pieces[std::size_t(r)])], b.inputs.data() + r * L,
+               b.targets.data() + r * L);
   return b;
 }
 

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "io/document_packing.hpp"
 #include "io/token_store.hpp"
 
 namespace exa::io {
@@ -62,9 +63,7 @@ class TokenBudget {
   std::vector<std::int64_t> lengths_;
   std::vector<std::vector<std::int64_t>> bucket_;  // piece indices per bucket
   std::vector<std::int64_t> mass_;                 // cumulative tokens over the buckets
-  std::vector<std::int64_t> start_;                // per piece: its first token
-  std::vector<std::int32_t> len_;                  // per piece: its tokens
-  std::vector<std::uint8_t> more_;                 // per piece: its document goes on after it
+  std::vector<DocumentPiece> pieces_;              // the split's documents, in order
 };
 
 }  // namespace exa::io
