@@ -87,13 +87,6 @@ Batch Sampler::packed_batch(const DocumentPacking& pack, std::int64_t count,
   return b;
 }
 
-std::int64_t Sampler::train_targets(std::int64_t step, SampleRange samples) const {
-  if (!train_pack_) return samples.count * data_.seq_len();
-  std::int64_t n = 0;
-  for (std::int64_t k = 0; k < samples.count; ++k) n += train_pack_->valid_targets(train_offset(step, samples.first + k));
-  return n;
-}
-
 BatchCounts Sampler::train_counts(std::int64_t step, SampleRange samples) const {
   const std::int64_t T = data_.seq_len();
   BatchCounts c{samples.count, T, samples.count * T, samples.count * T};

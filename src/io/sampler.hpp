@@ -79,10 +79,8 @@ class Sampler {
   // The packings (null when not packed).
   const DocumentPacking* train_packing() const { return train_pack_.get(); }
   const DocumentPacking* val_packing() const { return val_pack_.get(); }
-  // The targets that count in the loss among training samples `samples`
-  // of step `step` (every target of a window when not packed).
-  std::int64_t train_targets(std::int64_t step, SampleRange samples) const;
-  // Their sizes (windows or packed sequences).
+  // The sizes of training samples `samples` of step `step` (windows or
+  // packed sequences): rows, tokens, and the targets that count in the loss.
   BatchCounts train_counts(std::int64_t step, SampleRange samples) const;
 
   // Start of training sample `sample` of step `step`'s global batch.

@@ -154,7 +154,7 @@ TEST(DocumentPacking, PackedSamplerIsAPureFunctionOfStepAndSample) {
   EXPECT_EQ(pq, x.targets);
   std::int64_t n = 0;
   for (std::int32_t v : x.targets) n += v >= 0;
-  EXPECT_EQ(a.train_targets(3, {4, 6}), n);
+  EXPECT_EQ(a.train_counts(3, {4, 6}).targets, n);
   EXPECT_NE(a.train(4, {4, 6}).inputs, x.inputs);
   // Validation: its own packing, sequences in order.
   EXPECT_GT(a.n_val_windows(), 0);
