@@ -101,6 +101,18 @@ struct StepTotals {
       task_sums[std::size_t(2 * r.task + 1)] += double(r.n_valid);
     }
   }
+  // Adds another part of the step (a gradient-projection round's totals).
+  void merge(const StepTotals& o) {
+    loss += o.loss;
+    ce += o.ce;
+    aux += o.aux;
+    z += o.z;
+    distill += o.distill;
+    imbalance = std::max(imbalance, o.imbalance);
+    moe.merge(o.moe);
+    if (task_sums.size() < o.task_sums.size()) task_sums.resize(o.task_sums.size(), 0.0);
+    for (std::size_t i = 0; i < o.task_sums.size(); ++i) task_sums[i] += o.task_sums[i];
+  }
 };
 
 // An evaluation batch's cross-entropy: the sum over valid targets and their

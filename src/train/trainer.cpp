@@ -232,14 +232,7 @@ StepResult Trainer::train_step(std::int64_t step) {
       const auto tk = exec_->run(round, int(grad_accum_) / K);
       exec_->finalize_grads();
       projection_.keep(k, dp_->store());
-      t.loss += tk.loss;
-      t.ce += tk.ce;
-      t.aux += tk.aux;
-      t.z += tk.z;
-      t.imbalance = std::max(t.imbalance, tk.imbalance);
-      t.moe.merge(tk.moe);
-      if (t.task_sums.empty()) t.task_sums.assign(tk.task_sums.size(), 0.0);
-      for (std::size_t i = 0; i < tk.task_sums.size(); ++i) t.task_sums[i] += tk.task_sums[i];
+      t.merge(tk);
     }
     ScopedRegion region("compute/grad_projection", true);
     const auto rep = projection_.combine(step, dp_->store(), [&] {
