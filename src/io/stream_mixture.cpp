@@ -10,22 +10,28 @@ namespace exa::io {
 StreamMixture::StreamMixture(std::vector<DataStream> streams, std::uint64_t seed)
     : streams_(std::move(streams)), seed_(seed) {
   EXA_REQUIRE(!streams_.empty(), "a data mixture needs at least one stream");
-  double sum = 0;
-  for (const auto& s : streams_) {
+  auto add = [&](Pool& p, std::size_t i) {
+    p.streams.push_back(i);
+    p.cumulative.push_back((p.cumulative.empty() ? 0.0 : p.cumulative.back()) + streams_[i].weight);
+  };
+  for (std::size_t i = 0; i < streams_.size(); ++i) {
+    const auto& s = streams_[i];
     EXA_REQUIRE(s.weight >= 0, "data stream '{}': weight {} is negative", s.task, s.weight);
-    cumulative_.push_back(sum += s.weight);
     const auto it = std::find(tasks_.begin(), tasks_.end(), s.task);
     task_of_.push_back(std::size_t(it - tasks_.begin()));
-    if (it == tasks_.end()) tasks_.push_back(s.task);
+    if (it == tasks_.end()) {
+      tasks_.push_back(s.task);
+      by_task_.emplace_back();
+    }
+    add(all_, i);
+    add(by_task_[task_of_.back()], i);
   }
-  EXA_REQUIRE(sum > 0, "the data streams' weights sum to {}; give at least one stream a weight > 0", sum);
+  EXA_REQUIRE(all_.cumulative.back() > 0,
+              "the data streams' weights sum to {}; give at least one stream a weight > 0", all_.cumulative.back());
 }
 
 double StreamMixture::task_weight(std::size_t task) const {
-  double w = 0;
-  for (std::size_t i = 0; i < streams_.size(); ++i)
-    if (task_of_[i] == task) w += streams_[i].weight;
-  return w / cumulative_.back();
+  return by_task_[task].cumulative.back() / all_.cumulative.back();
 }
 
 std::size_t StreamMixture::stream_of(std::int64_t step, std::int64_t m) const {
@@ -40,25 +46,13 @@ std::size_t StreamMixture::stream_of(std::int64_t step, std::int64_t m) const {
   const std::uint64_t u = (static_cast<std::uint64_t>(r.c0) | static_cast<std::uint64_t>(r.c1) << 32) >> 11;
   const double x = double(u) * (1.0 / 9007199254740992.0);
   // Among every stream by weight, or among micro-batch m's task's streams.
-  const std::size_t task = m % std::int64_t(tasks_.size());
-  std::vector<double> cum;
-  double sum = 0;
-  for (std::size_t i = 0; i < streams_.size(); ++i) {
-    if (!round_robin_ || task_of_[i] == task) sum += streams_[i].weight;
-    cum.push_back(sum);
-  }
-  std::size_t last = streams_.size() - 1;
-  if (round_robin_) {
-    while (task_of_[last] != task) --last;
-    if (!(sum > 0)) {  // a task of weight 0: its first stream
-      for (std::size_t i = 0; i < streams_.size(); ++i)
-        if (task_of_[i] == task) return i;
-    }
-  }
+  const Pool& p = round_robin_ ? by_task_[std::size_t(m % std::int64_t(tasks_.size()))] : all_;
+  const double sum = p.cumulative.back();
+  if (!(sum > 0)) return p.streams.front();  // a task of weight 0: its first stream
   const double target = x * sum;
   std::size_t i = 0;
-  while (i < last && (!(target < cum[i]) || (round_robin_ && task_of_[i] != task))) ++i;
-  return i;
+  while (i + 1 < p.streams.size() && !(target < p.cumulative[i])) ++i;
+  return p.streams[i];
 }
 
 Batch StreamMixture::micro(std::int64_t step, std::int64_t m, std::int64_t micro_batch) const {

@@ -52,11 +52,17 @@ class StreamMixture {
   BatchCounts counts(std::int64_t step, std::int64_t m, std::int64_t micro_batch) const;
 
  private:
+  // Streams to draw among, and the running sums of their weights.
+  struct Pool {
+    std::vector<std::size_t> streams;
+    std::vector<double> cumulative;
+  };
   std::vector<DataStream> streams_;
   std::uint64_t seed_;
-  std::vector<double> cumulative_;  // running sums of the weights
   std::vector<std::string> tasks_;
   std::vector<std::size_t> task_of_;
+  Pool all_;                  // every stream
+  std::vector<Pool> by_task_;  // each task's streams (round-robin tasks)
   bool round_robin_ = false;
 };
 

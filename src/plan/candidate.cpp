@@ -1,7 +1,5 @@
 #include "plan/candidate.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 
 #include "core/deck/micro_batch.hpp"
@@ -36,12 +34,8 @@ Candidate Candidate::from_deck(const deck::Config& cfg) {
   c.a2a_compression = cfg.get_string("comm.a2a_compression");
   c.quant_block = cfg.get_int("comm.quant_block");
   c.topk_ratio = cfg.get_float("comm.topk_ratio");
-  if (cfg.get_string("train.grad_projection") == "pcgrad") {
-    std::vector<std::string> tasks;
-    for (const auto& d : cfg.streams())
-      if (std::find(tasks.begin(), tasks.end(), d.task) == tasks.end()) tasks.push_back(d.task);
-    c.projection_tasks = int(tasks.size());
-  }
+  if (cfg.get_string("train.grad_projection") == "pcgrad")
+    c.projection_tasks = int(deck::stream_tasks(cfg.streams()).size());
   return c;
 }
 

@@ -11,6 +11,7 @@
 // exa::Error whose message starts with "<file>:<line>:" (or
 // "--set section.key=value:") and names the fix. A Config that exists is
 // valid: code downstream never re-checks the deck.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
@@ -45,6 +46,14 @@ struct DataStream {
   double weight = 1.0;
   int line = 0;  // where its [[data.streams]] header is
 };
+
+// The distinct tasks of `streams`, in first-appearance order.
+inline std::vector<std::string> stream_tasks(const std::vector<DataStream>& streams) {
+  std::vector<std::string> tasks;
+  for (const auto& d : streams)
+    if (std::find(tasks.begin(), tasks.end(), d.task) == tasks.end()) tasks.push_back(d.task);
+  return tasks;
+}
 
 class Config {
  public:

@@ -477,9 +477,7 @@ void check_streams(const Config& c) {
 // across a step's micro-batches that its rounds would split.
 void check_projection(const Config& c) {
   if (c.get_string("train.grad_projection") == "none") return;
-  std::vector<std::string> tasks;
-  for (const auto& d : c.streams())
-    if (std::find(tasks.begin(), tasks.end(), d.task) == tasks.end()) tasks.push_back(d.task);
+  const std::vector<std::string> tasks = stream_tasks(c.streams());
   const auto K = std::int64_t(tasks.size());
   if (K < 2)
     fail(c, {"train.grad_projection"},
@@ -551,19 +549,20 @@ void check_batching(const Config& c) {
          "train.batch_tokens = 0 and train.micro_batch");
   const auto cp = c.get_int("parallel.cp"), tp = c.get_int("parallel.tp");
   const bool sp = tp > 1 && c.get_bool("parallel.sequence_parallel");
-  for (const auto len : length_buckets(seq)) {
+  const std::vector<std::int64_t> lengths = length_buckets(seq);
+  for (const auto len : lengths) {
     if (cp > 1 && len % (2 * cp) != 0)
       fail(c, {"train.batch_tokens", "parallel.cp", "model.seq_len"},
            fmt::format("train.batch_tokens makes micro-batches of sequences of {} tokens (model.seq_len = {} and "
                        "its halves down to 8), which context parallelism cannot cut into 2*cp = {} chunks; choose "
                        "model.seq_len divisible by {}, or a smaller cp",
-                       fmt::join(length_buckets(seq), ", "), seq, 2 * cp, 2 * cp * (seq / length_buckets(seq).back())));
+                       fmt::join(lengths, ", "), seq, 2 * cp, 2 * cp * (seq / lengths.back())));
     if (sp && len % tp != 0)
       fail(c, {"train.batch_tokens", "parallel.sequence_parallel", "model.seq_len"},
            fmt::format("train.batch_tokens makes micro-batches of sequences of {} tokens, which sequence "
                        "parallelism cannot split over tp = {} ranks; choose model.seq_len divisible by {}, or "
                        "sequence_parallel = false",
-                       fmt::join(length_buckets(seq), ", "), tp, tp * (seq / length_buckets(seq).back())));
+                       fmt::join(lengths, ", "), tp, tp * (seq / lengths.back())));
   }
 }
 
