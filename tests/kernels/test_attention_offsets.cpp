@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "harness/backend.hpp"
 #include "harness/fd_check.hpp"
+#include "attention_paths.hpp"
 #include "kernels/attention.hpp"
 
 using namespace exa::test;
@@ -50,26 +51,7 @@ const Case kCases[] = {
 };
 const AttentionTiles kTiles{4, 3, 4};
 
-enum class Path { Dispatch, Team };
-const char* path_name(Path p) { return p == Path::Dispatch ? "dispatch" : "team"; }
-
-template <class Q, class K, class V, class O, class L>
-void forward(Path p, const Q& q, const K& k, const V& v, const O& out, const L& lse, AttentionTiles tiles,
-             AttentionOffsets pos) {
-  if (p == Path::Dispatch)
-    exa::kernels::attention_forward(q, k, v, out, lse, tiles, pos);
-  else
-    ad::forward_team(q, k, v, out, lse, tiles, pos);
-}
-
-template <class DO, class Q, class K, class V, class O, class L, class G, class GK>
-void backward(Path p, const DO& dout, const Q& q, const K& k, const V& v, const O& out, const L& lse, const G& dq,
-              const GK& dk, const GK& dv, AttentionTiles tiles, AttentionOffsets pos) {
-  if (p == Path::Dispatch)
-    exa::kernels::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, tiles, pos);
-  else
-    ad::backward_team(dout, q, k, v, out, lse, dq, dk, dv, tiles, pos);
-}
+using Path = AttentionPath;
 
 // |a - b| / max(1, |b|) elementwise, but a NaN anywhere, or an infinity
 // on one side only, counts as an infinite difference (the harness's
