@@ -8,17 +8,12 @@
 
 namespace exa::optim {
 
-namespace {
-
-// y = a x + b y over the flat parts.
 void axpby(double a, const GradPart& x, double b, const GradPart& y) {
   const float fa = float(a), fb = float(b);
   Kokkos::parallel_for(
       "exa::pcgrad::axpby", Kokkos::RangePolicy<ExecSpace>(0, index_t(y.extent(0))),
       KOKKOS_LAMBDA(const index_t k) { y(k) = fa * x(k) + fb * y(k); });
 }
-
-}  // namespace
 
 std::vector<int> projection_order(std::uint64_t seed, std::int64_t step, int task, int tasks) {
   std::vector<int> order;

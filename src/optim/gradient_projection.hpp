@@ -30,6 +30,9 @@ struct ProjectionReport {
   std::vector<double> cosines;       // cos(g_i, g_j) of the original gradients, i < j, row by row
 };
 
+// y = a x + b y over two parts of one length (the projection's update).
+void axpby(double a, const GradPart& x, double b, const GradPart& y);
+
 // The order in which task i visits the other tasks at `step`: a
 // permutation of [0, K) without i, drawn from (seed, step, i).
 std::vector<int> projection_order(std::uint64_t seed, std::int64_t step, int task, int tasks);

@@ -4,19 +4,6 @@
 
 namespace exa::train {
 
-namespace {
-
-// g = x + sign y (a named function: CUDA's extended lambdas may not sit
-// inside another lambda).
-void polarize(const optim::GradPart& g, const optim::GradPart& x, float sign, const optim::GradPart& y) {
-  Kokkos::parallel_for(
-      "exa::pcgrad::polarize", Kokkos::RangePolicy<ExecSpace>(0, index_t(g.extent(0))),
-      KOKKOS_LAMBDA(const index_t k) { g(k) = x(k) + sign * y(k); });
-  Kokkos::fence();
-}
-
-}  // namespace
-
 GradProjection::GradProjection(const deck::Config& cfg, io::StreamMixture& data)
     : on_(cfg.get_string("train.grad_projection") == "pcgrad"),
       seed_(static_cast<std::uint64_t>(cfg.get_int("train.seed"))) {
@@ -42,8 +29,10 @@ optim::ProjectionReport GradProjection::combine(std::int64_t step, model::Parame
                                                 const std::function<double()>& global_sq_norm) {
   EXA_REQUIRE(task_.size() == weights_.size(), "gradient projection: combine() before every task's keep()");
   const auto g = store.trainable_grads();
-  auto sq = [&](const optim::GradPart& x, float sign, const optim::GradPart& y) {
-    polarize(g, x, sign, y);
+  auto sq = [&](const optim::GradPart& x, double sign, const optim::GradPart& y) {
+    Kokkos::deep_copy(g, x);
+    optim::axpby(sign, y, 1.0, g);  // g = x + sign y
+    Kokkos::fence();
     return global_sq_norm();
   };
   const optim::GlobalDot dot = [&](const optim::GradPart& a, const optim::GradPart& b) {
@@ -51,7 +40,7 @@ optim::ProjectionReport GradProjection::combine(std::int64_t step, model::Parame
       Kokkos::deep_copy(g, a);
       return global_sq_norm();
     }
-    return (sq(a, 1.0f, b) - sq(a, -1.0f, b)) / 4.0;
+    return (sq(a, 1.0, b) - sq(a, -1.0, b)) / 4.0;
   };
   const auto rep = optim::project_conflicts(task_, weights_, seed_, step, acc_, work_, dot);
   Kokkos::deep_copy(g, acc_);
