@@ -1,5 +1,6 @@
 #include "model/model_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/deck/config.hpp"
@@ -20,6 +21,10 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
   m.rope_theta = c.get_float("model.rope_theta");
   m.init_std = c.get_float("model.init_std");
   m.tie_embeddings = c.get_bool("model.tie_embeddings");
+  m.attention.lsh = c.get_string("attention.kind") == "lsh";
+  m.attention.lsh_hashes = static_cast<int>(c.get_int("attention.lsh_hashes"));
+  m.attention.lsh_bucket = static_cast<int>(c.get_int("attention.lsh_bucket"));
+  m.attention.lsh_chunks = static_cast<int>(c.get_int("attention.lsh_chunks"));
   m.n_experts = c.get_int("moe.n_experts");
   m.top_k = c.get_int("moe.top_k");
   m.d_expert = c.get_int("moe.d_expert");
@@ -44,6 +49,12 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
     }
   }
   return m;
+}
+
+double ModelConfig::attention_span() const {
+  const double T = static_cast<double>(seq_len);
+  if (!attention.lsh) return T;
+  return std::min(T, static_cast<double>(attention.lsh_hashes) * (attention.lsh_chunks + 1) * attention.lsh_bucket);
 }
 
 std::int64_t ModelConfig::capacity_for(double factor, std::int64_t tokens, std::int64_t k, std::int64_t experts) {

@@ -20,6 +20,13 @@ struct LoraTargets {
   bool embeddings = false;      // the token embedding (and through it a tied LM head)
 };
 
+// [attention]: which causal attention the layers use (docs/architecture.md,
+// "LSH attention"). The parameters are the same either way.
+struct AttentionConfig {
+  bool lsh = false;
+  int lsh_hashes = 2, lsh_bucket = 64, lsh_chunks = 1;
+};
+
 struct LoraConfig {
   std::int64_t rank = 0;
   double alpha = 16.0;
@@ -36,6 +43,7 @@ struct ModelConfig {
                seq_len = 128;
   double norm_eps = 1e-5, rope_theta = 10000.0, init_std = 0.02;
   bool tie_embeddings = false;
+  AttentionConfig attention;
   // [moe]
   std::int64_t n_experts = 8, top_k = 2, d_expert = 256, moe_every = 1, n_shared_experts = 0;
   double capacity_factor = 0.0, aux_coef = 0.01, z_coef = 0.001;
@@ -50,6 +58,10 @@ struct ModelConfig {
   static ModelConfig from_deck(const deck::Config& cfg);
 
   std::int64_t head_dim() const { return d_model / n_heads; }
+  // Keys in a query's score row before the causal mask: the sequence, or
+  // LSH attention's windows over all rounds (duplicates counted), whichever
+  // is smaller. The planner's attention-core FLOPs scale with it.
+  double attention_span() const;
   // "Every moe_every-th layer": layer i (0-based) is MoE iff moe_every > 0
   // and (i + 1) % moe_every == 0. 1 = all layers, 2 = layers 1, 3, ...,
   // 0 = none. The PyTorch reference (tests/reference) uses the same rule.

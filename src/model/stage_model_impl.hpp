@@ -51,7 +51,7 @@ double sum_of(const V& v) {
 
 template <class T, class D>
 StageModel<T, D>::StageModel(const ModelConfig& cfg, ModelOptions opt)
-    : StageModel(cfg, StagePlan::whole(cfg), Seams<T, D>::local(StagePlan::whole(cfg), opt.attention_tiles), opt) {}
+    : StageModel(cfg, StagePlan::whole(cfg), Seams<T, D>::local(StagePlan::whole(cfg), opt.attention_tiles, cfg.attention), opt) {}
 
 template <class T, class D>
 StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seams<T, D> seams, ModelOptions opt)
@@ -83,7 +83,7 @@ StageModel<T, D>::StageModel(const ModelConfig& cfg, const StagePlan& plan, Seam
   // Tensor parallelism splits the norms' weight gradients over the rows
   // (sequence parallelism: each rank's norms see only their own rows).
   const RowShare norm_rows = plan_.sequence_parallel ? RowShare{} : RowShare{plan_.tp_rank, plan_.tp};
-  const AttentionShape ashape{plan_.heads, plan_.kv_heads, cfg_.head_dim()};
+  const AttentionShape ashape{plan_.heads, plan_.kv_heads, cfg_.head_dim(), plan_.tp_rank * plan_.kv_heads};
   const MoeShape mshape{cfg_.n_experts, cfg_.top_k, cfg_.n_shared_experts, plan_.d_expert, cfg_.capacity_factor,
                         kernels::RouterOptions{cfg_.norm_topk, cfg_.aux_coef, cfg_.z_coef}};
   chunk_first_.push_back(0);

@@ -33,7 +33,7 @@ class Transformer : public StageModel<T, D> {
   // One pipeline stage of it (plan: StagePlan::layers), with the local
   // seams: generation and evaluation through a pipeline of ranks.
   Transformer(const ModelConfig& cfg, const StagePlan& plan, ModelOptions opt = {})
-      : Base(cfg, plan, Seams<T, D>::local(plan, opt.attention_tiles), opt) {}
+      : Base(cfg, plan, Seams<T, D>::local(plan, opt.attention_tiles, cfg.attention), opt) {}
 
   // Loss of the micro-batch inputs [B,T] -> targets [B,T] (target < 0:
   // ignored). Keeps the activations for backward(). B and T may change from

@@ -10,7 +10,7 @@ namespace exa::parallel {
 std::unique_ptr<model::StageModel<float>> build_model(const ParallelLayout& layout, model::ModelOptions opt,
                                                       std::shared_ptr<const expert::ExpertPlacement> placement) {
   const auto& cfg = layout.model();
-  auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles);
+  auto seams = model::Seams<float>::local(model::StagePlan::whole(cfg), opt.attention_tiles, cfg.attention);
   expert::use_expert_parallel(seams, layout, std::move(placement));
   // After the dispatcher: tensor parallelism wraps it when it splits the
   // experts or the sequence.

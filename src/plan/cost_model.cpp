@@ -13,11 +13,11 @@ namespace exa::plan {
 
 FlopsByClass flops_per_token(const model::ModelConfig& c) {
   const double d = double(c.d_model), hd = double(c.head_dim()), H = double(c.n_heads), Hkv = double(c.n_kv_heads),
-               F = double(c.d_expert), T = double(c.seq_len);
+               F = double(c.d_expert);
   FlopsByClass f;
   for (std::int64_t i = 0; i < c.n_layers; ++i) {
     f.attn_proj += 6 * (d * H * hd + 2 * d * Hkv * hd + H * hd * d);
-    f.attn_core += 6 * H * hd * T;
+    f.attn_core += 6 * H * hd * c.attention_span();
     if (c.is_moe_layer(i)) {
       f.router += 6 * double(c.n_experts) * d;
       f.experts += 6 * double(c.top_k) * 3 * F * d;
@@ -91,7 +91,7 @@ double rows_factor(double rows, double half) { return half > 0 ? rows / (rows + 
 ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan, double N, std::int64_t l0,
                      std::int64_t l1, double imbalance, double half) {
   const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
-               Hkv = double(plan.kv_heads), T = double(cfg.seq_len);
+               Hkv = double(plan.kv_heads);
   const double full = 1 / rows_factor(N, half);
   // Each local expert's rows: the rank's N k rows (imbalanced), over its experts.
   const double expert_rows = N * double(cfg.top_k) * imbalance / double(std::max<std::int64_t>(1, plan.local_experts()));
@@ -102,7 +102,7 @@ ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan
     const double proj = 2 * N * (d * H * hd + 2 * d * Hkv * hd + H * hd * d) * full;
     w.matmul += proj;
     w.linear += proj;
-    w.core += 2 * N * H * hd * T;
+    w.core += 2 * N * H * hd * cfg.attention_span();
     if (cfg.is_moe_layer(l)) {
       ++w.moe_layers;
       const double experts = 2 * N * double(cfg.top_k) * 3 * double(plan.d_expert) * d * imbalance * per_expert;

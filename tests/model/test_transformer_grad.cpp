@@ -377,3 +377,35 @@ TEST(TransformerGrad, EverythingAtOnce) {
   c.n_kv_heads = 1;  // multi-query
   run_case(c, "all_options", true, true);
 }
+
+// LSH attention (attention.kind = "lsh"): chunks of 2 sorted positions, no
+// chunk back, two rounds, so each query sees a few of its earlier keys; the
+// hashes are piecewise constant in the weights and h = 1e-6 crosses none.
+TEST(TransformerGrad, LshAttention) {
+  ModelConfig c = tiny();
+  c.attention = {true, 2, 2, 0};
+  run_case(c, "lsh");
+}
+
+// With one chunk over the whole sequence, the LSH model is the full one (same
+// loss and gradients to rounding); with small chunks it is a different one.
+TEST(TransformerGrad, LshOneChunkIsFullAttention) {
+  ModelConfig full = tiny(), one = tiny(), sparse = tiny();
+  one.attention = {true, 3, kT, 1};
+  sparse.attention = {true, 1, 2, 0};
+  DoubleModel a(full, 5), b(one, 5), s(sparse, 5);
+  Kokkos::deep_copy(a.grads, 0.0);
+  Kokkos::deep_copy(b.grads, 0.0);
+  const double la = a.forward().loss.loss, lb = b.forward().loss.loss, ls = s.loss();
+  a.model.backward(a.w, a.g, 1.0);
+  b.model.backward(b.w, b.g, 1.0);
+  const auto ga = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.grads);
+  const auto gb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.grads);
+  double w = 0;
+  for (std::size_t i = 0; i < ga.extent(0); ++i) w = std::max(w, std::fabs(ga(i) - gb(i)));
+  std::printf("[lsh one chunk] loss full %.15f lsh %.15f; max |grad diff| %.2e; sparse lsh loss %.15f\n", la, lb, w,
+              ls);
+  EXPECT_NEAR(la, lb, 1e-12);
+  EXPECT_LE(w, 1e-12);
+  EXPECT_GT(std::fabs(ls - la), 1e-6) << "chunks of 2 should change the attention";
+}

@@ -76,6 +76,16 @@ void check_model(const Config& c) {
   }
 }
 
+void check_attention(const Config& c) {
+  if (c.get_string("attention.kind") != "lsh") return;
+  if (const auto cp = c.get_int("parallel.cp"); cp > 1)
+    fail(c, {"attention.kind", "parallel.cp"},
+         fmt::format("attention.kind = \"lsh\" is not built with context parallelism (parallel.cp = {}): the "
+                     "bucket sort needs every key of a sequence on one rank; set parallel.cp = 1 (tp, pp, dp and ep "
+                     "all work with lsh), or attention.kind = \"full\"",
+                     cp));
+}
+
 void check_moe(const Config& c) {
   if (c.get_string("moe.router_bias") == "aux_free" && c.get_float("moe.bias_rate") <= 0.0) {
     fail(c, {"moe.bias_rate", "moe.router_bias"},
@@ -792,6 +802,7 @@ bool sets_layout_key(const Setting& s, bool overrides_too) {
 
 void check_consistency(const Config& c) {
   check_model(c);
+  check_attention(c);
   check_moe(c);
   check_parallel(c);
   check_growth(c);

@@ -47,6 +47,11 @@ std::vector<KeySpec> build() {
       B("model", "tie_embeddings", false, "use the token embedding [V,d] as the LM head too"),
       F("model", "init_std", 0.02, 0, 1, O::lo, "std of the normal init of every matrix (wo, w2 also scaled by 1/sqrt(2L))"),
 
+      S("attention", "kind", "full", {"full", "lsh"}, "causal self-attention: full (every earlier key of the document) or lsh (Reformer-style locality-sensitive hashing: each query sees the keys that hash near its own key, in attention.lsh_hashes rounds; O(T) per layer instead of O(T^2))"),
+      I("attention", "lsh_hashes", 2, 1, 64, "attention.kind = \"lsh\": hash rounds; a query sees the union of its rounds' windows, each key once"),
+      I("attention", "lsh_bucket", 64, 1, 1 << 24, "attention.kind = \"lsh\": positions per attention chunk of the bucket-sorted sequence (the hash has 2*ceil(seq_len/lsh_bucket) buckets); >= model.seq_len is full causal attention"),
+      I("attention", "lsh_chunks", 1, 0, 64, "attention.kind = \"lsh\": earlier chunks of the sorted order each chunk also sees (Reformer: 1)"),
+
       I("moe", "n_experts", 8, 1, 1 << 16, "routed experts E per MoE layer"),
       I("moe", "top_k", 2, 1, 1 << 16, "experts each token is routed to (top_k <= n_experts)"),
       I("moe", "d_expert", 512, 1, 4 * kDim, "hidden width F of each routed or shared expert's SwiGLU"),
@@ -203,7 +208,7 @@ const std::vector<KeySpec>& schema() {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model",     "moe",    "lora",   "growth", "parallel", "pipeline", "train",
+  static const std::vector<std::string> names = {"model",     "attention", "moe",    "lora",   "growth", "parallel", "pipeline", "train",
                                                  "optim",     "data",   "checkpoint", "precision",
                                                  "memory",    "comm",   "resilience", "output"};
   return names;

@@ -21,6 +21,7 @@ namespace exa::model {
 
 struct AttentionShape {
   std::int64_t heads = 0, kv_heads = 0, head_dim = 0;  // local heads
+  std::int64_t kv_head_begin = 0;                      // global index of local kv head 0
 };
 
 template <class T, class D = Device>
@@ -32,6 +33,7 @@ class AttentionBlock {
   AttentionBlock(std::int64_t layer, AttentionShape shape, double norm_eps, LinearP column, LinearP row,
                  std::shared_ptr<const CoreAttention<T, D>> core, bool fence, RowShare norm_grad_rows = {})
       : prefix_("layers." + std::to_string(layer) + "."),
+        layer_(layer),
         shape_(shape),
         norm_(prefix_ + "attn_norm.weight", norm_eps, norm_grad_rows),
         column_(std::move(column)),
@@ -92,9 +94,9 @@ class AttentionBlock {
   }
   // Queries and keys of one chunk start at its position; the seam places
   // the rows of several chunks itself. The documents come along.
-  static AttentionPositions positions(const std::vector<TokenChunk>& chunks, const LayerContext<T, D>& c) {
+  AttentionPositions positions(const std::vector<TokenChunk>& chunks, const LayerContext<T, D>& c) const {
     const index_t p = chunks.size() == 1 ? chunks[0].pos : 0;
-    return {p, p, c.doc_start, c.doc_end, c.doc_stride};
+    return {p, p, c.doc_start, c.doc_end, c.doc_stride, layer_, shape_.kv_head_begin};
   }
   // f(rows of x in the chunk, the chunk's first position) for each chunk; x
   // itself when one chunk covers every row.
@@ -110,6 +112,7 @@ class AttentionBlock {
   }
 
   std::string prefix_;
+  std::int64_t layer_;
   AttentionShape shape_;
   RMSNorm<T, D> norm_;
   LinearP column_, row_;

@@ -31,6 +31,10 @@ struct AttentionPositions {
   const std::int32_t* doc_start = nullptr;
   const std::int32_t* doc_end = nullptr;
   index_t doc_stride = 0;
+  // Which heads of which layer call: LSH attention keys its hash rotations
+  // by them (the others ignore them).
+  std::int64_t layer = 0;
+  std::int64_t kv_head_begin = 0;  // global index of this rank's kv head 0
 };
 
 // A run of this rank's rows of each sequence at consecutive positions: rows

@@ -14,9 +14,11 @@
 #include "model/seams/local_linear.hpp"
 #include "model/seams/local_loss_head.hpp"
 #include "model/seams/local_token_dispatcher.hpp"
+#include "model/seams/lsh_core_attention.hpp"
 #include "model/seams/loss_head.hpp"
 #include "model/seams/routing_scope.hpp"
 #include "model/seams/token_dispatcher.hpp"
+#include "model/model_config.hpp"
 #include "model/stage_plan.hpp"
 
 namespace exa::model {
@@ -39,11 +41,15 @@ struct Seams {
     return k == LinearKind::Column ? column : k == LinearKind::Row ? row : replicated;
   }
 
-  static Seams local(const StagePlan& plan, kernels::AttentionTiles tiles = {}) {
+  static Seams local(const StagePlan& plan, kernels::AttentionTiles tiles = {}, const AttentionConfig& attn = {}) {
     Seams s;
     const auto lin = std::make_shared<const LocalLinear<T, D>>();
     s.column = s.row = s.replicated = lin;
-    s.attention = std::make_shared<const LocalCoreAttention<T, D>>(tiles);
+    if (attn.lsh)
+      s.attention = std::make_shared<const LshCoreAttention<T, D>>(
+          kernels::LshConfig{attn.lsh_hashes, attn.lsh_bucket, attn.lsh_chunks, 0, 0});
+    else
+      s.attention = std::make_shared<const LocalCoreAttention<T, D>>(tiles);
     EXA_REQUIRE(plan.expert_begin == 0, "Seams::local: this rank holds experts [{}, {}), the local dispatcher "
                 "needs all of them", plan.expert_begin, plan.expert_end);
     s.dispatcher = std::make_shared<LocalTokenDispatcher<T, D>>(static_cast<int>(plan.expert_end));
