@@ -90,6 +90,31 @@ elseif(NOT EXAMOE_ENABLE_ONEDNN STREQUAL "OFF")
   endif()
 endif()
 
+# libsodium: X25519, BLAKE2b and ChaCha20 for the secure aggregation of
+# federated training (federated.secure). Debian: libsodium-dev, which
+# scripts/deps-debian.sh installs; Spack: libsodium. AUTO uses it when found
+# and says so when not (federated.secure = true is then refused, naming the
+# package); ON requires it.
+set(EXAMOE_ENABLE_SODIUM AUTO CACHE STRING "Secure aggregation on libsodium: AUTO, ON or OFF")
+set(EXAMOE_HAVE_SODIUM OFF)
+if(NOT EXAMOE_ENABLE_SODIUM STREQUAL "OFF")
+  find_path(SODIUM_INCLUDE_DIR sodium.h)
+  find_library(SODIUM_LIBRARY NAMES sodium)
+  if(SODIUM_INCLUDE_DIR AND SODIUM_LIBRARY)
+    set(EXAMOE_HAVE_SODIUM ON)
+    add_library(ExaMoE_sodium INTERFACE)
+    add_library(ExaMoE::sodium ALIAS ExaMoE_sodium)
+    target_include_directories(ExaMoE_sodium SYSTEM INTERFACE ${SODIUM_INCLUDE_DIR})
+    target_link_libraries(ExaMoE_sodium INTERFACE ${SODIUM_LIBRARY})
+  elseif(EXAMOE_ENABLE_SODIUM STREQUAL "ON")
+    message(FATAL_ERROR "libsodium not found (Debian: libsodium-dev; Spack: libsodium); install it "
+                        "or configure with -DEXAMOE_ENABLE_SODIUM=OFF")
+  else()
+    message(STATUS "libsodium not found: federated.secure = true will be refused "
+                   "(Debian: libsodium-dev; Spack: libsodium)")
+  endif()
+endif()
+
 # exa_link_optional(<target> <found> <macro> <imported target>): an optional
 # dependency of <target>'s own sources (SentencePiece, oneDNN): linked
 # privately and <macro>=1 when <found>, else <macro>=0 (the sources then

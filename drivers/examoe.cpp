@@ -27,6 +27,7 @@
 #include "plan/auto_layout.hpp"
 #include "plan/memory_fit.hpp"
 #include "train/preflight.hpp"
+#include "train/federated.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -187,6 +188,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     exa::log::info("{}", config.to_toml());
+    if (config.get_int("federated.sites") > 1) {
+      exa::train::run_federated(config, MPI_COMM_WORLD);
+      return 0;
+    }
     exa::train::Trainer trainer(config, MPI_COMM_WORLD);
     trainer.run();
     if (const int sig = trainer.stopped_by(); sig != 0) {

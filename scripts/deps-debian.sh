@@ -11,6 +11,7 @@ PKGS=(
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
   libopenblas-dev googletest libgtest-dev libgmock-dev
   libtomlplusplus-dev libcli11-dev libfmt-dev libxxhash-dev libsentencepiece-dev libdnnl-dev
+  libsodium-dev
   ocl-icd-opencl-dev  # Debian's dnnl-config.cmake requires OpenCL (its GPU runtime); only a recommends
   nlohmann-json3-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy python3-matplotlib

@@ -167,7 +167,7 @@ ProcessGrid::ProcessGrid(const GridSizes& sizes, MPI_Comm parent) {
 
 GridSizes grid_sizes_from_deck(const deck::Config& cfg) {
   GridSizes s;
-  s.world = cfg.world_size();
+  s.world = cfg.layout_world_size();
   s.tp = static_cast<int>(cfg.get_int("parallel.tp"));
   s.cp = static_cast<int>(cfg.get_int("parallel.cp"));
   s.dp = static_cast<int>(cfg.get_int("parallel.dp"));
@@ -180,9 +180,9 @@ GridSizes grid_sizes_from_deck(const deck::Config& cfg) {
 
 ProcessGrid ProcessGrid::from_deck(const deck::Config& cfg, MPI_Comm comm) {
   const int world = comm_size(comm);
-  EXA_REQUIRE(cfg.world_size() == world,
-              "{}: the deck was checked for {} ranks but the run has {}; load it with the run's world size",
-              cfg.deck_path(), cfg.world_size(), world);
+  EXA_REQUIRE(cfg.layout_world_size() == world,
+              "{}: the deck's layout was checked for {} ranks but the run has {}; load it with the run's world size",
+              cfg.deck_path(), cfg.layout_world_size(), world);
   return ProcessGrid(grid_sizes_from_deck(cfg), comm);
 }
 

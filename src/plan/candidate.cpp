@@ -11,7 +11,7 @@ Candidate Candidate::from_deck(const deck::Config& cfg) {
   Candidate c;
   c.grid = comm::resolve_grid_sizes([&] {
     auto s = comm::grid_sizes_from_deck(cfg);
-    s.world = cfg.world_size();
+    s.world = cfg.layout_world_size();
     return s;
   }());
   c.sequence_parallel = cfg.get_bool("parallel.sequence_parallel");

@@ -658,6 +658,13 @@ void Trainer::rollback(std::int64_t bad_step) {
                                  {"nonfinite_steps", nan_.nonfinite_steps()}});
 }
 
+model::ParameterStore::Flat Trainer::trainable_values() {
+  const auto& s = dp_->store();
+  return Kokkos::subview(s.values(), Kokkos::make_pair(std::int64_t(0), s.trainable_numel()));
+}
+
+void Trainer::masters_replaced() { dp_->params_updated(); }
+
 double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");
   const std::int64_t metrics_every = cfg_.get_int("output.metrics_every");
@@ -702,6 +709,7 @@ double Trainer::run() {
   line.begin(eval_comm_s_);
   record.begin(eval_comm_s_);
   double last_val = std::numeric_limits<double>::quiet_NaN();
+  bool finished = false;  // the step hook ended the run: complete, as at train.steps
   while (step_ < steps_) {
     const StepResult r = train_step(step_);
     if (r.nan_action == NanGuard::Action::rollback) {
@@ -719,15 +727,18 @@ double Trainer::run() {
       rec["step"] = step_;
       metrics_->write(rec);
     }
+    const bool ended = step_hook_ && !step_hook_(step_);  // federated: the last round done
     line.add(r);
     record.add(r);
-    const bool stop = step_ < steps_ && stop_.agreed(world_);  // a scheduler's signal: log, save, return
+    // A scheduler's signal: log, save, return.
+    const bool stop = !ended && step_ < steps_ && stop_.agreed(world_);
     if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
       last_val = evaluate();
       if (!std::isnan(last_val)) line.val = record.val = last_val;
     }
-    const bool last = stop || step_ == steps_;
-    const CheckpointsDue due = ckpt_->due(step_, steps_, stop);
+    const bool last = stop || ended || step_ == steps_;
+    // A run the hook ended is complete: its end is the last step's.
+    const CheckpointsDue due = ckpt_->due(step_, ended ? step_ : steps_, stop);
     // A snapshot ends the record interval, and the record is flushed before
     // the snapshot is taken: a resume from it then logs from the next step,
     // so every step is in metrics.jsonl exactly once. (With the record
@@ -757,9 +768,12 @@ double Trainer::run() {
                 trace_from + 1, step_, trace_path);
     }
     inject_fault(step_);
-    if (stop) break;
+    if (stop || ended) {
+      finished = ended;
+      break;
+    }
   }
-  ckpt_->finish(step_ == steps_);  // a stop signal's run keeps tier 0
+  ckpt_->finish(step_ == steps_ || finished);  // a stop signal's run keeps tier 0
   log_offload();
   metrics_->write(nlohmann::json{{"event", "end"}, {"step", step_}, {"val_loss", last_val}});
   if (const auto e = energy_.summary(double(tokens_seen_ - tokens0), double(steps_ * global_batch_ * mcfg_.seq_len));

@@ -112,6 +112,16 @@ class Trainer {
   // repairing damaged chunks from `copies` (the same step in other tiers).
   void load(const std::string& path, const std::vector<std::string>& copies = {});
 
+  // Federated training (train/federated.hpp): `hook(steps_done)` runs after
+  // every step's update, before that step's evaluation, log and checkpoint;
+  // it returns false to end the run there (the checkpoint is written).
+  void set_step_hook(std::function<bool(std::int64_t)> hook) { step_hook_ = std::move(hook); }
+  // This rank's part of the trainable masters, to be replaced in place;
+  // then masters_replaced() brings the working copies up to date.
+  model::ParameterStore::Flat trainable_values();
+  void masters_replaced();
+  io::MetricsWriter& metrics() { return *metrics_; }
+
   std::int64_t step() const { return step_; }
   const model::ParameterStore& store() const { return dp_->store(); }
   const parallel::data::DataParallel& data_parallel() const { return *dp_; }
@@ -196,6 +206,7 @@ class Trainer {
   ReplicaCheck replica_{cfg_, grid_, layout_->options().data.zero};  // resilience.replica_check_every
   MemoryCap cap_{cfg_, world_};  // memory.cap_gb
   std::unique_ptr<CheckpointManager> ckpt_;  // tiers 0, 1 and 2, the async writer, resume and rollback
+  std::function<bool(std::int64_t)> step_hook_;  // set_step_hook
 };
 
 }  // namespace exa::train

@@ -35,6 +35,11 @@ Config ConfigAccess::defaults(std::string text, std::string path, std::vector<st
   return c;
 }
 
+int Config::layout_world_size() const {
+  const auto sites = std::get<std::int64_t>(setting("federated.sites").value);
+  return sites > 1 && world_size_ % sites == 0 ? static_cast<int>(world_size_ / sites) : world_size_;
+}
+
 void ConfigAccess::forget_reads(Config& c) {
   for (auto& r : *c.read_) r.store(false, std::memory_order_relaxed);
 }

@@ -87,6 +87,9 @@ class Config {
   const std::string& deck_path() const { return path_; }
   const std::vector<std::string>& overrides() const { return overrides_; }
   int world_size() const { return world_size_; }
+  // The ranks the [parallel] layout spans: the world, or one federated
+  // site's share of it (world / federated.sites).
+  int layout_world_size() const;
 
   // Resolved configuration as TOML, each value commented with its origin
   // (default / file line / --set / derived). It loads back to the same values,

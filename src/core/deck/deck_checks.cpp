@@ -9,6 +9,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "core/deck/did_you_mean.hpp"
@@ -483,6 +485,106 @@ void check_streams(const Config& c) {
                        key, key));
 }
 
+// [federated]: sites with data, a threshold that can be met, rounds that fit
+// train.steps, and nothing that makes the sites' parameter parts differ.
+void check_federated(const Config& c) {
+  const auto sites = c.get_int("federated.sites");
+  if (sites <= 1) {
+    for (const char* key : {"federated.site_data", "federated.slowdown", "federated.drop"})
+      if (!c.get_string(key).empty())
+        fail(c, {key}, fmt::format("{} is set but federated.sites = 1 (no federation); set federated.sites to the "
+                                   "number of sites, or remove {}",
+                                   key, key));
+    for (const char* key : {"federated.secure", "federated.threshold", "federated.balance", "federated.local_steps"})
+      if (c.setting(key).origin != Origin::Default)
+        fail(c, {key}, fmt::format("{} is set but federated.sites = 1 (no federation); set federated.sites to the "
+                                   "number of sites, or remove {}",
+                                   key, key));
+    return;
+  }
+  const auto threshold = c.get_int("federated.threshold");
+  if (threshold > sites)
+    fail(c, {"federated.threshold", "federated.sites"},
+         fmt::format("federated.threshold = {} is more than the {} sites: no round could ever be unmasked; choose "
+                     "1 <= threshold <= {} (0 = a majority, {})",
+                     threshold, sites, sites, sites / 2 + 1));
+  if (c.setting("federated.threshold").origin != Origin::Default && !c.get_bool("federated.secure"))
+    fail(c, {"federated.threshold", "federated.secure"},
+         "federated.threshold is the secret-sharing threshold of secure aggregation, but federated.secure = false; "
+         "set secure = true or remove threshold");
+  // Every entry, blank ones too: "a.txt,,c.txt" leaves site 1 without data.
+  const std::vector<std::string> data = comma_items(c.get_string("federated.site_data"));
+  const auto blank = std::find(data.begin(), data.end(), std::string());
+  if (blank != data.end() || std::int64_t(data.size()) < sites)
+    fail(c, {"federated.site_data", "federated.sites"},
+         fmt::format("site {} has no data: federated.site_data must name one file per site, {} in all, comma-"
+                     "separated; give every site its file",
+                     blank != data.end() ? blank - data.begin() : std::ptrdiff_t(data.size()), sites));
+  if (std::int64_t(data.size()) > sites)
+    fail(c, {"federated.site_data", "federated.sites"},
+         fmt::format("federated.site_data names {} files for {} sites; give one per site, or raise federated.sites",
+                     data.size(), sites));
+  if (!c.streams().empty())
+    fail(c, {"federated.sites"},
+         "federated training reads each site's data from federated.site_data, but the deck has [[data.streams]]; "
+         "remove them (a site with several streams is not built)");
+  if (const auto steps = c.get_int("train.steps"), local = c.get_int("federated.local_steps"); steps % local != 0)
+    fail(c, {"federated.local_steps", "train.steps"},
+         fmt::format("federated.local_steps = {} does not divide train.steps = {}: the run is a whole number of "
+                     "rounds; set train.steps to a multiple of {}",
+                     local, steps, local));
+  if (const auto slow = comma_items(c.get_string("federated.slowdown")); !c.get_string("federated.slowdown").empty()) {
+    bool ok = std::int64_t(slow.size()) == sites;
+    for (const auto& f : slow) {
+      char* end = nullptr;
+      const double v = std::strtod(f.c_str(), &end);
+      ok = ok && end && *end == '\0' && v >= 1.0 && v <= 1000.0;
+    }
+    if (!ok)
+      fail(c, {"federated.slowdown"},
+           fmt::format("federated.slowdown = \"{}\" must be {} factors between 1 and 1000, one per site, comma-"
+                       "separated (e.g. \"1,1,2\")",
+                       c.get_string("federated.slowdown"), sites));
+  }
+  if (const auto drop = c.get_string("federated.drop"); !drop.empty()) {
+    long long site = -1, round = -1;
+    char extra = 0;
+    const auto rounds = c.get_int("train.steps") / c.get_int("federated.local_steps");
+    if (std::sscanf(drop.c_str(), "%lld:%lld%c", &site, &round, &extra) != 2 || site < 0 || site >= sites ||
+        round < 1 || round > rounds)
+      fail(c, {"federated.drop"},
+           fmt::format("federated.drop = \"{}\" must be \"SITE:ROUND\" with SITE in 0..{} and ROUND in 1..{} (the "
+                       "run's rounds)",
+                       drop, sites - 1, rounds));
+    if (c.get_bool("federated.secure")) {
+      const auto t = threshold == 0 ? sites / 2 + 1 : threshold;
+      if (sites - 1 < t)
+        fail(c, {"federated.drop", "federated.threshold"},
+             fmt::format("federated.drop takes a site out of a round, leaving {} of {}, fewer than the threshold {}: "
+                         "that round could not be unmasked; lower federated.threshold or add sites",
+                         sites - 1, sites, t));
+    }
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {"parallel.auto", "the planner plans one job's layout, not a site's"},
+      {"growth.every", "grown experts would differ between sites"},
+      {"moe.replace_every", "re-placed experts would sit on different ranks at each site"},
+      {"memory.offload_experts", "the offloaded experts' values are not in the parts the sites average"},
+  };
+  for (const auto& [key, why] : refused) {
+    const auto& s = c.setting(key);
+    if (!(s.value == s.spec->def))
+      fail(c, {key, "federated.sites"},
+           fmt::format("{} is not built with federated training ({}); set it back to its default or "
+                       "federated.sites = 1",
+                       key, why));
+  }
+  if (c.get_string("federated.balance") == "steps" && c.get_bool("checkpoint.resume"))
+    fail(c, {"checkpoint.resume", "federated.balance"},
+         "checkpoint.resume is not built with federated.balance = \"steps\" (the sites' rounds are not at the same "
+         "steps, so a resume could not find a common round); set balance = \"none\" to resume");
+}
+
 // train.grad_projection: tasks to project between, and what keeps state
 // across a step's micro-batches that its rounds would split.
 void check_projection(const Config& c) {
@@ -745,6 +847,18 @@ std::vector<double> number_list(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0;;) {
+    const auto next = text.find(',', at);
+    const std::string item = text.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    const auto a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    out.push_back(a == std::string::npos ? "" : item.substr(a, b - a + 1));
+    if (next == std::string::npos) return out;
+    at = next + 1;
+  }
+}
+
 std::vector<std::string> name_list(const std::string& text) {
   std::vector<std::string> out;
   std::size_t at = 0;
@@ -764,7 +878,12 @@ std::vector<std::string> name_list(const std::string& text) {
 void check_world(const Config& c) {
   const auto pp = c.get_int("parallel.pp"), dp = c.get_int("parallel.dp");
   const auto cp = c.get_int("parallel.cp"), tp = c.get_int("parallel.tp");
-  const std::int64_t world = c.world_size(), pct = pp * cp * tp;
+  if (const auto sites = c.get_int("federated.sites"); sites > 1 && c.world_size() % sites != 0)
+    fail(c, {"federated.sites"},
+         fmt::format("federated.sites = {} does not divide the world size {}: each site is world/sites ranks; run on "
+                     "a multiple of {} ranks, or choose federated.sites from {}",
+                     sites, c.world_size(), sites, divisors(c.world_size())));
+  const std::int64_t world = c.layout_world_size(), pct = pp * cp * tp;
   if (dp == 0) {
     if (world % pct != 0) {
       fail(c, {"parallel.pp", "parallel.cp", "parallel.tp", "parallel.dp"},
@@ -811,6 +930,7 @@ void check_consistency(const Config& c) {
   check_training(c);
   check_streams(c);
   check_projection(c);
+  check_federated(c);
   check_batching(c);
   check_combinations(c);
 }

@@ -33,4 +33,8 @@ std::vector<double> number_list(const std::string& text);
 // names, blanks around them dropped; exa::Error on an empty entry.
 std::vector<std::string> name_list(const std::string& text);
 
+// "a,,b" -> {"a", "", "b"}: comma-separated entries, blanks around them
+// dropped, empty ones kept (so a check can name the one that is missing).
+std::vector<std::string> comma_items(const std::string& text);
+
 }  // namespace exa::deck

@@ -176,6 +176,15 @@ std::vector<KeySpec> build() {
       I("resilience", "nan_rollback_after", 1, 1, kCount, "consecutive non-finite steps that trigger a rollback (nan_policy = \"rollback\")"),
       I("resilience", "replica_check_every", 0, 0, kCount, "steps between checks that the data-parallel replicas' parameters agree (per-tensor checksums); a corrupt copy is named in the log and repaired from a majority replica (zero 0) or the master parts (zero 1/2); 0 = off"),
 
+      I("federated", "sites", 1, 1, 4096, "federated training: the world splits into this many sites of world/sites consecutive ranks, each training on its own federated.site_data in the deck's [parallel] layout, their models averaged every federated.local_steps steps (FedAvg); 1 = off"),
+      I("federated", "local_steps", 10, 1, kCount, "steps each site trains between two averagings (a round); must divide train.steps"),
+      B("federated", "secure", false, "average by secure aggregation (pairwise X25519/ChaCha20 masks, Shamir-shared seeds; needs libsodium): the aggregator learns only the sum; false: plain averaging of the same fixed-point values"),
+      I("federated", "threshold", 0, 0, 4096, "with secure: sites that must survive a round for its sum to be unmasked (the Shamir threshold); 0 = a majority, sites/2 + 1"),
+      S("federated", "site_data", "", {}, "comma-separated data files, one per site, in site order (each read with data.format, its own validation split held out)"),
+      S("federated", "balance", "none", {"none", "steps"}, "steps: after each round, a site's steps in the next are local_steps times the fastest site's step time over its own, so that slow sites do not idle the fast ones; none: local_steps everywhere"),
+      S("federated", "slowdown", "", {}, "comma-separated factors >= 1, one per site: each step of a site is made that many times longer by sleeping (pretend-slow sites, to measure federated.balance); empty = none"),
+      S("federated", "drop", "", {}, "\"SITE:ROUND\": site SITE (0-based) drops out of round ROUND (1-based) after the key exchange, so the round completes from the survivors (secure: their shares unmask it) and the site takes the average after it; tests the recovery; empty = none"),
+
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
       I("output", "trace_steps", 0, 0, kCount, "record a timeline of the first N steps of the run: run_dir/trace.rank<R>.json per rank, every phase and each expert all-to-all part in flight, in the Chrome trace format (chrome://tracing or ui.perfetto.dev); 0 = none"),
@@ -210,7 +219,7 @@ const std::vector<KeySpec>& schema() {
 const std::vector<std::string>& sections() {
   static const std::vector<std::string> names = {"model",     "attention", "moe",    "lora",   "growth", "parallel", "pipeline", "train",
                                                  "optim",     "data",   "checkpoint", "precision",
-                                                 "memory",    "comm",   "resilience", "output"};
+                                                 "memory",    "comm",   "resilience", "federated", "output"};
   return names;
 }
 
