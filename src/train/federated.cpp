@@ -27,51 +27,44 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-struct Options {
-  int sites = 1, threshold = 1;
-  std::int64_t local_steps = 1, rounds = 1;
-  bool secure = false, balance = false;
-  std::vector<std::string> data;
-  std::vector<double> slowdown;  // per site, 1 = none
-  int drop_site = -1;
-  std::int64_t drop_round = -1;
 
-  static Options from_deck(const deck::Config& c) {
-    Options o;
-    o.sites = int(c.get_int("federated.sites"));
-    o.local_steps = c.get_int("federated.local_steps");
-    o.rounds = c.get_int("train.steps") / o.local_steps;
-    o.secure = c.get_bool("federated.secure");
-    const auto t = c.get_int("federated.threshold");
-    o.threshold = t == 0 ? o.sites / 2 + 1 : int(t);
-    o.balance = c.get_string("federated.balance") == "steps";
-    o.data = deck::comma_items(c.get_string("federated.site_data"));
-    o.slowdown.assign(std::size_t(o.sites), 1.0);
-    if (!c.get_string("federated.slowdown").empty()) o.slowdown = deck::number_list(c.get_string("federated.slowdown"));
-    if (const auto& d = c.get_string("federated.drop"); !d.empty()) {
-      long long s = -1, r = -1;
-      std::sscanf(d.c_str(), "%lld:%lld", &s, &r);  // the deck checked the form
-      o.drop_site = int(s);
-      o.drop_round = r;
-    }
-    return o;
+}  // namespace
+
+FederatedOptions FederatedOptions::from_deck(const deck::Config& c) {
+  FederatedOptions o;
+  o.sites = int(c.get_int("federated.sites"));
+  o.local_steps = c.get_int("federated.local_steps");
+  o.rounds = c.get_int("train.steps") / o.local_steps;
+  o.secure = c.get_bool("federated.secure");
+  const auto t = c.get_int("federated.threshold");
+  o.threshold = t == 0 ? o.sites / 2 + 1 : int(t);
+  o.balance = c.get_string("federated.balance") == "steps";
+  if (const auto& d = c.get_string("federated.site_data"); d != "none") o.data = deck::comma_items(d);
+  o.slowdown.assign(static_cast<std::size_t>(o.sites), 1.0);
+  if (const auto& f = c.get_string("federated.slowdown"); f != "none") o.slowdown = deck::number_list(f);
+  if (const auto& d = c.get_string("federated.drop"); d != "none") {
+    long long s = -1, r = -1;
+    std::sscanf(d.c_str(), "%lld:%lld", &s, &r);  // the deck checked the form
+    o.drop_site = int(s);
+    o.drop_round = r;
   }
-};
+  return o;
+}
 
-// The site's deck: its data and its own run directory (and checkpoint
-// directories, where the deck gave absolute ones), the rest as the deck says.
-deck::Config site_config(const deck::Config& cfg, const Options& o, int site) {
+deck::Config federated_site_config(const deck::Config& cfg, int site) {
   const std::string tag = fmt::format("site{}", site);
   auto overrides = cfg.overrides();
-  overrides.push_back("data.path=" + o.data[std::size_t(site)]);
+  overrides.push_back("data.path=" + deck::comma_items(cfg.get_string("federated.site_data")).at(std::size_t(site)));
   overrides.push_back("output.run_dir=" + (fs::path(cfg.get_string("output.run_dir")) / tag).string());
   for (const char* key : {"checkpoint.dir", "checkpoint.local_dir"})
     if (const fs::path p = cfg.get_string(key); p.is_absolute()) overrides.push_back(std::string(key) + "=" + (p / tag).string());
   return deck::Config::from_text(cfg.deck_text(), cfg.deck_path(), overrides, cfg.world_size());
 }
 
+namespace {
+
 // A site's file must hold data before any rank starts a Trainer on it.
-void check_site_data(const Options& o) {
+void check_site_data(const FederatedOptions& o) {
   for (int k = 0; k < o.sites; ++k) {
     const auto& p = o.data[std::size_t(k)];
     std::error_code ec;
@@ -90,7 +83,7 @@ void check_site_data(const Options& o) {
 // averaging, the evaluation, the round's record and the next round's steps.
 class Rounds {
  public:
-  Rounds(const Options& o, Trainer& t, MPI_Comm site_comm, MPI_Comm cross, int site)
+  Rounds(const FederatedOptions& o, Trainer& t, MPI_Comm site_comm, MPI_Comm cross, int site)
       : o_(o), t_(t), site_comm_(site_comm), cross_(cross), site_(site), quota_(std::size_t(o.sites), o.local_steps) {
     const std::int64_t first = t.step();
     std::vector<std::int64_t> firsts(static_cast<std::size_t>(o.sites));
@@ -195,9 +188,15 @@ class Rounds {
     t_.metrics().write(rec);
     if (o_.balance) {
       // Next round: each site's steps scaled by the fastest site's step time
-      // over its own, so that all finish together.
-      std::vector<double> per_step(static_cast<std::size_t>(n_sites));
-      for (int k = 0; k < n_sites; ++k) per_step[std::size_t(k)] = busys[std::size_t(k)] / double(quota_[std::size_t(k)]);
+      // over its own, so that all finish together. The step times are
+      // averaged over the rounds (exponentially, half each), as one round's
+      // are noisy: its first steps warm up, a busy node slows a few.
+      if (per_step_.empty()) per_step_.assign(static_cast<std::size_t>(n_sites), 0.0);
+      for (int k = 0; k < n_sites; ++k) {
+        const double t = busys[std::size_t(k)] / double(quota_[std::size_t(k)]);
+        per_step_[std::size_t(k)] = per_step_[std::size_t(k)] == 0 ? t : 0.5 * (per_step_[std::size_t(k)] + t);
+      }
+      const auto& per_step = per_step_;
       const double fastest = *std::min_element(per_step.begin(), per_step.end());
       for (int k = 0; k < n_sites; ++k)
         quota_[std::size_t(k)] = std::clamp<std::int64_t>(
@@ -205,11 +204,12 @@ class Rounds {
     }
   }
 
-  const Options& o_;
+  const FederatedOptions& o_;
   Trainer& t_;
   MPI_Comm site_comm_, cross_;
   int site_;
   std::vector<std::int64_t> quota_;  // steps of each site in this round
+  std::vector<double> per_step_;     // federated.balance: each site's step time, averaged over the rounds
   std::int64_t round_ = 1, done_ = 0;  // the round (1-based) and this site's steps in it
   double busy_ = 0;                     // this rank's step time in the round
   Clock::time_point last_, round_start_;
@@ -219,7 +219,7 @@ class Rounds {
 }  // namespace
 
 double run_federated(const deck::Config& cfg, MPI_Comm world) {
-  const Options o = Options::from_deck(cfg);
+  const FederatedOptions o = FederatedOptions::from_deck(cfg);
   check_site_data(o);
   if (o.secure)
     EXA_REQUIRE(comm::secagg::available(),
@@ -237,7 +237,7 @@ double run_federated(const deck::Config& cfg, MPI_Comm world) {
             o.balance ? ", steps balanced by speed" : "", fmt::join(o.data, ", "));
   double val = std::numeric_limits<double>::quiet_NaN();
   {
-    const deck::Config scfg = site_config(cfg, o, site);
+    const deck::Config scfg = federated_site_config(cfg, site);
     Trainer t(scfg, site_comm);
     Rounds rounds(o, t, site_comm, cross, site);
     t.set_step_hook([&](std::int64_t) { return rounds.after_step(); });

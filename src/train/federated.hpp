@@ -12,7 +12,29 @@
 
 #include "core/deck/config.hpp"
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 namespace exa::train {
+
+// The deck's [federated] section.
+struct FederatedOptions {
+  int sites = 1, threshold = 1;  // threshold: of secure aggregation (0 in the deck: a majority)
+  std::int64_t local_steps = 1, rounds = 1;
+  bool secure = false, balance = false;
+  std::vector<std::string> data;  // per site
+  std::vector<double> slowdown;   // per site, 1 = none
+  int drop_site = -1;             // federated.drop: this site leaves round drop_round
+  std::int64_t drop_round = -1;
+
+  static FederatedOptions from_deck(const deck::Config& c);
+};
+
+// Site `site`'s deck: its data (federated.site_data's entry) and its own
+// run directory output.run_dir/site<K> (and checkpoint directories, where
+// the deck gave absolute ones), the rest as the deck says.
+deck::Config federated_site_config(const deck::Config& cfg, int site);
 
 // Runs it on `world` (federated.sites > 1); returns the last round's global
 // validation loss (the mean over the sites of the averaged model's loss on

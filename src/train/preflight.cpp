@@ -1,4 +1,6 @@
 #include "train/preflight.hpp"
+
+#include "train/federated.hpp"
 #include "train/distillation.hpp"
 
 #include "train/init_from.hpp"
@@ -73,6 +75,17 @@ std::string source_text(const deck::Config& cfg, const io::Sampler& data, const 
 }
 
 std::string data_line(const deck::Config& cfg) {
+  if (const auto sites = cfg.get_int("federated.sites"); sites > 1) {
+    std::vector<std::string> parts;
+    for (int k = 0; k < int(sites); ++k) {
+      const deck::Config site = federated_site_config(cfg, k);
+      const io::Sampler data = deck_sampler(site, located(cfg, {"federated.site_data"}, [&] {
+                                              return open_deck_dataset(site);
+                                            }));
+      parts.push_back(fmt::format("site {}: {}", k, source_text(site, data, site.get_string("data.format"))));
+    }
+    return fmt::format("data: {} federated sites: {}", sites, fmt::join(parts, "; "));
+  }
   if (!cfg.streams().empty()) {
     // Each stream's own errors name its table's line (open_deck_streams).
     const io::StreamMixture mix = open_deck_streams(cfg);

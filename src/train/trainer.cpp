@@ -691,6 +691,9 @@ double Trainer::run() {
       parts.push_back(fmt::format("{} {:g}", data_.stream(k).task, data_.stream(k).weight));
     batch += fmt::format(" from {} streams by weight ({})", data_.size(), fmt::join(parts, ", "));
   }
+  if (federated_.sites > 1)
+    batch += fmt::format("; one of {} federated sites, averaged every {} steps", federated_.sites,
+                         federated_.local_steps);
   log::info("training {} steps from step {}: {}, {:.2f}M parameters ({:.2f}M active per token), {}, gemm peak "
             "{:.1f} GFLOP/s per rank ({} cores)",
             steps_, step_, batch, double(dp_->model_numel()) / 1e6, flops_.active_params / 1e6,

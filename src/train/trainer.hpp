@@ -40,6 +40,7 @@
 #include "train/energy.hpp"
 #include "train/expert_growth.hpp"
 #include "train/expert_replacement.hpp"
+#include "train/federated.hpp"
 #include "train/flops.hpp"
 #include "parallel/expert/moe_load.hpp"
 #include "train/nan_policy.hpp"
@@ -207,6 +208,7 @@ class Trainer {
   MemoryCap cap_{cfg_, world_};  // memory.cap_gb
   std::unique_ptr<CheckpointManager> ckpt_;  // tiers 0, 1 and 2, the async writer, resume and rollback
   std::function<bool(std::int64_t)> step_hook_;  // set_step_hook
+  FederatedOptions federated_ = FederatedOptions::from_deck(cfg_);  // [federated]: whether this is one site of several
 };
 
 }  // namespace exa::train

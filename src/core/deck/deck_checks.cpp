@@ -491,12 +491,12 @@ void check_federated(const Config& c) {
   const auto sites = c.get_int("federated.sites");
   if (sites <= 1) {
     for (const char* key : {"federated.site_data", "federated.slowdown", "federated.drop"})
-      if (!c.get_string(key).empty())
+      if (c.get_string(key) != "none")
         fail(c, {key}, fmt::format("{} is set but federated.sites = 1 (no federation); set federated.sites to the "
                                    "number of sites, or remove {}",
                                    key, key));
     for (const char* key : {"federated.secure", "federated.threshold", "federated.balance", "federated.local_steps"})
-      if (c.setting(key).origin != Origin::Default)
+      if (const auto& s = c.setting(key); !(s.value == s.spec->def))
         fail(c, {key}, fmt::format("{} is set but federated.sites = 1 (no federation); set federated.sites to the "
                                    "number of sites, or remove {}",
                                    key, key));
@@ -508,12 +508,14 @@ void check_federated(const Config& c) {
          fmt::format("federated.threshold = {} is more than the {} sites: no round could ever be unmasked; choose "
                      "1 <= threshold <= {} (0 = a majority, {})",
                      threshold, sites, sites, sites / 2 + 1));
-  if (c.setting("federated.threshold").origin != Origin::Default && !c.get_bool("federated.secure"))
+  if (c.get_int("federated.threshold") != 0 && !c.get_bool("federated.secure"))
     fail(c, {"federated.threshold", "federated.secure"},
          "federated.threshold is the secret-sharing threshold of secure aggregation, but federated.secure = false; "
          "set secure = true or remove threshold");
   // Every entry, blank ones too: "a.txt,,c.txt" leaves site 1 without data.
-  const std::vector<std::string> data = comma_items(c.get_string("federated.site_data"));
+  const std::vector<std::string> data =
+      c.get_string("federated.site_data") == "none" ? std::vector<std::string>{""}
+                                                    : comma_items(c.get_string("federated.site_data"));
   const auto blank = std::find(data.begin(), data.end(), std::string());
   if (blank != data.end() || std::int64_t(data.size()) < sites)
     fail(c, {"federated.site_data", "federated.sites"},
@@ -533,7 +535,7 @@ void check_federated(const Config& c) {
          fmt::format("federated.local_steps = {} does not divide train.steps = {}: the run is a whole number of "
                      "rounds; set train.steps to a multiple of {}",
                      local, steps, local));
-  if (const auto slow = comma_items(c.get_string("federated.slowdown")); !c.get_string("federated.slowdown").empty()) {
+  if (const auto slow = comma_items(c.get_string("federated.slowdown")); c.get_string("federated.slowdown") != "none") {
     bool ok = std::int64_t(slow.size()) == sites;
     for (const auto& f : slow) {
       char* end = nullptr;
@@ -546,7 +548,7 @@ void check_federated(const Config& c) {
                        "separated (e.g. \"1,1,2\")",
                        c.get_string("federated.slowdown"), sites));
   }
-  if (const auto drop = c.get_string("federated.drop"); !drop.empty()) {
+  if (const auto drop = c.get_string("federated.drop"); drop != "none") {
     long long site = -1, round = -1;
     char extra = 0;
     const auto rounds = c.get_int("train.steps") / c.get_int("federated.local_steps");

@@ -180,10 +180,10 @@ std::vector<KeySpec> build() {
       I("federated", "local_steps", 10, 1, kCount, "steps each site trains between two averagings (a round); must divide train.steps"),
       B("federated", "secure", false, "average by secure aggregation (pairwise X25519/ChaCha20 masks, Shamir-shared seeds; needs libsodium): the aggregator learns only the sum; false: plain averaging of the same fixed-point values"),
       I("federated", "threshold", 0, 0, 4096, "with secure: sites that must survive a round for its sum to be unmasked (the Shamir threshold); 0 = a majority, sites/2 + 1"),
-      S("federated", "site_data", "", {}, "comma-separated data files, one per site, in site order (each read with data.format, its own validation split held out)"),
+      S("federated", "site_data", "none", {}, "comma-separated data files, one per site, in site order (each read with data.format, its own validation split held out); none = no federation"),
       S("federated", "balance", "none", {"none", "steps"}, "steps: after each round, a site's steps in the next are local_steps times the fastest site's step time over its own, so that slow sites do not idle the fast ones; none: local_steps everywhere"),
-      S("federated", "slowdown", "", {}, "comma-separated factors >= 1, one per site: each step of a site is made that many times longer by sleeping (pretend-slow sites, to measure federated.balance); empty = none"),
-      S("federated", "drop", "", {}, "\"SITE:ROUND\": site SITE (0-based) drops out of round ROUND (1-based) after the key exchange, so the round completes from the survivors (secure: their shares unmask it) and the site takes the average after it; tests the recovery; empty = none"),
+      S("federated", "slowdown", "none", {}, "comma-separated factors >= 1, one per site: each step of a site is made that many times longer by sleeping (pretend-slow sites, to measure federated.balance); none = every site at its own speed"),
+      S("federated", "drop", "none", {}, "\"SITE:ROUND\": site SITE (0-based) drops out of round ROUND (1-based) after the key exchange, so the round completes from the survivors (secure: their shares unmask it) and the site takes the average after it; tests the recovery; none = no site drops"),
 
       S("output", "run_dir", "run", {}, "directory for metrics.jsonl, logs and (by default) checkpoints"),
       I("output", "metrics_every", 0, 0, kCount, "steps between metrics.jsonl records; 0 = train.log_every"),
