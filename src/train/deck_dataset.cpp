@@ -10,11 +10,9 @@
 
 namespace exa::train {
 
-namespace {
-
 namespace fs = std::filesystem;
 
-std::string found(const std::string& path) {
+std::string resolve_data_path(const std::string& path) {
   if (!path.empty() && fs::path(path).is_relative() && !fs::exists(path)) {
     const fs::path alt = fs::path(EXAMOE_SOURCE_DIR) / path;
     if (fs::exists(alt)) return alt.string();
@@ -22,11 +20,9 @@ std::string found(const std::string& path) {
   return path;
 }
 
-}  // namespace
-
 std::string deck_tokenizer_path(const deck::Config& cfg) {
   const std::string t = cfg.get_string("data.tokenizer");
-  return t == "none" ? std::string() : found(t);
+  return t == "none" ? std::string() : resolve_data_path(t);
 }
 
 namespace {
@@ -50,7 +46,7 @@ void check_tokenizer(const deck::Config& cfg) {
 
 io::Dataset open_deck_dataset(const deck::Config& cfg) {
   io::DataSpec spec = io::data_spec_from_deck(cfg);
-  spec.path = found(spec.path);
+  spec.path = resolve_data_path(spec.path);
   check_tokenizer(cfg);
   return io::Dataset::open(spec);
 }
@@ -122,7 +118,7 @@ io::StreamMixture open_deck_streams(const deck::Config& cfg) {
   check_tokenizer(cfg);
   for (const deck::DataStream& d : cfg.streams()) {
     io::DataSpec spec = io::data_spec_from_deck(cfg);
-    spec.path = found(d.path);
+    spec.path = resolve_data_path(d.path);
     spec.format = io::parse_data_format(d.format);
     try {
       streams.push_back({d.task, d.weight, source_sampler(cfg, io::Dataset::open(spec), spec.format)});

@@ -15,6 +15,10 @@ namespace exa::train {
 // Also checks data.tokenizer, when set, against model.vocab_size.
 io::Dataset open_deck_dataset(const deck::Config& cfg);
 
+// A data file's path as the run opens it: a relative path absent from the
+// working directory is taken from the source tree (the bundled corpora).
+std::string resolve_data_path(const std::string& path);
+
 // The dataset and its sampler: data.documents = "packed" packs the
 // documents (a text's blank-line-separated ones, a shard's SHARD.docs
 // index; HDF5 has none) with train.seed's draws.

@@ -17,6 +17,7 @@
 #include "core/deck/deck_checks.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "train/deck_dataset.hpp"
 #include "train/trainer.hpp"
 
 namespace exa::train {
@@ -66,7 +67,7 @@ namespace {
 // A site's file must hold data before any rank starts a Trainer on it.
 void check_site_data(const FederatedOptions& o) {
   for (int k = 0; k < o.sites; ++k) {
-    const auto& p = o.data[std::size_t(k)];
+    const auto p = resolve_data_path(o.data[std::size_t(k)]);
     std::error_code ec;
     const auto size = fs::file_size(p, ec);
     EXA_REQUIRE(!ec, "federated site {} has no data: federated.site_data entry {} is '{}', which cannot be read ({}); "

@@ -22,6 +22,8 @@ class Examoe(CMakePackage, CudaPackage):
     variant("tests", default=False, description="Build the test suite (ctest)")
     variant("benchmarks", default=False, description="Build the Google Benchmark programs in bench/")
     variant("sentencepiece", default=False, description="Subword tokenizers in examoe-tokenize (SentencePiece)")
+    variant("libsodium", default=False,
+            description="Secure aggregation for federated training (federated.secure) on libsodium")
     variant("onednn", default=True,
             description="bf16 matrix products on CPUs through oneDNN (precision.compute); unused by +cuda")
 
@@ -52,6 +54,7 @@ class Examoe(CMakePackage, CudaPackage):
     depends_on("googletest", when="+tests")
     depends_on("benchmark", when="+benchmarks")
     depends_on("sentencepiece", when="+sentencepiece")
+    depends_on("libsodium", when="+libsodium")
     depends_on("onednn cpu_runtime=omp", when="+onednn~cuda")
 
     conflicts("+nccl", when="~cuda", msg="NCCL collectives need the CUDA backend: add +cuda")
@@ -66,6 +69,7 @@ class Examoe(CMakePackage, CudaPackage):
             self.define_from_variant("EXAMOE_ENABLE_TESTS", "tests"),
             self.define_from_variant("EXAMOE_ENABLE_BENCHMARKS", "benchmarks"),
             self.define("EXAMOE_ENABLE_SENTENCEPIECE", "ON" if spec.satisfies("+sentencepiece") else "OFF"),
+            self.define("EXAMOE_ENABLE_SODIUM", "ON" if spec.satisfies("+libsodium") else "OFF"),
             self.define("EXAMOE_ENABLE_ONEDNN", "ON" if spec.satisfies("+onednn~cuda") else "OFF"),
             self.define_from_variant("EXAMOE_ENABLE_NCCL", "nccl"),
             # An install compiles every source once: batches of 8 share one
