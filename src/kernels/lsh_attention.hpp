@@ -190,6 +190,24 @@ KOKKOS_INLINE_FUNCTION int query_end(const Geometry& g, int b, int j) {
   return g.doc_end ? int(g.doc_end[b * g.doc_stride + j + g.offset] - g.offset) : g.T;
 }
 
+// The (sequence, head, position) of flat index e over [B, H, T].
+struct Row {
+  int b, h, i;
+};
+KOKKOS_INLINE_FUNCTION Row row_of(const Geometry& g, std::int64_t e) {
+  return {int(e / (std::int64_t(g.T) * g.H)), int((e / g.T) % g.H), int(e % g.T)};
+}
+
+// The sorted slots [s0, s1) that query position i sees in round r: its
+// chunk and the chunks_before before it.
+template <class R>
+KOKKOS_INLINE_FUNCTION void query_window(const R& rank, const Geometry& g, int b, int kv, int r, int i, int& s0,
+                                         int& s1) {
+  const int c = rank(b, kv, r, i) / g.C;
+  s0 = (c - g.before > 0 ? c - g.before : 0) * g.C;
+  s1 = (c + 1) * g.C < g.T ? (c + 1) * g.C : g.T;
+}
+
 }  // namespace lsh_detail
 
 // out and lse are overwritten; lse[b,h,i] is the log-sum-exp of row i's
@@ -208,16 +226,16 @@ void lsh_attention_forward(const Q& q, const K& k, const V& v, const O& out, con
   Kokkos::parallel_for(
       "exa::attention::lsh_forward", Kokkos::RangePolicy<exec_of<O>>(exec, 0, std::int64_t(g.B) * g.H * g.T),
       KOKKOS_LAMBDA(const std::int64_t e) {
-        const int i = int(e % g.T), h = int((e / g.T) % g.H), b = int(e / (std::int64_t(g.T) * g.H));
+        const ld::Row row = ld::row_of(g, e);
+        const int b = row.b, h = row.h, i = row.i;
         const int kv = h / g.rep, lo = ld::first_key(g, b, i);
         T* o = &out(b, i, h, 0);
         const T* qi = &q(b, i, h, 0);
         for (int d = 0; d < g.hd; ++d) o[d] = T(0);
         T m = -kx::infinity<T>(), l = T(0);
         for (int r = 0; r < g.R; ++r) {
-          const int c = rank(b, kv, r, i) / g.C;
-          const int s0 = (c - g.before > 0 ? c - g.before : 0) * g.C;
-          const int s1 = (c + 1) * g.C < g.T ? (c + 1) * g.C : g.T;
+          int s0 = 0, s1 = 0;
+          ld::query_window(rank, g, b, kv, r, i, s0, s1);
           for (int s = s0; s < s1; ++s) {
             const int j = perm(b, kv, r, s);
             if (j > i || j < lo || ld::seen_before(rank, b, kv, r, i, j, g.C, g.before)) continue;
@@ -261,13 +279,15 @@ void lsh_attention_backward(const DO& dout, const Q& q, const K& k, const V& v, 
   Kokkos::parallel_for(
       "exa::attention::lsh_D", Kokkos::RangePolicy<exec_of<DQ>>(exec, 0, std::int64_t(g.B) * g.H * g.T),
       KOKKOS_LAMBDA(const std::int64_t e) {
-        const int i = int(e % g.T), h = int((e / g.T) % g.H), b = int(e / (std::int64_t(g.T) * g.H));
+        const ld::Row row = ld::row_of(g, e);
+        const int b = row.b, h = row.h, i = row.i;
         Dv(b, h, i) = attention_detail::dot<T>(&dout(b, i, h, 0), &out(b, i, h, 0), g.hd);
       });
   Kokkos::parallel_for(
       "exa::attention::lsh_dq", Kokkos::RangePolicy<exec_of<DQ>>(exec, 0, std::int64_t(g.B) * g.H * g.T),
       KOKKOS_LAMBDA(const std::int64_t e) {
-        const int i = int(e % g.T), h = int((e / g.T) % g.H), b = int(e / (std::int64_t(g.T) * g.H));
+        const ld::Row row = ld::row_of(g, e);
+        const int b = row.b, h = row.h, i = row.i;
         const int kv = h / g.rep, lo = ld::first_key(g, b, i);
         T* dqi = &dq(b, i, h, 0);
         const T* qi = &q(b, i, h, 0);
@@ -275,9 +295,8 @@ void lsh_attention_backward(const DO& dout, const Q& q, const K& k, const V& v, 
         const T li = lse(b, h, i), Di = Dv(b, h, i);
         for (int d = 0; d < g.hd; ++d) dqi[d] = T(0);
         for (int r = 0; r < g.R; ++r) {
-          const int c = rank(b, kv, r, i) / g.C;
-          const int s0 = (c - g.before > 0 ? c - g.before : 0) * g.C;
-          const int s1 = (c + 1) * g.C < g.T ? (c + 1) * g.C : g.T;
+          int s0 = 0, s1 = 0;
+          ld::query_window(rank, g, b, kv, r, i, s0, s1);
           for (int s = s0; s < s1; ++s) {
             const int j = perm(b, kv, r, s);
             if (j > i || j < lo || ld::seen_before(rank, b, kv, r, i, j, g.C, g.before)) continue;

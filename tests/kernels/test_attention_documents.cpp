@@ -15,6 +15,7 @@
 #include "harness/backend.hpp"
 #include "harness/fd_check.hpp"
 #include "attention_paths.hpp"
+#include "packed_documents.hpp"
 #include "kernels/attention.hpp"
 
 using namespace exa::test;
@@ -29,45 +30,8 @@ template <class T, class D = TestDevice>
 using V4 = Kokkos::View<T****, Kokkos::LayoutRight, D>;
 template <class T, class D = TestDevice>
 using V3 = Kokkos::View<T***, Kokkos::LayoutRight, D>;
-using I2 = Kokkos::View<std::int32_t**, Kokkos::LayoutRight, TestDevice>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Sequences of P positions cut into documents at `cuts` (document starts
-// after 0); sequence b's cuts are shifted by b, so rows differ.
-struct Docs {
-  int B = 0, P = 0;
-  std::vector<std::int32_t> start, end;  // [B*P]
-  I2 d_start, d_end;
-
-  Docs(int B_, int P_, const std::vector<int>& cuts) : B(B_), P(P_), start(B_ * P_), end(B_ * P_) {
-    for (int b = 0; b < B; ++b) {
-      std::vector<int> s{0};
-      for (int c : cuts)
-        if (c + b > 0 && c + b < P) s.push_back(c + b);
-      s.push_back(P);
-      for (std::size_t d = 0; d + 1 < s.size(); ++d)
-        for (int p = s[d]; p < s[d + 1]; ++p) {
-          start[std::size_t(b * P + p)] = s[d];
-          end[std::size_t(b * P + p)] = s[d + 1];
-        }
-    }
-    d_start = I2("doc_start", B, P);
-    d_end = I2("doc_end", B, P);
-    auto hs = Kokkos::create_mirror_view(d_start);
-    auto he = Kokkos::create_mirror_view(d_end);
-    for (int i = 0; i < B * P; ++i) {
-      hs.data()[i] = start[std::size_t(i)];
-      he.data()[i] = end[std::size_t(i)];
-    }
-    Kokkos::deep_copy(d_start, hs);
-    Kokkos::deep_copy(d_end, he);
-  }
-  AttentionOffsets at(index_t q_offset, index_t k_offset) const {
-    return {q_offset, k_offset, d_start.data(), d_end.data(), P};
-  }
-  bool visible(int b, index_t qp, index_t kp) const { return kp <= qp && kp >= start[std::size_t(b * P + qp)]; }
-};
 
 struct Case {
   const char* name;
@@ -90,11 +54,6 @@ const AttentionTiles kTiles{4, 3, 4};
 
 using Path = AttentionPath;
 
-template <class A>
-std::vector<double> host(const A& a) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
-  return std::vector<double>(h.data(), h.data() + h.span());
-}
 
 // max |got - ref|, infinite where one side is NaN or an infinity the other lacks.
 double max_err(const std::vector<double>& got, const std::vector<double>& ref) {
@@ -120,7 +79,7 @@ void check_forward(const Case& c, Path p, double tol) {
   Kokkos::deep_copy(out, T(std::nan("")));
   Kokkos::deep_copy(lse, T(std::nan("")));
   forward(p, q, k, v, out, lse, kTiles, docs.at(c.q_offset, c.k_offset));
-  const auto hq = host(q), hk = host(k), hv = host(v);
+  const auto hq = host_values(q), hk = host_values(k), hv = host_values(v);
   std::vector<double> ro(std::size_t(c.B) * c.T * c.H * c.hd, 0.0), rl(std::size_t(c.B) * c.H * c.T, -kInf);
   const int rep = c.H / c.Hkv;
   const double scale = 1.0 / std::sqrt(double(c.hd));
@@ -151,7 +110,7 @@ void check_forward(const Case& c, Path p, double tol) {
             ro[((std::size_t(b) * c.T + i) * c.H + h) * c.hd + e] += pr * at4(hv, c.Tk, c.Hkv, c.hd, b, j, g, e);
         }
       }
-  const double wo = max_err(host(out), ro), wl = max_err(host(lse), rl);
+  const double wo = max_err(host_values(out), ro), wl = max_err(host_values(lse), rl);
   std::printf("[docs fwd %s %s %s] %s: max |out err| %.3e, max |lse err| %.3e, tol %.1e\n",
               EXAMOE_TEST_BACKEND_NAME, path_name(p), sizeof(T) == 4 ? "fp32" : "fp64", c.name, wo, wl, tol);
   EXPECT_LE(wo, tol) << c.name;
@@ -220,8 +179,8 @@ TEST(AttentionDocuments, HostAndTeamPathsAgree) {
       ad::forward_host(q, k, v, o2, l2, tiles, at);
       ad::backward_team(r, q, k, v, o1, l1, dq1, dk1, dv1, tiles, at);
       ad::backward_host(r, q, k, v, o2, l2, dq2, dk2, dv2, tiles, at);
-      const double e[5] = {max_err(host(o2), host(o1)), max_err(host(l2), host(l1)), max_err(host(dq2), host(dq1)),
-                           max_err(host(dk2), host(dk1)), max_err(host(dv2), host(dv1))};
+      const double e[5] = {max_err(host_values(o2), host_values(o1)), max_err(host_values(l2), host_values(l1)), max_err(host_values(dq2), host_values(dq1)),
+                           max_err(host_values(dk2), host_values(dk1)), max_err(host_values(dv2), host_values(dv1))};
       for (double x : e) EXPECT_LE(x, 1e-12) << c.name << " tiles " << tiles.block_q << "x" << tiles.block_k;
     }
 }
@@ -244,7 +203,7 @@ TEST(AttentionDocuments, PackedEqualsDocumentsOneByOne) {
     fill_uniform(r, 94);
     forward(p, q, k, v, out, lse, kTiles, docs.at(0, 0));
     backward(p, r, q, k, v, out, lse, dq, dk, dv, kTiles, docs.at(0, 0));
-    const auto packed = std::vector<std::vector<double>>{host(out), host(lse), host(dq), host(dk), host(dv)};
+    const auto packed = std::vector<std::vector<double>>{host_values(out), host_values(lse), host_values(dq), host_values(dk), host_values(dv)};
     std::vector<int> bounds{0};
     bounds.insert(bounds.end(), cuts.begin(), cuts.end());
     bounds.push_back(T);
@@ -263,7 +222,7 @@ TEST(AttentionDocuments, PackedEqualsDocumentsOneByOne) {
       V3<double> ld("ld", 1, H, n);
       forward(p, qd, kd, vd, od, ld, kTiles, {});
       backward(p, rd, qd, kd, vd, od, ld, dqd, dkd, dvd, kTiles, {});
-      const auto ho = host(od), hl = host(ld), hdq = host(dqd), hdk = host(dkd), hdv = host(dvd);
+      const auto ho = host_values(od), hl = host_values(ld), hdq = host_values(dqd), hdk = host_values(dkd), hdv = host_values(dvd);
       for (int i = 0; i < n; ++i)
         for (int h = 0; h < H; ++h) {
           worst = std::max(worst, std::fabs(hl[std::size_t(h * n + i)] - packed[1][std::size_t(h * T + a + i)]));

@@ -15,6 +15,7 @@
 #include "harness/fd_check.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/lsh_attention.hpp"
+#include "packed_documents.hpp"
 
 using namespace exa::test;
 using exa::kernels::AttentionOffsets;
@@ -26,15 +27,9 @@ template <class T>
 using V4 = Kokkos::View<T****, Kokkos::LayoutRight, TestDevice>;
 template <class T>
 using V3 = Kokkos::View<T***, Kokkos::LayoutRight, TestDevice>;
-using I2 = Kokkos::View<std::int32_t**, Kokkos::LayoutRight, TestDevice>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-template <class A>
-std::vector<double> host(const A& a) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
-  return std::vector<double>(h.data(), h.data() + h.span());
-}
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -51,31 +46,6 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
     w = std::max(w, std::isnan(a[i]) ? kInf : std::fabs(a[i] - b[i]) / std::max(1.0, std::fabs(b[i])));
   return w;
 }
-
-// Documents of B sequences of P positions, cut at `cuts` (shifted by b).
-struct Docs {
-  int P = 0;
-  std::vector<std::int32_t> start, end;
-  I2 d_start, d_end;
-  Docs(int B, int P_, const std::vector<int>& cuts) : P(P_), start(B * P_), end(B * P_) {
-    for (int b = 0; b < B; ++b) {
-      std::vector<int> s{0};
-      for (int c : cuts)
-        if (c + b > 0 && c + b < P) s.push_back(c + b);
-      s.push_back(P);
-      for (std::size_t d = 0; d + 1 < s.size(); ++d)
-        for (int p = s[d]; p < s[d + 1]; ++p) start[std::size_t(b * P + p)] = s[d], end[std::size_t(b * P + p)] = s[d + 1];
-    }
-    d_start = I2("doc_start", B, P);
-    d_end = I2("doc_end", B, P);
-    auto hs = Kokkos::create_mirror_view(d_start);
-    auto he = Kokkos::create_mirror_view(d_end);
-    for (int i = 0; i < B * P; ++i) hs.data()[i] = start[std::size_t(i)], he.data()[i] = end[std::size_t(i)];
-    Kokkos::deep_copy(d_start, hs);
-    Kokkos::deep_copy(d_end, he);
-  }
-  AttentionOffsets at() const { return {0, 0, d_start.data(), d_end.data(), P}; }
-};
 
 struct Case {
   const char* name;
@@ -132,7 +102,7 @@ std::vector<char> lsh_mask(const Case& c, const V4<double>& k, const Docs* docs)
 // out and lse of a softmax over the masked pairs, in double.
 void masked_reference(const Case& c, const Tensors<double>& t, const std::vector<char>& mask, std::vector<double>& ro,
                       std::vector<double>& rl) {
-  const auto hq = host(t.q), hk = host(t.k), hv = host(t.v);
+  const auto hq = host_values(t.q), hk = host_values(t.k), hv = host_values(t.v);
   ro.assign(std::size_t(c.B) * c.T * c.H * c.hd, 0.0);
   rl.assign(std::size_t(c.B) * c.H * c.T, -kInf);
   const int rep = c.H / c.Hkv;
@@ -182,7 +152,7 @@ TEST(LshAttention, ForwardIsASoftmaxOverTheRoundsWindows) {
           }
     std::vector<double> ro, rl;
     masked_reference(c, t, mask, ro, rl);
-    const double wo = max_abs_diff(host(t.out), ro), wl = max_abs_diff(host(t.lse), rl);
+    const double wo = max_abs_diff(host_values(t.out), ro), wl = max_abs_diff(host_values(t.lse), rl);
     std::printf("[lsh fwd %s] %s: sees %zu of %zu causal pairs; max |out err| %.2e, |lse err| %.2e\n",
                 EXAMOE_TEST_BACKEND_NAME, c.name, seen, causal, wo, wl);
     EXPECT_LT(seen, causal) << c.name << ": the case should be sparse";
@@ -209,8 +179,8 @@ void check_one_chunk_is_full(double tol) {
     exa::kernels::lsh_attention_backward(r, a.q, a.k, a.v, a.out, a.lse, dq1, dk1, dv1, c.lsh, at);
     exa::kernels::attention_backward(r, f.q, f.k, f.v, f.out, f.lse, dq2, dk2, dv2, {}, at);
     double w = 0;
-    for (const auto& [x, y] : {std::pair{host(a.out), host(f.out)}, {host(a.lse), host(f.lse)},
-                               {host(dq1), host(dq2)}, {host(dk1), host(dk2)}, {host(dv1), host(dv2)}})
+    for (const auto& [x, y] : {std::pair{host_values(a.out), host_values(f.out)}, {host_values(a.lse), host_values(f.lse)},
+                               {host_values(dq1), host_values(dq2)}, {host_values(dk1), host_values(dk2)}, {host_values(dv1), host_values(dv2)}})
       w = std::max(w, max_rel_diff(x, y));
     std::printf("[lsh one chunk %s %s] %s: max |lsh - full| / max(1, |full|) over out, lse, dq, dk, dv %.2e "
                 "(tol %.0e)\n",
@@ -256,7 +226,7 @@ TEST(LshAttention, SplitHeadsHashAsTheWholeModel) {
   const Case c = kCases[1];  // H 4, Hkv 2
   Tensors<double> whole(c, 41);
   exa::kernels::lsh_attention_forward(whole.q, whole.k, whole.v, whole.out, whole.lse, c.lsh);
-  const auto ref = host(whole.out);
+  const auto ref = host_values(whole.out);
   const int hl = c.H / 2, gl = c.Hkv / 2;
   for (int part = 0; part < 2; ++part) {
     const auto hq = std::make_pair(part * hl, (part + 1) * hl), hk = std::make_pair(part * gl, (part + 1) * gl);
@@ -269,7 +239,7 @@ TEST(LshAttention, SplitHeadsHashAsTheWholeModel) {
     LshConfig cfg = c.lsh;
     cfg.kv_head_begin = part * gl;
     exa::kernels::lsh_attention_forward(q, k, v, out, lse, cfg);
-    const auto got = host(out);
+    const auto got = host_values(out);
     double w = 0;
     for (int b = 0; b < c.B; ++b)
       for (int i = 0; i < c.T; ++i)
@@ -282,7 +252,7 @@ TEST(LshAttention, SplitHeadsHashAsTheWholeModel) {
     if (part == 1) {
       cfg.kv_head_begin = 0;
       exa::kernels::lsh_attention_forward(q, k, v, out, lse, cfg);
-      EXPECT_NE(max_abs_diff(host(out), got), 0.0) << "the rotations do not depend on the kv head";
+      EXPECT_NE(max_abs_diff(host_values(out), got), 0.0) << "the rotations do not depend on the kv head";
     }
   }
 }
