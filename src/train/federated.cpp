@@ -52,6 +52,14 @@ FederatedOptions FederatedOptions::from_deck(const deck::Config& c) {
   return o;
 }
 
+std::vector<std::int64_t> balanced_steps(const std::vector<double>& step_seconds, std::int64_t local_steps) {
+  const double fastest = *std::min_element(step_seconds.begin(), step_seconds.end());
+  std::vector<std::int64_t> steps;
+  for (const double t : step_seconds)
+    steps.push_back(std::clamp<std::int64_t>(std::llround(double(local_steps) * fastest / t), 1, local_steps));
+  return steps;
+}
+
 deck::Config federated_site_config(const deck::Config& cfg, int site) {
   const std::string tag = fmt::format("site{}", site);
   auto overrides = cfg.overrides();
@@ -197,11 +205,7 @@ class Rounds {
         const double t = busys[std::size_t(k)] / double(quota_[std::size_t(k)]);
         per_step_[std::size_t(k)] = per_step_[std::size_t(k)] == 0 ? t : 0.5 * (per_step_[std::size_t(k)] + t);
       }
-      const auto& per_step = per_step_;
-      const double fastest = *std::min_element(per_step.begin(), per_step.end());
-      for (int k = 0; k < n_sites; ++k)
-        quota_[std::size_t(k)] = std::clamp<std::int64_t>(
-            std::llround(double(o_.local_steps) * fastest / per_step[std::size_t(k)]), 1, o_.local_steps);
+      quota_ = balanced_steps(per_step_, o_.local_steps);
     }
   }
 

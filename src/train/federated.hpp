@@ -31,6 +31,11 @@ struct FederatedOptions {
   static FederatedOptions from_deck(const deck::Config& c);
 };
 
+// federated.balance = "steps": each site's steps in the next round, from its
+// step time (averaged over the rounds): local_steps times the fastest
+// site's step time over its own, rounded, at least 1.
+std::vector<std::int64_t> balanced_steps(const std::vector<double>& step_seconds, std::int64_t local_steps);
+
 // Site `site`'s deck: its data (federated.site_data's entry) and its own
 // run directory output.run_dir/site<K> (and checkpoint directories, where
 // the deck gave absolute ones), the rest as the deck says.
