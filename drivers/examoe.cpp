@@ -188,16 +188,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     exa::log::info("{}", config.to_toml());
+    int sig = 0;
+    std::int64_t step = 0;
     if (config.get_int("federated.sites") > 1) {
-      exa::train::run_federated(config, MPI_COMM_WORLD);
-      return 0;
+      const auto res = exa::train::run_federated(config, MPI_COMM_WORLD);
+      sig = res.signal;
+      step = res.step;
+    } else {
+      exa::train::Trainer trainer(config, MPI_COMM_WORLD);
+      trainer.run();
+      sig = trainer.stopped_by();
+      step = trainer.step();
     }
-    exa::train::Trainer trainer(config, MPI_COMM_WORLD);
-    trainer.run();
-    if (const int sig = trainer.stopped_by(); sig != 0) {
+    if (sig != 0) {
       exa::log::info("examoe: stopped at step {} of {} on {} (checkpoint written); exit {}: requeue the job, it "
                      "resumes from the checkpoint with checkpoint.resume = true",
-                     trainer.step(), config.get_int("train.steps"), strsignal(sig), exa::train::kStopExitCode);
+                     step, config.get_int("train.steps"), strsignal(sig), exa::train::kStopExitCode);
       return exa::train::kStopExitCode;
     }
     return 0;

@@ -92,8 +92,9 @@ void check_site_data(const FederatedOptions& o) {
 // averaging, the evaluation, the round's record and the next round's steps.
 class Rounds {
  public:
-  Rounds(const FederatedOptions& o, Trainer& t, MPI_Comm site_comm, MPI_Comm cross, int site)
-      : o_(o), t_(t), site_comm_(site_comm), cross_(cross), site_(site), quota_(std::size_t(o.sites), o.local_steps) {
+  Rounds(const FederatedOptions& o, Trainer& t, MPI_Comm world, MPI_Comm site_comm, MPI_Comm cross, int site)
+      : o_(o), t_(t), world_(world), site_comm_(site_comm), cross_(cross), site_(site),
+        quota_(std::size_t(o.sites), o.local_steps) {
     const std::int64_t first = t.step();
     std::vector<std::int64_t> firsts(static_cast<std::size_t>(o.sites));
     MPI_Allgather(&first, 1, MPI_INT64_T, firsts.data(), 1, MPI_INT64_T, cross_);
@@ -119,6 +120,12 @@ class Rounds {
     busy_ = 0;
     ++round_;
     last_ = round_start_ = Clock::now();
+    // A scheduler's stop signal is agreed over every site at a round's end,
+    // after the average: every site then stops at the same round, with the
+    // averaged model in its checkpoint, and a resume starts the next round
+    // together. (Per step, sites that balance their steps would ask at
+    // different times.)
+    if (round_ <= o_.rounds && t_.agree_stop(world_)) return false;
     return round_ <= o_.rounds;
   }
 
@@ -211,7 +218,7 @@ class Rounds {
 
   const FederatedOptions& o_;
   Trainer& t_;
-  MPI_Comm site_comm_, cross_;
+  MPI_Comm world_, site_comm_, cross_;
   int site_;
   std::vector<std::int64_t> quota_;  // steps of each site in this round
   std::vector<double> per_step_;     // federated.balance: each site's step time, averaged over the rounds
@@ -223,7 +230,7 @@ class Rounds {
 
 }  // namespace
 
-double run_federated(const deck::Config& cfg, MPI_Comm world) {
+FederatedResult run_federated(const deck::Config& cfg, MPI_Comm world) {
   const FederatedOptions o = FederatedOptions::from_deck(cfg);
   check_site_data(o);
   if (o.secure)
@@ -240,18 +247,20 @@ double run_federated(const deck::Config& cfg, MPI_Comm world) {
   log::info("federated: {} sites of {} ranks, {} rounds of {} steps, {} averaging{}; site data {}", o.sites, per_site,
             o.rounds, o.local_steps, o.secure ? fmt::format("secure (threshold {})", o.threshold) : "plain",
             o.balance ? ", steps balanced by speed" : "", fmt::join(o.data, ", "));
-  double val = std::numeric_limits<double>::quiet_NaN();
+  FederatedResult res;
   {
     const deck::Config scfg = federated_site_config(cfg, site);
     Trainer t(scfg, site_comm);
-    Rounds rounds(o, t, site_comm, cross, site);
+    Rounds rounds(o, t, world, site_comm, cross, site);
     t.set_step_hook([&](std::int64_t) { return rounds.after_step(); });
     t.run();
-    val = rounds.global_val();
+    res.val = rounds.global_val();
+    res.signal = t.stopped_by();
+    res.step = t.step();
   }
   MPI_Comm_free(&cross);
   MPI_Comm_free(&site_comm);
-  return val;
+  return res;
 }
 
 }  // namespace exa::train

@@ -41,9 +41,14 @@ std::vector<std::int64_t> balanced_steps(const std::vector<double>& step_seconds
 // the deck gave absolute ones), the rest as the deck says.
 deck::Config federated_site_config(const deck::Config& cfg, int site);
 
-// Runs it on `world` (federated.sites > 1); returns the last round's global
-// validation loss (the mean over the sites of the averaged model's loss on
-// each site's validation split).
-double run_federated(const deck::Config& cfg, MPI_Comm world);
+// Runs it on `world` (federated.sites > 1).
+struct FederatedResult {
+  // The last round's global validation loss: the mean over the sites of the
+  // averaged model's loss on each site's validation split.
+  double val = 0;
+  int signal = 0;         // a scheduler's stop signal that ended it at a round's end (0: ran to the end)
+  std::int64_t step = 0;  // this rank's site's steps done
+};
+FederatedResult run_federated(const deck::Config& cfg, MPI_Comm world);
 
 }  // namespace exa::train

@@ -730,11 +730,18 @@ double Trainer::run() {
       rec["step"] = step_;
       metrics_->write(rec);
     }
-    const bool ended = step_hook_ && !step_hook_(step_);  // federated: the last round done
+    // A scheduler's signal: log, save, return. A step hook (federated
+    // rounds) agrees on it itself, and ends the run complete otherwise.
+    bool ended = false, stop = false;
+    if (step_hook_) {
+      const bool over = !step_hook_(step_);
+      stop = over && stop_.signal() != 0;
+      ended = over && !stop;
+    } else {
+      stop = step_ < steps_ && stop_.agreed(world_);
+    }
     line.add(r);
     record.add(r);
-    // A scheduler's signal: log, save, return.
-    const bool stop = !ended && step_ < steps_ && stop_.agreed(world_);
     if (eval_every > 0 && (step_ % eval_every == 0 || step_ == steps_)) {
       last_val = evaluate();
       if (!std::isnan(last_val)) line.val = record.val = last_val;

@@ -115,8 +115,12 @@ class Trainer {
 
   // Federated training (train/federated.hpp): `hook(steps_done)` runs after
   // every step's update, before that step's evaluation, log and checkpoint;
-  // it returns false to end the run there (the checkpoint is written).
+  // it returns false to end the run there (the checkpoint is written). With
+  // a hook, the hook agrees on a scheduler's stop signal (agree_stop, over
+  // whatever ranks it steps with), not the Trainer after each step: it ends
+  // the run as stopped when agree_stop said so, complete otherwise.
   void set_step_hook(std::function<bool(std::int64_t)> hook) { step_hook_ = std::move(hook); }
+  bool agree_stop(MPI_Comm comm) { return stop_.agreed(comm); }
   // This rank's part of the trainable masters, to be replaced in place;
   // then masters_replaced() brings the working copies up to date.
   model::ParameterStore::Flat trainable_values();
