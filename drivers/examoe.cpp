@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/runtime.hpp"
+#include "abort_job.hpp"
 #include "driver_common.hpp"
 #include "io/token_shard.hpp"
 #include "inference/evaluate_checkpoint.hpp"
@@ -153,6 +154,10 @@ int main(int argc, char** argv) {
     exa::log::info("{}", keys_format == "markdown" ? exa::deck::schema_markdown() : exa::deck::schema_reference());
     return 0;
   }
+  // Past the deck every rank validated alike, an error may be one rank's
+  // alone (driver_common.hpp, abort_job).
+  bool running = false;
+  std::string run_dir;  // where a rank's error is written too
   try {
     if (*eval || *convert) {
       const char* sub = *eval ? "eval" : "convert";
@@ -188,6 +193,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     exa::log::info("{}", config.to_toml());
+    running = true;
+    run_dir = config.get_string("output.run_dir");
     int sig = 0;
     std::int64_t step = 0;
     if (config.get_int("federated.sites") > 1) {
@@ -208,6 +215,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const exa::Error& e) {
+    if (running && mpi.size() > 1) exa::driver::abort_job(mpi.rank(), "examoe", e.what(), run_dir);
     exa::driver::print_error(mpi.rank(), "examoe", e.what());
     return 1;
   }

@@ -640,6 +640,15 @@ void Trainer::inject_fault(std::int64_t steps_done) const {
   }
   static const char* when = std::getenv("EXAMOE_FAULT_EXIT_AFTER_STEP");
   static const char* who = std::getenv("EXAMOE_FAULT_RANK");
+  // EXAMOE_FAULT_THROW_AFTER_STEP=N: an exa::Error on that rank alone (a
+  // disk or data error of one rank), while the others go on to the next
+  // step's collectives.
+  static const char* throw_at = std::getenv("EXAMOE_FAULT_THROW_AFTER_STEP");
+  if (throw_at != nullptr && std::atoll(throw_at) == steps_done &&
+      (who == nullptr || std::atoi(who) == comm_rank(world_)))
+    throw Error(fmt::format("EXAMOE_FAULT_THROW_AFTER_STEP={}: an error on rank {} alone after step {} (fault "
+                            "injection)",
+                            throw_at, comm_rank(world_), steps_done));
   if (when == nullptr || std::atoll(when) != steps_done) return;
   if (who != nullptr && std::atoi(who) != comm_rank(world_)) return;
   log::warn("EXAMOE_FAULT_EXIT_AFTER_STEP={}: rank {} exiting abruptly after step {} (fault injection)", when,
