@@ -289,14 +289,25 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     const double wgt = dp_bytes_step * wire_bytes(c.weight_compression, c.quant_block);
     const double backward_last = times[std::size_t(worst)].backward + times[std::size_t(worst)].weight;
     if (c.zero <= 1) {
+      // Gradient projection reduces each of its K tasks' gradients after
+      // the task's round of micro-batches, each overlapping only that
+      // round's last backward (ZeRO 2/3 reduce per micro-batch either way).
+      const int reductions = std::max(1, c.projection_tasks);
       const double t = c.zero == 0 ? net.allreduce(grads, data, tp) : net.half(grads, data, tp);
-      dp = std::max(0.0, t - backward_last) + (c.zero == 1 ? net.half(wgt, data, tp) : 0);
+      dp = reductions * std::max(0.0, t - backward_last) + (c.zero == 1 ? net.half(wgt, data, tp) : 0);
     } else {
       const double per_micro = net.half(grads, data, tp);
       dp = double(c.grad_accum) * std::max(0.0, per_micro - backward_last) + (c.zero == 2 ? net.half(wgt, data, tp) : 0);
     }
   }
   r.optimizer = local_params_worst * 32 / mem_bw;  // AdamW reads p, g, m, v, writes p, m, v; the norm reads g
+  if (c.projection_tasks > 1) {
+    // PCGrad (train/grad_projection.hpp): K(K-1) dot products and as many
+    // projections (read two buffers, write one) of this rank's part, plus
+    // the sum of the K buffers.
+    const double K = double(c.projection_tasks);
+    r.optimizer += local_params_worst * 4 * (K * (K - 1) * (2 + 3) + K + 1) / mem_bw;
+  }
   if (offloaded > 0) {
     // Expert offload (docs/performance.md, "Expert offload"): every 4 KiB
     // page the step brings in costs a fault and its drop, measured at

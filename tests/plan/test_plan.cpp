@@ -154,6 +154,32 @@ TEST(Plan, PipelineBubbleMatchesTheSchedulesTheory) {
   EXPECT_DOUBLE_EQ(one.bubble, 0.0);
 }
 
+TEST(Plan, GradientProjectionReducesOncePerTaskAndLshAttendsToItsSpan) {
+  // PCGrad over K tasks: K reductions of the gradient under ZeRO 0/1 (each
+  // overlapping only its round's last backward) and the projections'
+  // passes; none of it without projection.
+  const auto cfg = moe_model();
+  plan::Candidate c;
+  c.grid = comm::GridSizes{4, 1, 1, 4, 1, 1, 0, 0};
+  c.micro_batch = 2;
+  c.grad_accum = 4;
+  plan::Cluster cl = small_cluster();
+  cl.intra = cl.inter = {0.1, 10};  // a slow link, so the reductions show
+  auto pc = c;
+  pc.projection_tasks = 2;
+  const auto a = plan::predict(cfg, c, cl), b = plan::predict(cfg, pc, cl);
+  EXPECT_GT(a.dp, 0.0);
+  EXPECT_NEAR(b.dp, 2 * a.dp, 1e-9 * a.dp);
+  EXPECT_GT(b.optimizer, a.optimizer);
+  // LSH attention's core FLOPs follow its span, not the sequence.
+  auto lsh = moe_model();
+  lsh.seq_len = 4096;
+  auto full = lsh;
+  lsh.attention = {true, 2, 64, 1};
+  EXPECT_EQ(lsh.attention_span(), 2.0 * 2 * 64);
+  EXPECT_LT(plan::flops_per_token(lsh).attn_core, 0.1 * plan::flops_per_token(full).attn_core);
+}
+
 TEST(Plan, LinksMatter) {
   // The same layout predicts a longer step on a slower link.
   const auto cfg = moe_model();
