@@ -80,7 +80,13 @@ std::string data_line(const deck::Config& cfg) {
     for (int k = 0; k < int(sites); ++k) {
       const deck::Config site = federated_site_config(cfg, k);
       const io::Sampler data = deck_sampler(site, located(cfg, {"federated.site_data"}, [&] {
-                                              return open_deck_dataset(site);
+                                              try {
+                                                return open_deck_dataset(site);
+                                              } catch (const Error& e) {
+                                                throw Error(fmt::format("federated site {} has no data (entry {} of "
+                                                                        "federated.site_data): {}",
+                                                                        k, k + 1, e.what()));
+                                              }
                                             }));
       parts.push_back(fmt::format("site {}: {}", k, source_text(site, data, site.get_string("data.format"))));
     }
