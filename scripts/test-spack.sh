@@ -8,8 +8,9 @@
 #
 #   1. Debian's packages registered as externals (Kokkos 3.4.1 Serial, Kokkos
 #      Kernels, MPICH, parallel HDF5, CMake, make, the header libraries);
-#   2. `spack spec` of examoe, examoe+openmp and examoe+cuda cuda_arch=80
-#      (those two concretize Kokkos to build: nothing is built), and the
+#   2. `spack spec` of examoe, examoe+openmp, examoe+libsodium and examoe+cuda
+#      cuda_arch=80 (+openmp and +cuda concretize Kokkos to build: nothing is
+#      built), and the
 #      package's two conflicts (+nccl without +cuda, +cuda without cuda_arch);
 #   3. the environment spack/spack.yaml concretized, and `spack dev-build
 #      examoe@develop` of a copy of the working tree;
@@ -79,6 +80,7 @@ hdf5_prefix=/usr/lib/x86_64-linux-gnu/hdf5/mpich
   external googletest "googletest@$(dpkg-query -W -f='${Version}' googletest | sed 's/-.*//')" /usr
   external benchmark "benchmark@$(dpkg-query -W -f='${Version}' libbenchmark-dev | sed 's/-.*//')" /usr
   external onednn "onednn@$(dpkg-query -W -f='${Version}' libdnnl-dev | sed 's/-.*//') cpu_runtime=omp" /usr
+  external libsodium "libsodium@$(dpkg-query -W -f='${Version}' libsodium-dev | sed 's/-.*//')" /usr
 } >"$cfg/packages.yaml"
 # The original concretizer: clingo cannot be bootstrapped offline.
 spack() { "$work/spack/bin/spack" -C "$cfg" -c config:concretizer:original "$@"; }
@@ -101,6 +103,9 @@ spec_of examoe+openmp | grep -E 'examoe|kokkos'
 grep -q '\^kokkos@[0-9.]*%[^ ]*+openmp\|\^kokkos@.*~hpx.*+openmp' "$work/spec.out" ||
   { echo "[spack] FAIL: examoe+openmp does not ask Kokkos for OpenMP" >&2; exit 1; }
 phase "spec examoe+openmp: Kokkos and Kokkos Kernels +openmp"
+spec_of examoe+libsodium | grep -E 'examoe|libsodium'
+grep -q '\^libsodium@' "$work/spec.out" || { echo "[spack] FAIL: examoe+libsodium does not depend on libsodium" >&2; exit 1; }
+phase "spec examoe+libsodium: libsodium (federated.secure's secure aggregation)"
 # CUDA 12 builds with Debian's gcc 12 (Spack would pick 11.8, which wants gcc <= 11).
 spec_of examoe+cuda cuda_arch=80 ^cuda@12 | grep -E 'examoe|kokkos|cuda@'
 kokkos_line=$(grep '\^kokkos@' "$work/spec.out")
