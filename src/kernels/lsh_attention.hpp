@@ -16,6 +16,8 @@
 //   3. the sorted order is cut into chunks of `bucket` positions; position i
 //      in chunk c of round r sees the positions of chunks [c - chunks_before,
 //      c] of round r.
+// With `local`, one more round keeps every key in one bucket: position order,
+// so each position also sees its neighbours' chunks (local attention).
 // Row i attends to the union over the rounds of what it sees there, masked
 // causally by original position (j <= i) and by documents when sequences are
 // packed: one softmax over that union, each key counted once (a pair seen in
@@ -47,11 +49,15 @@
 namespace exa::kernels {
 
 struct LshConfig {
-  int hashes = 2;         // hash rounds R
+  int hashes = 2;         // hash rounds
   int bucket = 64;        // sorted positions per attention chunk
   int chunks_before = 1;  // earlier chunks each chunk also sees
   std::int64_t layer = 0;          // keys the rotations
   std::int64_t kv_head_begin = 0;  // global index of this rank's kv head 0 (tensor parallelism)
+  // One more round in position order (every key in one bucket): each
+  // position also sees its neighbours, the chunks of plain local attention.
+  bool local = false;
+  int rounds() const { return hashes + (local ? 1 : 0); }
 };
 
 // The bucket factors of a round for sequence length T: f1 * f2 buckets, f2 =
@@ -93,7 +99,8 @@ Sorted<typename K::device_type> hash_and_sort(const K& k, const LshConfig& cfg, 
   using Dev = typename K::device_type;
   using T = typename K::non_const_value_type;
   const int B = int(k.extent(0)), Tn = int(k.extent(1)), G = int(k.extent(2)), hd = int(k.extent(3));
-  const int R = cfg.hashes;
+  const int R = cfg.rounds();
+  const bool local = cfg.local;
   const LshBuckets nb = lsh_buckets(Tn, cfg.bucket);
   const int cols = nb.columns(), f1 = nb.f1, f2 = nb.f2, n = nb.count();
   Kokkos::View<T****, Kokkos::LayoutRight, Dev> rot(
@@ -122,6 +129,10 @@ Sorted<typename K::device_type> hash_and_sort(const K& k, const LshConfig& cfg, 
       KOKKOS_LAMBDA(const std::int64_t e) {
         const int p = int(e % Tn), r = int((e / Tn) % R), g = int((e / (std::int64_t(Tn) * R)) % G);
         const int b = int(e / (std::int64_t(Tn) * R * G));
+        if (local && r == R - 1) {  // the local round: one bucket, so position order
+          rank(b, g, r, p) = 0;
+          return;
+        }
         const T* x = &k(b, p, g, 0);
         int best[2] = {0, 0};
         const int sizes[2] = {f1, f2};
@@ -177,7 +188,7 @@ Geometry check(const Q& q, const K& k, const V& v, const LshConfig& cfg, const A
   EXA_REQUIRE(cfg.hashes >= 1 && cfg.bucket >= 1 && cfg.chunks_before >= 0,
               "exa::kernels::lsh_attention: hashes ({}) and bucket ({}) must be >= 1, chunks_before ({}) >= 0",
               cfg.hashes, cfg.bucket, cfg.chunks_before);
-  return {s.B, s.T, s.H, s.Hkv, s.hd, s.rep, cfg.bucket, cfg.chunks_before, cfg.hashes, pos.q_offset,
+  return {s.B, s.T, s.H, s.Hkv, s.hd, s.rep, cfg.bucket, cfg.chunks_before, cfg.rounds(), pos.q_offset,
           pos.doc_start, pos.doc_end, pos.doc_stride};
 }
 

@@ -25,6 +25,7 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
   m.attention.lsh_hashes = static_cast<int>(c.get_int("attention.lsh_hashes"));
   m.attention.lsh_bucket = static_cast<int>(c.get_int("attention.lsh_bucket"));
   m.attention.lsh_chunks = static_cast<int>(c.get_int("attention.lsh_chunks"));
+  m.attention.lsh_local = c.get_bool("attention.lsh_local");
   m.n_experts = c.get_int("moe.n_experts");
   m.top_k = c.get_int("moe.top_k");
   m.d_expert = c.get_int("moe.d_expert");
@@ -54,7 +55,8 @@ ModelConfig ModelConfig::from_deck(const deck::Config& c) {
 double ModelConfig::attention_span() const {
   const double T = static_cast<double>(seq_len);
   if (!attention.lsh) return T;
-  return std::min(T, static_cast<double>(attention.lsh_hashes) * (attention.lsh_chunks + 1) * attention.lsh_bucket);
+  const double rounds = attention.lsh_hashes + (attention.lsh_local ? 1 : 0);
+  return std::min(T, rounds * (attention.lsh_chunks + 1) * attention.lsh_bucket);
 }
 
 std::int64_t ModelConfig::capacity_for(double factor, std::int64_t tokens, std::int64_t k, std::int64_t experts) {

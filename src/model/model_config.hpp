@@ -25,6 +25,7 @@ struct LoraTargets {
 struct AttentionConfig {
   bool lsh = false;
   int lsh_hashes = 2, lsh_bucket = 64, lsh_chunks = 1;
+  bool lsh_local = false;  // one more round in position order (local attention)
 };
 
 struct LoraConfig {

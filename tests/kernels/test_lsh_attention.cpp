@@ -5,6 +5,7 @@
 // heads over ranks (tensor parallelism) gives the same result.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -61,6 +62,8 @@ const std::vector<Case> kCases = {
     {"no chunk back", 1, 20, 2, 1, 4, {2, 4, 0}, {}},
     {"packed documents", 2, 26, 4, 2, 4, {2, 4, 1}, {5, 6, 13, 20}},
     {"many buckets (two-factor hash)", 1, 80, 2, 1, 4, {2, 2, 1}, {}},
+    {"local round", 2, 24, 2, 1, 4, {1, 4, 1, 0, 0, true}, {}},
+    {"local round, packed documents", 2, 26, 4, 2, 4, {2, 3, 0, 0, 0, true}, {5, 6, 13, 20}},
 };
 
 template <class T>
@@ -86,7 +89,7 @@ std::vector<char> lsh_mask(const Case& c, const V4<double>& k, const Docs* docs)
   std::vector<char> m(std::size_t(c.B) * c.Hkv * c.T * c.T, 0);
   for (int b = 0; b < c.B; ++b)
     for (int g = 0; g < c.Hkv; ++g)
-      for (int r = 0; r < c.lsh.hashes; ++r) {
+      for (int r = 0; r < c.lsh.rounds(); ++r) {
         for (int p = 0; p < c.T; ++p) EXPECT_EQ(perm(b, g, r, rank(b, g, r, p)), p) << "perm and rank are not inverse";
         for (int i = 0; i < c.T; ++i)
           for (int j = 0; j <= i; ++j) {
@@ -156,6 +159,13 @@ TEST(LshAttention, ForwardIsASoftmaxOverTheRoundsWindows) {
     std::printf("[lsh fwd %s] %s: sees %zu of %zu causal pairs; max |out err| %.2e, |lse err| %.2e\n",
                 EXAMOE_TEST_BACKEND_NAME, c.name, seen, causal, wo, wl);
     EXPECT_LT(seen, causal) << c.name << ": the case should be sparse";
+    if (c.lsh.local)  // the local round: every position sees its chunk of positions and chunks_before more
+      for (int b = 0; b < c.B; ++b)
+        for (int g = 0; g < c.Hkv; ++g)
+          for (int i = 0; i < c.T; ++i)
+            for (int j = std::max(0, (i / c.lsh.bucket - c.lsh.chunks_before) * c.lsh.bucket); j <= i; ++j)
+              if (!dp || j >= docs.start[std::size_t(b * c.T + i)])
+                EXPECT_TRUE(mask[((std::size_t(b) * c.Hkv + g) * c.T + i) * c.T + j]) << c.name << " " << i << "," << j;
     EXPECT_LE(wo, 1e-12) << c.name;
     EXPECT_LE(wl, 1e-12) << c.name;
   }

@@ -51,6 +51,7 @@ std::vector<KeySpec> build() {
       I("attention", "lsh_hashes", 2, 1, 64, "attention.kind = \"lsh\": hash rounds; a query sees the union of its rounds' windows, each key once"),
       I("attention", "lsh_bucket", 64, 1, 1 << 24, "attention.kind = \"lsh\": positions per attention chunk of the bucket-sorted sequence (the hash has 2*ceil(seq_len/lsh_bucket) buckets); >= model.seq_len is full causal attention"),
       I("attention", "lsh_chunks", 1, 0, 64, "attention.kind = \"lsh\": earlier chunks of the sorted order each chunk also sees (Reformer: 1)"),
+      B("attention", "lsh_local", false, "attention.kind = \"lsh\": one more round in position order, so that each query also sees its neighbours (the last (lsh_chunks + 1) * lsh_bucket positions, as local attention) besides the keys that hash near its own"),
 
       I("moe", "n_experts", 8, 1, 1 << 16, "routed experts E per MoE layer"),
       I("moe", "top_k", 2, 1, 1 << 16, "experts each token is routed to (top_k <= n_experts)"),

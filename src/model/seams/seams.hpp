@@ -47,7 +47,7 @@ struct Seams {
     s.column = s.row = s.replicated = lin;
     if (attn.lsh)
       s.attention = std::make_shared<const LshCoreAttention<T, D>>(
-          kernels::LshConfig{attn.lsh_hashes, attn.lsh_bucket, attn.lsh_chunks, 0, 0});
+          kernels::LshConfig{attn.lsh_hashes, attn.lsh_bucket, attn.lsh_chunks, 0, 0, attn.lsh_local});
     else
       s.attention = std::make_shared<const LocalCoreAttention<T, D>>(tiles);
     EXA_REQUIRE(plan.expert_begin == 0, "Seams::local: this rank holds experts [{}, {}), the local dispatcher "
