@@ -111,7 +111,8 @@ def draw(rng, max_ranks, bf16=False):
     # LSH attention (not with cp, which the deck refuses), its chunks a
     # quarter of the sequence, in the reference run too.
     if cp == 1 and rng.random() < 0.2:
-        model.update({"attention.kind": "lsh", "attention.lsh_bucket": model["model.seq_len"] // 4})
+        model.update({"attention.kind": "lsh", "attention.lsh_bucket": model["model.seq_len"] // 4,
+                      "attention.lsh_local": rng.random() < 0.5})
     # Top-k gradient compression at ratio 1 (every value sent, nothing
     # owed: the uncompressed sums in rank order) through every layout's
     # reductions and residual buffers; on the inter-node
