@@ -209,14 +209,24 @@ KOKKOS_INLINE_FUNCTION Row row_of(const Geometry& g, std::int64_t e) {
   return {int(e / (std::int64_t(g.T) * g.H)), int((e / g.T) % g.H), int(e % g.T)};
 }
 
-// The sorted slots [s0, s1) that query position i sees in round r: its
-// chunk and the chunks_before before it.
-template <class R>
-KOKKOS_INLINE_FUNCTION void query_window(const R& rank, const Geometry& g, int b, int kv, int r, int i, int& s0,
-                                         int& s1) {
-  const int c = rank(b, kv, r, i) / g.C;
-  s0 = (c - g.before > 0 ? c - g.before : 0) * g.C;
-  s1 = (c + 1) * g.C < g.T ? (c + 1) * g.C : g.T;
+// f(j) for every key row j that query row i sees, each once: in every round
+// the sorted slots of its chunk and the chunks_before before it, causal,
+// in its document, and not already paired in an earlier round. The forward
+// and the dq pass visit the same pairs through it.
+template <class P, class R, class F>
+KOKKOS_INLINE_FUNCTION void for_each_key(const P& perm, const R& rank, const Geometry& g, int b, int kv, int i,
+                                         F&& f) {
+  const int lo = first_key(g, b, i);
+  for (int r = 0; r < g.R; ++r) {
+    const int c = rank(b, kv, r, i) / g.C;
+    const int s0 = (c - g.before > 0 ? c - g.before : 0) * g.C;
+    const int s1 = (c + 1) * g.C < g.T ? (c + 1) * g.C : g.T;
+    for (int s = s0; s < s1; ++s) {
+      const int j = perm(b, kv, r, s);
+      if (j > i || j < lo || seen_before(rank, b, kv, r, i, j, g.C, g.before)) continue;
+      f(j);
+    }
+  }
 }
 
 }  // namespace lsh_detail
@@ -239,30 +249,24 @@ void lsh_attention_forward(const Q& q, const K& k, const V& v, const O& out, con
       KOKKOS_LAMBDA(const std::int64_t e) {
         const ld::Row row = ld::row_of(g, e);
         const int b = row.b, h = row.h, i = row.i;
-        const int kv = h / g.rep, lo = ld::first_key(g, b, i);
+        const int kv = h / g.rep;
         T* o = &out(b, i, h, 0);
         const T* qi = &q(b, i, h, 0);
         for (int d = 0; d < g.hd; ++d) o[d] = T(0);
         T m = -kx::infinity<T>(), l = T(0);
-        for (int r = 0; r < g.R; ++r) {
-          int s0 = 0, s1 = 0;
-          ld::query_window(rank, g, b, kv, r, i, s0, s1);
-          for (int s = s0; s < s1; ++s) {
-            const int j = perm(b, kv, r, s);
-            if (j > i || j < lo || ld::seen_before(rank, b, kv, r, i, j, g.C, g.before)) continue;
-            const T sc = scale * attention_detail::dot<T>(qi, &k(b, j, kv, 0), g.hd);
-            if (sc > m) {
-              const T alpha = kx::exp(m - sc);  // 0 on the first key
-              l *= alpha;
-              for (int d = 0; d < g.hd; ++d) o[d] *= alpha;
-              m = sc;
-            }
-            const T p = kx::exp(sc - m);
-            l += p;
-            const T* vj = &v(b, j, kv, 0);
-            for (int d = 0; d < g.hd; ++d) o[d] += p * vj[d];
+        ld::for_each_key(perm, rank, g, b, kv, i, [&](const int j) {
+          const T sc = scale * attention_detail::dot<T>(qi, &k(b, j, kv, 0), g.hd);
+          if (sc > m) {
+            const T alpha = kx::exp(m - sc);  // 0 on the first key
+            l *= alpha;
+            for (int d = 0; d < g.hd; ++d) o[d] *= alpha;
+            m = sc;
           }
-        }
+          const T p = kx::exp(sc - m);
+          l += p;
+          const T* vj = &v(b, j, kv, 0);
+          for (int d = 0; d < g.hd; ++d) o[d] += p * vj[d];
+        });
         for (int d = 0; d < g.hd; ++d) o[d] /= l;
         lse(b, h, i) = m + kx::log(l);
       });
@@ -299,24 +303,18 @@ void lsh_attention_backward(const DO& dout, const Q& q, const K& k, const V& v, 
       KOKKOS_LAMBDA(const std::int64_t e) {
         const ld::Row row = ld::row_of(g, e);
         const int b = row.b, h = row.h, i = row.i;
-        const int kv = h / g.rep, lo = ld::first_key(g, b, i);
+        const int kv = h / g.rep;
         T* dqi = &dq(b, i, h, 0);
         const T* qi = &q(b, i, h, 0);
         const T* doi = &dout(b, i, h, 0);
         const T li = lse(b, h, i), Di = Dv(b, h, i);
         for (int d = 0; d < g.hd; ++d) dqi[d] = T(0);
-        for (int r = 0; r < g.R; ++r) {
-          int s0 = 0, s1 = 0;
-          ld::query_window(rank, g, b, kv, r, i, s0, s1);
-          for (int s = s0; s < s1; ++s) {
-            const int j = perm(b, kv, r, s);
-            if (j > i || j < lo || ld::seen_before(rank, b, kv, r, i, j, g.C, g.before)) continue;
-            const T* kj = &k(b, j, kv, 0);
-            const T p = kx::exp(scale * attention_detail::dot<T>(qi, kj, g.hd) - li);
-            const T ds = p * (attention_detail::dot<T>(doi, &v(b, j, kv, 0), g.hd) - Di);
-            for (int d = 0; d < g.hd; ++d) dqi[d] += scale * ds * kj[d];
-          }
-        }
+        ld::for_each_key(perm, rank, g, b, kv, i, [&](const int j) {
+          const T* kj = &k(b, j, kv, 0);
+          const T p = kx::exp(scale * attention_detail::dot<T>(qi, kj, g.hd) - li);
+          const T ds = p * (attention_detail::dot<T>(doi, &v(b, j, kv, 0), g.hd) - Di);
+          for (int d = 0; d < g.hd; ++d) dqi[d] += scale * ds * kj[d];
+        });
       });
   Kokkos::parallel_for(
       "exa::attention::lsh_dkdv", Kokkos::RangePolicy<exec_of<DQ>>(exec, 0, std::int64_t(g.B) * g.G * g.T),
