@@ -154,20 +154,22 @@ void unmask(std::uint32_t* sum, std::size_t n, std::uint64_t round, int threshol
 
 bool available() { return false; }
 
-Party::Party(int, int, int, std::uint64_t, shamir::RandomBytes) {
-  throw Error(
-      "federated.secure = true needs libsodium, which this build lacks (Debian: libsodium-dev; Spack: libsodium); "
-      "install it and reconfigure, or set federated.secure = false");
-}
+Party::Party(int, int, int, std::uint64_t, shamir::RandomBytes) { require_available(); }
 std::vector<Share> Party::shares() const { return {}; }
 void Party::mask(std::uint32_t*, std::size_t, const std::vector<Key>&) const {}
 std::vector<Key> Party::unmask_shares(const std::vector<char>&, const std::vector<Share>&) const { return {}; }
 void unmask(std::uint32_t*, std::size_t, std::uint64_t, int, const std::vector<char>&, const std::vector<Key>&,
             const std::vector<std::vector<Key>>&) {
-  throw Error("secure aggregation: this build lacks libsodium (Debian: libsodium-dev; Spack: libsodium)");
+  require_available();
 }
 
 #endif
+
+void require_available() {
+  EXA_REQUIRE(available(),
+              "federated.secure = true needs libsodium, which this build lacks (Debian: libsodium-dev; Spack: "
+              "libsodium); install it and reconfigure, or set federated.secure = false");
+}
 
 RoundBytes round_bytes(std::size_t n, int parties, bool aggregator) {
   const std::int64_t p = parties, vec = std::int64_t(n) * 4;

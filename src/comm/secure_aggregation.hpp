@@ -40,8 +40,10 @@ struct Share {
   Key secret_key, self_seed;  // this recipient's shares of the sender's s_u and b_u
 };
 
-// Whether this build has libsodium (and hence secure aggregation).
+// Whether this build has libsodium (and hence secure aggregation), and the
+// error that names the package and the fix when it has not.
 bool available();
+void require_available();
 
 class Party {
  public:

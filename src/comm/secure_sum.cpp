@@ -1,7 +1,9 @@
 #include "comm/secure_sum.hpp"
 
+#include <algorithm>
 #include <cstring>
 
+#include "comm/mpi_env.hpp"
 #include "comm/secure_aggregation.hpp"
 #include "core/error.hpp"
 
@@ -37,9 +39,7 @@ void gather_sum(MPI_Comm g, int rank, int size, std::vector<std::uint32_t>& x, c
 }  // namespace
 
 SecureSumResult secure_sum(MPI_Comm g, std::vector<std::uint32_t>& x, const SecureSumOptions& opt) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(g, &rank);
-  MPI_Comm_size(g, &size);
+  const int rank = comm_rank(g), size = comm_size(g);
   const int n = int(x.size());
   SecureSumResult r;
   // Who is in: each party's flag, known to all (a dropped party says so; a
@@ -72,6 +72,10 @@ SecureSumResult secure_sum(MPI_Comm g, std::vector<std::uint32_t>& x, const Secu
     check(MPI_Gather(mine_shares.data(), 32 * size, MPI_BYTE, all.data(), 32 * size, MPI_BYTE, 0, g),
           "unmask shares");
     if (rank != 0 && !opt.drop) r.bytes_sent += 32 * size;
+    // A failure (too few survivors) must reach every party, not only the
+    // aggregator: the verdict goes out before the sum would.
+    char ok = 1;
+    std::string why;
     if (rank == 0) {
       std::vector<std::vector<secagg::Key>> shares(static_cast<std::size_t>(size));
       for (int v = 0; v < size; ++v) {
@@ -79,27 +83,18 @@ SecureSumResult secure_sum(MPI_Comm g, std::vector<std::uint32_t>& x, const Secu
                                       all.begin() + std::ptrdiff_t(v + 1) * size);
         if (v != 0 && r.kept[std::size_t(v)]) r.bytes_received += 32 * size;
       }
-      // A failure (too few survivors) must reach every party, not only the
-      // aggregator: the flag goes out before the sum would.
-      char ok = 1;
-      std::string why;
       try {
         secagg::unmask(x.data(), x.size(), opt.round, opt.threshold, r.kept, keys, shares);
       } catch (const Error& e) {
         ok = 0;
         why = e.what();
       }
-      check(MPI_Bcast(&ok, 1, MPI_CHAR, 0, g), "unmask verdict");
-      if (!ok) throw Error(why);
-    } else {
-      char ok = 1;
-      check(MPI_Bcast(&ok, 1, MPI_CHAR, 0, g), "unmask verdict");
-      int kept = 0;
-      for (char k : r.kept) kept += k;
-      EXA_REQUIRE(ok, "secure aggregation: the aggregator could not unmask the round's sum: {} of {} sites survived, "
-                      "fewer than federated.threshold = {}",
-                  kept, size, opt.threshold);
     }
+    check(MPI_Bcast(&ok, 1, MPI_CHAR, 0, g), "unmask verdict");
+    if (!ok && rank == 0) throw Error(why);
+    EXA_REQUIRE(ok, "secure aggregation: the aggregator could not unmask the round's sum: {} of {} sites survived, "
+                    "fewer than federated.threshold = {}",
+                std::count(r.kept.begin(), r.kept.end(), char(1)), size, opt.threshold);
   }
   check(MPI_Bcast(x.data(), n, MPI_UINT32_T, 0, g), "sum broadcast");
   if (rank != 0) r.bytes_received += std::int64_t(n) * 4;

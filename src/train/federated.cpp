@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm/fixed_point.hpp"
+#include "comm/mpi_env.hpp"
 #include "comm/secure_aggregation.hpp"
 #include "comm/secure_sum.hpp"
 #include "core/deck/deck_checks.hpp"
@@ -172,15 +173,13 @@ class Rounds {
     double var = 0;
     for (double e : eff) var += (e - mean) * (e - mean);
     const double cv = std::sqrt(var / n_sites) / mean;
-    int cross_rank = 0;
-    MPI_Comm_rank(cross_, &cross_rank);
+    const int cross_rank = comm_rank(cross_);
     const auto plain = comm::secagg::round_bytes(x.size(), n_sites, cross_rank == 0).plain;
     const std::int64_t bytes = res.bytes_sent + res.bytes_received;
-    const std::vector<std::int64_t> steps = quota_;
     log::info("federated round {}/{} (step {}): val global {:.4f}, sites [{:.4f}]; {} of {} sites kept; steps [{}]; "
               "efficiency [{:.2f}] (cv {:.1f}%); {} aggregation, {} bytes sent and received by {} ({:.4f}x "
               "plain){}",
-              round_, o_.rounds, t_.step(), global_val_, fmt::join(vals, ", "), kept, n_sites, fmt::join(steps, ", "),
+              round_, o_.rounds, t_.step(), global_val_, fmt::join(vals, ", "), kept, n_sites, fmt::join(quota_, ", "),
               fmt::join(eff, ", "), 100 * cv, o_.secure ? "secure" : "plain", bytes,
               cross_rank == 0 ? "the aggregator" : "a party",
               double(bytes) / double(plain), clamped_all ? fmt::format(", {} values clamped", clamped_all) : "");
@@ -192,7 +191,7 @@ class Rounds {
                        {"val_global", global_val_},
                        {"val_sites", vals},
                        {"kept", std::vector<int>(res.kept.begin(), res.kept.end())},
-                       {"steps", steps},
+                       {"steps", quota_},
                        {"busy_s", busys},
                        {"wall_s", walls},
                        {"efficiency", eff},
@@ -233,13 +232,8 @@ class Rounds {
 FederatedResult run_federated(const deck::Config& cfg, MPI_Comm world) {
   const FederatedOptions o = FederatedOptions::from_deck(cfg);
   check_site_data(o);
-  if (o.secure)
-    EXA_REQUIRE(comm::secagg::available(),
-                "federated.secure = true needs libsodium, which this build lacks (Debian: libsodium-dev; Spack: "
-                "libsodium); install it and reconfigure, or set federated.secure = false");
-  int rank = 0, size = 1;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
+  if (o.secure) comm::secagg::require_available();  // before any training, not at the first round
+  const int rank = comm_rank(world), size = comm_size(world);
   const int per_site = size / o.sites, site = rank / per_site, local = rank % per_site;
   MPI_Comm site_comm = MPI_COMM_NULL, cross = MPI_COMM_NULL;
   MPI_Comm_split(world, site, rank, &site_comm);

@@ -9,22 +9,12 @@
 #include <vector>
 
 #include "comm/fixed_point.hpp"
+#include "comm/mpi_env.hpp"
 #include "comm/secure_aggregation.hpp"
 #include "comm/secure_sum.hpp"
 #include "core/error.hpp"
 
 namespace {
-
-int rank_of(MPI_Comm c) {
-  int r = 0;
-  MPI_Comm_rank(c, &r);
-  return r;
-}
-int size_of(MPI_Comm c) {
-  int s = 0;
-  MPI_Comm_size(c, &s);
-  return s;
-}
 
 std::vector<std::uint32_t> input(int rank, int size, std::size_t n) {
   std::vector<std::uint32_t> x(n);
@@ -46,7 +36,7 @@ std::vector<std::uint32_t> expected(int size, std::size_t n, int dropped) {
 
 TEST(SecureSum, SecureAndPlainSumsAgreeAndDropsAreRecovered) {
   const MPI_Comm w = MPI_COMM_WORLD;
-  const int rank = rank_of(w), size = size_of(w);
+  const int rank = exa::comm_rank(w), size = exa::comm_size(w);
   if (size < 2) GTEST_SKIP() << "secure aggregation needs two parties";
   if (!exa::comm::secagg::available()) GTEST_SKIP() << "built without libsodium";
   const std::size_t n = 3001;
@@ -75,7 +65,7 @@ TEST(SecureSum, SecureAndPlainSumsAgreeAndDropsAreRecovered) {
 
 TEST(SecureSum, TooFewSurvivorsFailOnEveryParty) {
   const MPI_Comm w = MPI_COMM_WORLD;
-  const int rank = rank_of(w), size = size_of(w);
+  const int rank = exa::comm_rank(w), size = exa::comm_size(w);
   if (size < 2) GTEST_SKIP() << "secure aggregation needs two parties";
   if (!exa::comm::secagg::available()) GTEST_SKIP() << "built without libsodium";
   auto x = input(rank, size, 100);
@@ -89,7 +79,7 @@ TEST(SecureSum, TooFewSurvivorsFailOnEveryParty) {
 // Plain aggregation needs no second party.
 TEST(SecureSum, PlainSumAtAnySize) {
   const MPI_Comm w = MPI_COMM_WORLD;
-  const int rank = rank_of(w), size = size_of(w);
+  const int rank = exa::comm_rank(w), size = exa::comm_size(w);
   auto x = input(rank, size, 257);
   const auto r = exa::comm::secure_sum(w, x, {});
   EXPECT_EQ(x, expected(size, 257, -1));
