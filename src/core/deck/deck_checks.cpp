@@ -490,12 +490,8 @@ void check_streams(const Config& c) {
 void check_federated(const Config& c) {
   const auto sites = c.get_int("federated.sites");
   if (sites <= 1) {
-    for (const char* key : {"federated.site_data", "federated.slowdown", "federated.drop"})
-      if (c.get_string(key) != "none")
-        fail(c, {key}, fmt::format("{} is set but federated.sites = 1 (no federation); set federated.sites to the "
-                                   "number of sites, or remove {}",
-                                   key, key));
-    for (const char* key : {"federated.secure", "federated.threshold", "federated.balance", "federated.local_steps"})
+    for (const char* key : {"federated.site_data", "federated.slowdown", "federated.drop", "federated.secure",
+                            "federated.threshold", "federated.balance", "federated.local_steps"})
       if (const auto& s = c.setting(key); !(s.value == s.spec->def))
         fail(c, {key}, fmt::format("{} is set but federated.sites = 1 (no federation); set federated.sites to the "
                                    "number of sites, or remove {}",
@@ -862,18 +858,10 @@ std::vector<std::string> comma_items(const std::string& text) {
 }
 
 std::vector<std::string> name_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const auto comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    const auto a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    if (a == std::string::npos)
-      throw Error(fmt::format("entry {} is empty; write names separated by commas, e.g. \"attention,dense_ffn\"",
-                              out.size() + 1));
-    out.push_back(item.substr(a, b - a + 1));
-    at = comma + 1;
-  }
+  std::vector<std::string> out = comma_items(text);
+  if (const auto empty = std::find(out.begin(), out.end(), std::string()); empty != out.end())
+    throw Error(fmt::format("entry {} is empty; write names separated by commas, e.g. \"attention,dense_ffn\"",
+                            empty - out.begin() + 1));
   return out;
 }
 
