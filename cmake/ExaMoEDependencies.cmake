@@ -161,5 +161,12 @@ if(EXAMOE_ENABLE_CUDA AND EXAMOE_ENABLE_NCCL)
     configure_file(${NCCL_INCLUDE_DIR}/nccl.h ${_exa_nccl_inc}/nccl.h COPYONLY)
     target_include_directories(ExaMoE_nccl SYSTEM INTERFACE ${_exa_nccl_inc})
     target_link_libraries(ExaMoE_nccl INTERFACE ${NCCL_LIBRARY})
+  else()
+    # A CUDA build without NCCL would move every GPU collective through
+    # host copies: refuse rather than compile it out silently.
+    message(FATAL_ERROR "EXAMOE_ENABLE_CUDA=ON needs NCCL (nccl.h and libnccl; found include '${NCCL_INCLUDE_DIR}', "
+                        "library '${NCCL_LIBRARY}'). Set NCCL_ROOT to its prefix, install it (e.g. Spack's nccl, "
+                        "or CUDA's /usr/local/cuda), or configure with -DEXAMOE_ENABLE_NCCL=OFF to use MPI for "
+                        "every collective.")
   endif()
 endif()

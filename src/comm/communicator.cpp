@@ -1,5 +1,9 @@
 #include "comm/communicator.hpp"
 
+#include <cstdlib>
+#include <string>
+
+#include "comm/ordered_communicator.hpp"
 #include "core/error.hpp"
 
 namespace exa::comm {
@@ -127,6 +131,49 @@ class ChainImpl final : public RequestImpl {
 
 Request chain(std::vector<std::function<Request()>> stages) {
   return Request(std::make_unique<ChainImpl>(std::move(stages)));
+}
+
+namespace {
+
+// Two requests that complete as one.
+class PairImpl final : public RequestImpl {
+ public:
+  PairImpl(Request a, Request b) : a_(std::move(a)), b_(std::move(b)) {}
+  bool test() override {
+    const bool a = a_.test();
+    return b_.test() && a;
+  }
+  void wait() override {
+    a_.wait();
+    b_.wait();
+  }
+
+ private:
+  Request a_, b_;
+};
+
+}  // namespace
+
+Request Communicator::isendrecv(const void* send, std::size_t send_count, int dest, void* recv,
+                                std::size_t recv_count, int src, DType t, int tag) {
+  // The receive first, so that a transport matching in posting order sees
+  // it before this rank's send blocks anything.
+  Request r = irecv(recv, recv_count, t, src, tag);
+  Request s = isend(send, send_count, t, dest, tag);
+  return Request(std::make_unique<PairImpl>(std::move(s), std::move(r)));
+}
+
+const char* p2p_transport(Backend backend) {
+  if (backend == Backend::Nccl) return "nccl";
+  const char* ordered = std::getenv("EXAMOE_ORDERED_P2P");
+  return ordered && std::string(ordered) == "1" ? "ordered" : "mpi";
+}
+
+std::unique_ptr<Communicator> make_p2p_communicator(MPI_Comm comm, Backend backend) {
+  const std::string t = p2p_transport(backend);
+  if (t == "nccl") return make_nccl_communicator(comm);
+  if (t == "ordered") return make_ordered_communicator(comm);
+  return make_mpi_communicator(comm);
 }
 
 #if !EXAMOE_HAVE_NCCL

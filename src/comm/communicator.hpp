@@ -34,6 +34,8 @@
 namespace exa::comm {
 
 enum class DType { F32, F64, I32, I64 };
+// The transport of a parallel strategy's bulk traffic (comm.backend).
+enum class Backend { Mpi, Nccl };
 enum class ReduceOp { Sum, Max, Min };
 
 std::size_t dtype_size(DType t);
@@ -113,6 +115,12 @@ class Communicator {
   virtual const char* backend() const = 0;  // "mpi", "nccl"
   // true: buffers must be device memory (NCCL); false: host-accessible (MPI).
   virtual bool device_memory() const = 0;
+  // true: operations run one after another in posting order and
+  // point-to-point ignores tags, as NCCL's on its one stream (and the
+  // ordered test double). A caller must then post each receive in the
+  // order its peer sends, and never block on an operation whose partner
+  // the peer posts only after something queued behind it here.
+  virtual bool ordered() const { return false; }
 
   // ---- raw pointers (count in elements) -------------------------------
   // allreduce: send == recv is in place.
@@ -133,6 +141,11 @@ class Communicator {
   virtual Request isend(const void* buf, std::size_t count, DType t, int dest, int tag = 0) = 0;
   virtual Request irecv(void* buf, std::size_t count, DType t, int src, int tag = 0) = 0;
   virtual Request ibarrier() = 0;
+  // A send to `dest` and a receive from `src` that progress together (one
+  // NCCL group): a ring shift that an ordered communicator cannot deadlock.
+  // The default posts the two as isend and irecv.
+  virtual Request isendrecv(const void* send, std::size_t send_count, int dest, void* recv, std::size_t recv_count,
+                            int src, DType t, int tag = 0);
 
   void allreduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op = ReduceOp::Sum) {
     iallreduce(send, recv, count, t, op).wait();
@@ -214,6 +227,9 @@ class Communicator {
   void recv(const Kokkos::View<T*, P...>& v, int src, int tag = 0) {
     irecv(v, src, tag).wait();
   }
+  template <class T, class... P, class... Q>
+  Request isendrecv(const Kokkos::View<T*, P...>& send, int dest, const Kokkos::View<T*, Q...>& recv, int src,
+                    int tag = 0);
 };
 
 // MPI backend over a duplicate of `comm` (collective). Device Views are
@@ -223,6 +239,13 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
 // NCCL or when no GPU is visible.
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm);
 bool nccl_available();  // compiled with NCCL and a GPU is visible
+// The point-to-point channel of a parallel strategy (pipeline stages, the
+// context-parallel ring): NCCL for Backend::Nccl, else MPI, or, when the
+// environment sets EXAMOE_ORDERED_P2P=1, the ordered test double
+// (ordered_communicator.hpp) that gives MPI builds NCCL's ordering rules.
+std::unique_ptr<Communicator> make_p2p_communicator(MPI_Comm comm, Backend backend);
+// The backend() name of what make_p2p_communicator gives for `backend`.
+const char* p2p_transport(Backend backend);
 
 // ---------------------------------------------------------------------------
 // View staging.
@@ -354,6 +377,19 @@ Request Communicator::irecv(const Kokkos::View<T*, P...>& v, int src, int tag) {
   auto s = detail::stage(*this, v, false, true);
   Request r = irecv(static_cast<void*>(s.ptr), v.extent(0), dtype_of<T>(), src, tag);
   return detail::finish(std::move(r), s);
+}
+
+template <class T, class... P, class... Q>
+Request Communicator::isendrecv(const Kokkos::View<T*, P...>& send, int dest, const Kokkos::View<T*, Q...>& recv,
+                                int src, int tag) {
+  static_assert(std::is_same_v<std::remove_cv_t<T>, typename Kokkos::View<T*, Q...>::non_const_value_type>,
+                "isendrecv: one element type");
+  auto a = detail::stage(*this, send, true, false);
+  auto b = detail::stage(*this, recv, false, true);
+  Request r = isendrecv(static_cast<const void*>(a.ptr), send.extent(0), dest, static_cast<void*>(b.ptr),
+                        recv.extent(0), src, dtype_of<T>(), tag);
+  r = detail::finish(std::move(r), a);
+  return detail::finish(std::move(r), b);
 }
 
 }  // namespace exa::comm

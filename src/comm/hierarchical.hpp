@@ -26,8 +26,6 @@
 
 namespace exa::comm {
 
-enum class Backend { Mpi, Nccl };
-
 struct HierarchicalComms {
   std::unique_ptr<Communicator> local;  // ranks of one node
   std::unique_ptr<Communicator> inter;  // same local index, one per node

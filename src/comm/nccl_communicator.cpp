@@ -148,6 +148,15 @@ Request NcclCommunicator::irecv(void* buf, std::size_t count, DType t, int src, 
   return record();
 }
 
+Request NcclCommunicator::isendrecv(const void* send, std::size_t send_count, int dest, void* recv,
+                                    std::size_t recv_count, int src, DType t, int /*tag*/) {
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  nccl_check(ncclRecv(recv, recv_count, nccl_type(t), src, comm_, stream_), "ncclRecv");
+  nccl_check(ncclSend(send, send_count, nccl_type(t), dest, comm_, stream_), "ncclSend");
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  return record();
+}
+
 Request NcclCommunicator::ibarrier() {
   nccl_check(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), "ncclAllReduce(barrier)");
   return record();

@@ -29,6 +29,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
   bool device_memory() const override { return true; }
+  bool ordered() const override { return true; }  // one stream, no tags
   CUstream_st* stream() const { return stream_; }
 
   using Communicator::iallgather;
@@ -38,6 +39,7 @@ class NcclCommunicator final : public Communicator {
   using Communicator::irecv;
   using Communicator::ireduce_scatter;
   using Communicator::isend;
+  using Communicator::isendrecv;
 
   Request iallreduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) override;
   Request ireduce_scatter(const void* send, void* recv, std::size_t block, DType t, ReduceOp op) override;
@@ -50,6 +52,9 @@ class NcclCommunicator final : public Communicator {
   Request isend(const void* buf, std::size_t count, DType t, int dest, int tag) override;
   Request irecv(void* buf, std::size_t count, DType t, int src, int tag) override;
   Request ibarrier() override;
+  // ncclSend and ncclRecv in one group.
+  Request isendrecv(const void* send, std::size_t send_count, int dest, void* recv, std::size_t recv_count, int src,
+                    DType t, int tag) override;
 
  private:
   Request record();  // event after the work enqueued so far

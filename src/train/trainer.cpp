@@ -117,6 +117,11 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                              {"pp", grid_.sizes().pp},
                                              {"zero", dp_->options().zero}, {"experts_here",
                                               dp_->plan().local_experts()},
+                                             // The pipeline's and the Cp group's channels.
+                                             {"p2p", comm::p2p_transport(
+                                                         cfg.get_string("comm.backend") == "nccl"
+                                                             ? comm::Backend::Nccl
+                                                             : comm::Backend::Mpi)},
                                              // Who chose it: the deck, or the planner (examoe's
                                              // parallel.auto) for this cluster.
                                              {"chosen_by", layout_chosen_by(cfg)}}},

@@ -31,15 +31,26 @@ foreach(arg IN LISTS ARGS EXTRA)
 endforeach()
 compare_steps(${REF}/metrics.jsonl ${WORK}/metrics.jsonl ${steps} "${NP} ranks ${EXTRA}")
 
+# The run's start record (the first line of its metrics), read once.
+file(STRINGS ${WORK}/metrics.jsonl start LIMIT_COUNT 1)
+
 # A bf16 case (LOSS_TOL set by the caller, see tests/train/CMakeLists.txt)
 # must really have multiplied in bf16: its losses alone cannot show it, as
 # the bf16-fp32 gap on these decks is of the size of the tolerance. The
 # start record carries the process's matmul precision, as the kernels had it.
 if("${ARGS};${EXTRA}" MATCHES "precision\\.compute=bf16")
-  file(STRINGS ${WORK}/metrics.jsonl lines LIMIT_COUNT 1)
-  string(JSON matmuls GET "${lines}" precision matmuls)
+  string(JSON matmuls GET "${start}" precision matmuls)
   if(NOT matmuls STREQUAL "bf16")
     message(FATAL_ERROR "the run was asked for bf16 but its start record says its products ran in ${matmuls}")
+  endif()
+endif()
+
+# Under EXAMOE_ORDERED_P2P=1 the channels must really have been the ordered
+# test double (tests/train/CMakeLists.txt, ORDERED_P2P).
+if("$ENV{EXAMOE_ORDERED_P2P}" STREQUAL "1")
+  string(JSON p2p GET "${start}" layout p2p)
+  if(NOT p2p STREQUAL "ordered")
+    message(FATAL_ERROR "the run was asked for ordered channels but its start record says p2p = ${p2p}")
   endif()
 endif()
 
@@ -47,10 +58,9 @@ endif()
 # names the ep size and this rank's share of the experts.
 if(EXTRA MATCHES "parallel\\.ep=([0-9]+)")
   set(want ${CMAKE_MATCH_1})
-  file(STRINGS ${WORK}/metrics.jsonl lines LIMIT_COUNT 1)
-  string(JSON ep GET "${lines}" layout ep)
-  string(JSON here GET "${lines}" layout experts_here)
-  string(JSON experts GET "${lines}" config moe n_experts)
+  string(JSON ep GET "${start}" layout ep)
+  string(JSON here GET "${start}" layout experts_here)
+  string(JSON experts GET "${start}" config moe n_experts)
   math(EXPR share "${experts} / ${want}")
   if(NOT ep EQUAL want OR NOT here EQUAL share)
     message(FATAL_ERROR "the run was asked for ep = ${want} but its start record says ep = ${ep} with ${here} "

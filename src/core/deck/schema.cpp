@@ -168,7 +168,7 @@ std::vector<KeySpec> build() {
       S("comm", "a2a_compression", "none", {"none", "bf16", "int8"}, "wire format of the expert all-to-all's token rows (dispatch, combine and their backward; the flat all-to-all only)"),
       B("comm", "stochastic_rounding", false, "bf16 or int8 gradient compression rounds stochastically (up with probability equal to the distance from the value below: unbiased sums), drawn by Philox from the seed, the step, the rank and the collective, so a resumed run draws the same"),
       I("comm", "quant_block", 256, 1, 1 << 20, "values per fp32 scale in int8 payloads (comm.compression, comm.weight_compression)"),
-      S("comm", "backend", "mpi", {"mpi", "nccl"}, "data-parallel collectives: mpi, or nccl (CUDA builds with NCCL; device buffers, no host staging)"),
+      S("comm", "backend", "mpi", {"mpi", "nccl"}, "the collectives and point-to-point of every parallel strategy (dp, tp, ep, pp, cp): mpi, or nccl (CUDA builds with NCCL; device buffers, no host staging)"),
       B("comm", "hierarchical_a2a", false, "expert all-to-all in two stages: node-local gather/scatter around one inter-node message per node pair"),
 
       F("resilience", "timeout_s", 600.0, 0, 1e7, O::none, "seconds a collective may block before the run aborts; 0 = no limit"),

@@ -17,6 +17,7 @@ ContextOptions ContextOptions::from_deck(const deck::Config& cfg) {
   o.aux_over_sequence = cfg.get_string("moe.aux_scope") == "sequence";
   o.capacity_over_sequence = cfg.get_string("moe.capacity_scope") == "sequence";
   o.seq_len = cfg.get_int("model.seq_len");
+  o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
   return o;
 }
 
@@ -24,7 +25,9 @@ void use_context_parallel(model::Seams<float>& s, const comm::ProcessGrid& grid,
                           kernels::AttentionTiles tiles) {
   const int cp = grid.size(comm::Group::Cp);
   if (cp == 1) return;
-  std::shared_ptr<comm::Communicator> c = comm::make_mpi_communicator(grid.comm(comm::Group::Cp));
+  // The attention's blocks move on comm.backend's channel (device memory
+  // under NCCL); the routing statistics are host vectors, always on MPI.
+  std::shared_ptr<comm::Communicator> c = comm::make_p2p_communicator(grid.comm(comm::Group::Cp), opt.backend);
   if (opt.mode == "ring") {
     s.attention = std::make_shared<const RingAttention<float>>(c, tiles);
   } else if (opt.mode == "a2a") {
@@ -34,7 +37,8 @@ void use_context_parallel(model::Seams<float>& s, const comm::ProcessGrid& grid,
   }
   if (opt.aux_over_sequence || opt.capacity_over_sequence) {
     s.routing.ranks = cp;
-    s.routing.sum = [c](std::vector<double>& v) { c->allreduce(v.data(), v.data(), v.size()); };
+    std::shared_ptr<comm::Communicator> sums = comm::make_mpi_communicator(grid.comm(comm::Group::Cp));
+    s.routing.sum = [sums](std::vector<double>& v) { sums->allreduce(v.data(), v.data(), v.size()); };
     s.routing.aux = opt.aux_over_sequence;
     s.routing.capacity = opt.capacity_over_sequence;
     s.routing.rank = grid.coords().cp;

@@ -6,6 +6,7 @@
 // that group.
 #include <string>
 
+#include "comm/communicator.hpp"
 #include "comm/process_grid.hpp"
 #include "kernels/attention.hpp"
 #include "model/seams/seams.hpp"
@@ -21,6 +22,7 @@ struct ContextOptions {
   bool aux_over_sequence = false;       // moe.aux_scope = "sequence"
   bool capacity_over_sequence = false;  // moe.capacity_scope = "sequence"
   std::int64_t seq_len = 0;             // model.seq_len
+  comm::Backend backend = comm::Backend::Mpi;  // comm.backend: the ring's and the all-to-all's channel
   static ContextOptions from_deck(const deck::Config& cfg);
 };
 

@@ -21,10 +21,12 @@
 // this rank's share added, sent on to r+1; after cp steps they reach the
 // block's owner. No T x T matrix exists: only the kernels' score tiles.
 //
-// Head counts are this rank's; GQA (Hkv < H) as in the kernels. Messages go
-// through comm::Communicator (staged through the host for device memory on
-// MPI), tagged apart from other traffic on the Cp group; the waits are
-// charged to the "comm/context/ring" phase (exposed ring communication).
+// Head counts are this rank's; GQA (Hkv < H) as in the kernels. Every
+// message is half of a ring shift (Communicator::isendrecv: one NCCL group
+// on CUDA builds with comm.backend = "nccl"; staged through the host for
+// device memory on MPI), tagged apart from other traffic on the Cp group;
+// the waits are charged to the "comm/context/ring" phase (exposed ring
+// communication).
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,15 +120,17 @@ class RingAttention final : public ZigzagAttention<T, D> {
     pack_kv(k, v, b.kv[0], sh);
     const int cp = zz_.cp, r = zz_.rank;
     const index_t nkv = kv_elems(sh);
-    comm::Request dkv_sent;
+    // Each step ends with one ring shift of the dk/dv sums: this step's block
+    // (with this rank's share added) goes to r+1 while the next step's
+    // partial sums arrive from r-1, as one exchange, so that on an ordered
+    // transport every rank queues the same sequence of shifts.
+    comm::Request dkv_shift;
     T* mine = b.dkv[0].data();  // this step's block: partial sums plus this rank's share
     T* sent = b.dkv[1].data();  // the previous step's, in flight to r+1
     T* in = b.dkv[2].data();    // the partial sums of this step's block, from r-1
     for (int s = 0; s < cp; ++s) {
       const int src = (r - s + cp) % cp;
       Exchange x = s + 1 < cp ? post_kv(b, s) : Exchange{};
-      comm::Request dkv_in;
-      if (s > 0) dkv_in = comm_->irecv(flat(in, nkv), prev(), kTagDkv);
       ops::fill(mine, T(0), nkv);
       const T* blk = b.kv[s % 2].data();
       for (int a = 0; a < 2; ++a)
@@ -142,22 +146,21 @@ class RingAttention final : public ZigzagAttention<T, D> {
       if (cp > 1) {
         {
           ScopedRegion region("comm/context/ring");
-          dkv_in.wait();
-          dkv_sent.wait();
+          dkv_shift.wait();
         }
         if (s > 0) ops::add(mine, in, nkv);
         std::swap(mine, sent);
-        Kokkos::fence();  // the sum is complete before MPI reads it
+        Kokkos::fence();  // the sum is complete before the transport reads it
         comm::TrafficLedger::sent(comm::Traffic::Cp, double(nkv) * sizeof(T));
-        dkv_sent = comm_->isend(flat(sent, nkv), next(), kTagDkv);
+        dkv_shift = comm_->isendrecv(flat(sent, nkv), next(), flat(in, nkv), prev(), kTagDkv);
       }
       wait(x);
     }
     const T* done = mine;  // cp = 1: the block never left
     if (cp > 1) {
+      // The last shift brought this rank's own block back, complete.
       ScopedRegion region("comm/context/ring");
-      comm_->irecv(flat(in, nkv), prev(), kTagDkv).wait();
-      dkv_sent.wait();
+      dkv_shift.wait();
       done = in;
     }
     for (int a = 0; a < 2; ++a) ops::copy_rows(dq, b.dq[a], a * sh.c, false);
@@ -182,9 +185,9 @@ class RingAttention final : public ZigzagAttention<T, D> {
     C3 l[2], lb;
     Buf kv[2], dkv[3];
   };
-  // Messages of one ring step (the next key/value block).
+  // The ring shift of one step (the next key/value block).
   struct Exchange {
-    comm::Request send, recv;
+    comm::Request shift;
   };
 
   Buffers& buffers(const Shape& s) const {
@@ -244,18 +247,14 @@ class RingAttention final : public ZigzagAttention<T, D> {
 
   // Step s's block is kv[s % 2]; send it on and receive the next into the other.
   Exchange post_kv(Buffers& b, int s) const {
-    Kokkos::fence();  // the packed block is complete before MPI reads it
+    Kokkos::fence();  // the packed block is complete before the transport reads it
     const index_t n = kv_elems(b.shape);
-    Exchange x;
-    x.recv = comm_->irecv(flat(b.kv[(s + 1) % 2].data(), n), prev(), kTagKv);
     comm::TrafficLedger::sent(comm::Traffic::Cp, double(n) * sizeof(T));
-    x.send = comm_->isend(flat(b.kv[s % 2].data(), n), next(), kTagKv);
-    return x;
+    return {comm_->isendrecv(flat(b.kv[s % 2].data(), n), next(), flat(b.kv[(s + 1) % 2].data(), n), prev(), kTagKv)};
   }
   static void wait(Exchange& x) {
     ScopedRegion region("comm/context/ring");
-    x.recv.wait();
-    x.send.wait();
+    x.shift.wait();
   }
 
   // Offsets of (this rank's chunk a, rank src's key chunk kc), none when the

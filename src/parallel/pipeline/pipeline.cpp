@@ -36,14 +36,16 @@ Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg,
       stages_(grid.sizes().pp),
       pp_(grid.comm(comm::Group::Pp)),
       tp_(grid.comm(comm::Group::Tp)),
-      p2p_(comm::make_mpi_communicator(pp_)),
       schedule_(make_schedule(opt_.schedule, stage_, stages_, opt_.virtual_stages)),
       deferred_(std::move(weights)) {
   EXA_REQUIRE((opt_.schedule == "zb") == (deferred_ != nullptr),
               "pipeline: the zb schedule needs the model built with deferred weight gradients, and only it");
-  EXA_REQUIRE(p2p_->rank() == stage_ && p2p_->size() == stages_,
-              "pipeline: the Pp group's rank {} of {} is not the stage {} of {}", p2p_->rank(), p2p_->size(), stage_,
-              stages_);
+  int pp_rank = 0, pp_size = 0;
+  MPI_Comm_rank(pp_, &pp_rank);
+  MPI_Comm_size(pp_, &pp_size);
+  EXA_REQUIRE(pp_rank == stage_ && pp_size == stages_, "pipeline: the Pp group's rank {} of {} is not the stage {} of {}",
+              pp_rank, pp_size, stage_, stages_);
+  make_links();
   if (cfg_.tie_embeddings && stages_ > 1) {
     const auto& s = grid.sizes();
     const int color = first() || last() ? grid.coords().world % (s.tp * s.cp * s.dp) : MPI_UNDEFINED;
@@ -53,6 +55,36 @@ Pipeline::Pipeline(const comm::ProcessGrid& grid, const model::ModelConfig& cfg,
 
 Pipeline::~Pipeline() {
   if (embed_ != MPI_COMM_NULL) MPI_Comm_free(&embed_);
+}
+
+void Pipeline::make_links() {
+  // Edge e joins stage e to stage e+1 (interleaved: the last stage to the
+  // first as well); each has an activation and a gradient channel. The
+  // members of each edge create its communicators in edge order, so the
+  // chain of creations has no cycle.
+  if (stages_ < 2) return;
+  MPI_Group all = MPI_GROUP_NULL;
+  MPI_Comm_group(pp_, &all);
+  const int edges = chunks() > 1 ? stages_ : stages_ - 1;
+  for (int e = 0; e < edges; ++e) {
+    const int ends[2] = {e, (e + 1) % stages_};
+    if (stage_ != ends[0] && stage_ != ends[1]) continue;
+    MPI_Group pair = MPI_GROUP_NULL;
+    MPI_Group_incl(all, 2, ends, &pair);
+    const bool sender = stage_ == ends[0];  // of the activations; the gradients go the other way
+    for (int kind = 0; kind < 2; ++kind) {
+      MPI_Comm c = MPI_COMM_NULL;
+      MPI_Comm_create_group(pp_, pair, 2 * e + kind, &c);
+      Link& l = kind == 0 ? (sender ? acts_out_ : acts_in_) : (sender ? grads_in_ : grads_out_);
+      l.comm = comm::make_p2p_communicator(c, opt_.backend);
+      l.peer = sender ? 1 : 0;
+      MPI_Comm_free(&c);
+    }
+    MPI_Group_free(&pair);
+  }
+  MPI_Group_free(&all);
+  for (const Link* l : {&acts_in_, &acts_out_, &grads_in_, &grads_out_})
+    if (l->comm && l->comm->ordered()) lazy_ = true;
 }
 
 void Pipeline::post_receives(const Model& m, int n_micro, const std::function<model::MicroBatchShape(int)>& shape) {
@@ -79,8 +111,30 @@ void Pipeline::post_receives(const Model& m, int n_micro, const std::function<mo
   for (int c = 0; c < chunks(); ++c)
     for (int j = 0; j < n_micro; ++j) {
       const int k = c * n_micro + j;
-      if (has_prev(c)) act_recv_[std::size_t(k)] = p2p_->irecv(flat(act_in_[std::size_t(k)]), prev_rank(), 2 * k);
+      if (has_prev(c) && !lazy_) act_recv_[std::size_t(k)] = receive_activation(k);
     }
+}
+
+const char* Pipeline::transport() const {
+  for (const Link* l : {&acts_in_, &acts_out_})
+    if (l->comm) return l->comm->backend();
+  return "none";
+}
+
+comm::Request Pipeline::receive_activation(int k) {
+  return acts_in_.comm->irecv(flat(act_in_[std::size_t(k)]), acts_in_.peer, 2 * k);
+}
+
+comm::Request Pipeline::receive_gradient(int k) {
+  return grads_in_.comm->irecv(flat(grad_in_[std::size_t(k)]), grads_in_.peer, 2 * k + 1);
+}
+
+comm::Request Pipeline::send(const Link& to, const Model::V2& x, int tag) {
+  comm::TrafficLedger::sent(comm::Traffic::PpP2p, double(x.size()) * sizeof(float));
+  // A transport that reads device memory on its own stream (NCCL) must not
+  // start before the kernels that wrote x have finished.
+  if (to.comm->device_memory()) Kokkos::fence();
+  return to.comm->isend(flat(x), to.peer, tag);
 }
 
 void Pipeline::wait(comm::Request& r, double& waited) {
@@ -106,10 +160,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
   auto slot = [n_micro](int c, int j) { return c * n_micro + j; };
   for (int c = 0; c < chunks(); ++c)
     for (int j = 0; j < n_micro; ++j)
-      if (has_next(c)) {
-        const int k = slot(c, j);
-        grad_recv_[std::size_t(k)] = p2p_->irecv(flat(grad_in_[std::size_t(k)]), next_rank(), 2 * k + 1);
-      }
+      if (has_next(c) && !lazy_) grad_recv_[std::size_t(slot(c, j))] = receive_gradient(slot(c, j));
   run_schedule(
       *schedule_, n_micro, chunks(),
       [&](const MicroBatchOp& op) -> Ctx& {
@@ -119,16 +170,14 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         if (s.input_everywhere || !has_prev(c) || !has_next(c)) in = s.input(j);
         in.chunk = c;
         if (has_prev(c)) {
+          if (lazy_) act_recv_[k] = receive_activation(int(k));
           wait(act_recv_[k], st.wait_s);
           in.hidden = act_in_[k];
           in.shape = shape_of(s, j);
         }
         Ctx& ctx = s.model.forward(s.weights, in);
         if (s.forwarded) s.forwarded(j, ctx);
-        if (has_next(c)) {
-          comm::TrafficLedger::sent(comm::Traffic::PpP2p, double(ctx.out.size()) * sizeof(float));
-          act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * slot(next_chunk(c), j));
-        }
+        if (has_next(c)) act_send_[k] = send(acts_out_, ctx.out, 2 * slot(next_chunk(c), j));
         st.peak_live = std::max(st.peak_live, s.model.live_contexts());
         st.peak_activation_bytes = std::max(st.peak_activation_bytes, s.model.activation_bytes());
         return ctx;
@@ -136,7 +185,10 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
       [&](const MicroBatchOp& op, Ctx& ctx, BackwardPosition at) {
         const int j = op.micro, c = op.chunk;
         const auto k = std::size_t(slot(c, j));
-        if (has_next(c)) wait(grad_recv_[k], st.wait_s);
+        if (has_next(c)) {
+          if (lazy_) grad_recv_[k] = receive_gradient(int(k));
+          wait(grad_recv_[k], st.wait_s);
+        }
         // The context's output must have left before backward gives the
         // context back (a later forward would overwrite it).
         wait(act_send_[k], st.wait_s);
@@ -156,10 +208,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
               std::max(st.peak_activation_bytes, s.model.activation_bytes() + deferred_->bytes());
           while (deferred_->pending() > std::size_t(stages_ - stage_)) deferred_->run_oldest();
         }
-        if (has_prev(c)) {
-          comm::TrafficLedger::sent(comm::Traffic::PpP2p, double(grad_out_[k].size()) * sizeof(float));
-          grad_send_[k] = p2p_->isend(flat(grad_out_[k]), prev_rank(), 2 * slot(prev_chunk(c), j) + 1);
-        }
+        if (has_prev(c)) grad_send_[k] = send(grads_out_, grad_out_[k], 2 * slot(prev_chunk(c), j) + 1);
       });
   for (auto& r : grad_send_) wait(r, st.wait_s);
   if (deferred_) deferred_->run_all();
@@ -177,6 +226,7 @@ void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void
       if (s.input_everywhere || !has_prev(c) || !has_next(c)) in = s.input(j);
       in.chunk = c;
       if (has_prev(c)) {
+        if (lazy_) act_recv_[k] = receive_activation(int(k));
         wait(act_recv_[k], waited);
         in.hidden = act_in_[k];
         in.shape = shape_of(s, j);
@@ -185,8 +235,7 @@ void Pipeline::forward_only(const Step& s, int n_micro, const std::function<void
       if (!has_next(c)) {
         done(j, ctx);
       } else {
-        comm::TrafficLedger::sent(comm::Traffic::PpP2p, double(ctx.out.size()) * sizeof(float));
-        act_send_[k] = p2p_->isend(flat(ctx.out), next_rank(), 2 * (next_chunk(c) * n_micro + j));
+        act_send_[k] = send(acts_out_, ctx.out, 2 * (next_chunk(c) * n_micro + j));
         wait(act_send_[k], waited);
       }
       s.model.release(ctx);

@@ -19,11 +19,18 @@
 // parallelism (its block of the residual stream); without it every TP rank
 // sends its own copy of the replicated [N,d].
 //
-// Every send and receive is nonblocking (comm::Communicator over MPI); the
-// step posts all its receives before the first operation, into buffers of
-// its own, so a transfer lands while the stage computes and the only waits
-// are for data a stage cannot go on without. Shapes are fixed by the deck
-// (the rows above, d_model), so there is no shape handshake. The time
+// The messages travel on four channels per stage, one per direction and
+// neighbour: activations in and out, gradients in and out, each a
+// comm::Communicator over the two ranks of one pipeline edge (comm.backend:
+// NCCL on CUDA builds, else MPI). So each channel carries one stream of
+// messages, sent and received in the schedule's order. Every send and
+// receive is nonblocking. On MPI the step posts all its receives before the
+// first operation, into buffers of its own, so a transfer lands while the
+// stage computes. On an ordered transport (NCCL: one stream, no tags) a
+// receive queued early would hold back everything behind it, so each is
+// posted right before the operation that needs it. Either way the only
+// waits are for data a stage cannot go on without. Shapes are fixed by the
+// deck (the rows above, d_model), so there is no shape handshake. The time
 // spent in those waits is the stage's measured bubble.
 //
 // Under the zero-bubble schedule the stage's Linear seams defer their
@@ -135,20 +142,30 @@ class Pipeline {
   Reduction norm_reduction(Reduction within, const model::ParameterStore& store, Reduction parts = {}) const;
 
   MPI_Comm pp_comm() const { return pp_; }
+  // The stages' point-to-point transport: "mpi", "nccl" or "ordered".
+  const char* transport() const;
 
  private:
+  // One channel of a pipeline edge: its communicator and the neighbour's rank in it.
+  struct Link {
+    std::unique_ptr<comm::Communicator> comm;
+    int peer = 0;
+  };
+  void make_links();
   void post_receives(const Model& m, int n_micro, const std::function<model::MicroBatchShape(int)>& shape = {});
   model::MicroBatchShape shape_of(const Step& s, int j) const { return s.shape ? s.shape(j) : shape_; }
   // Chunk c's input comes from another (stage, chunk), not the embedding;
   // its output goes on, not into the head. Interleaved, the last stage's
-  // chunk c feeds the first stage's chunk c + 1.
+  // chunk c feeds the first stage's chunk c + 1 (over the wrap edge).
   bool has_prev(int c) const { return stage_ > 0 || c > 0; }
   bool has_next(int c) const { return stage_ < stages_ - 1 || c < chunks() - 1; }
-  int prev_rank() const { return stage_ > 0 ? stage_ - 1 : stages_ - 1; }
-  int next_rank() const { return stage_ < stages_ - 1 ? stage_ + 1 : 0; }
   int prev_chunk(int c) const { return stage_ > 0 ? c : c - 1; }
   int next_chunk(int c) const { return stage_ < stages_ - 1 ? c : c + 1; }
   void wait(comm::Request& r, double& waited);
+  // Slot k's receives, and a send of x on a channel (tags: 2k forward, 2k+1 backward).
+  comm::Request receive_activation(int k);
+  comm::Request receive_gradient(int k);
+  static comm::Request send(const Link& to, const Model::V2& x, int tag);
 
   model::ModelConfig cfg_;
   PipelineOptions opt_;
@@ -157,7 +174,10 @@ class Pipeline {
   MPI_Comm pp_ = MPI_COMM_NULL;      // the grid's Pp group (not owned)
   MPI_Comm tp_ = MPI_COMM_NULL;      // the grid's Tp group (not owned): this stage's tensor-parallel ranks
   MPI_Comm embed_ = MPI_COMM_NULL;   // first and last stage, tied embeddings (owned)
-  std::unique_ptr<comm::Communicator> p2p_;
+  // Activations from the previous stage and to the next; gradients from
+  // the next and to the previous.
+  Link acts_in_, acts_out_, grads_in_, grads_out_;
+  bool lazy_ = false;  // ordered channels: post each receive when it is needed
   std::unique_ptr<Schedule> schedule_;
   std::shared_ptr<WeightGradQueue> deferred_;  // zb: the stage's deferred weight gradients
   // Per micro-batch: the activation received, the gradient received, the

@@ -128,9 +128,10 @@ std::string PipelineExecutor::describe(int n_micro) const {
   for (const auto& [a, b] : t_.model.plan().layer_ranges())
     held += fmt::format("{}[{}, {})", held.empty() ? "" : " ", a, b);
   const int m = pipe_.round_size(n_micro);
-  return fmt::format("pipeline parallel: pp {}, schedule {}, {} micro-batches per step{}; stage 0 holds layers {}",
-                     pipe_.stages(), pipe_.schedule().name(), n_micro,
-                     m < n_micro ? fmt::format(" in {} rounds of {}", n_micro / m, m) : std::string(), held);
+  return fmt::format(
+      "pipeline parallel: pp {}, schedule {}, {} micro-batches per step{}; stage 0 holds layers {}; {} channels",
+      pipe_.stages(), pipe_.schedule().name(), n_micro,
+      m < n_micro ? fmt::format(" in {} rounds of {}", n_micro / m, m) : std::string(), held, pipe_.transport());
 }
 
 }  // namespace exa::parallel::pipeline

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
+
 namespace exa::deck {
 class Config;
 }
@@ -17,9 +19,11 @@ struct PipelineOptions {
   // parallel.microbatches: a step's micro-batches run in rounds of this
   // many, each a whole fill and drain of the pipeline (0: one round).
   int round = 0;
+  // comm.backend: the stages' point-to-point channels (NCCL on CUDA builds).
+  comm::Backend backend = comm::Backend::Mpi;
   // pipeline.schedule, pipeline.layers_per_stage (validated against
   // parallel.pp and model.n_layers, errors naming the deck line),
-  // pipeline.virtual_stages, parallel.microbatches.
+  // pipeline.virtual_stages, parallel.microbatches, comm.backend.
   static PipelineOptions from_deck(const deck::Config& cfg);
 };
 
