@@ -44,26 +44,30 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
   void forward(const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
                model::AttentionPositions at) const override {
     const Shape s = shape(q, k);
+    pool_ = &pools_[0];
+    used_ = 0;
     const auto full = to_heads({q, k, v}, s);
     const index_t Tn = s.c * 2 * zz_.cp;
     A4 fo = make(s.B, Tn, s.H / zz_.cp, s.hd);
-    Lse fl("exa::context::a2a_lse", s.B, s.H / zz_.cp, Tn);
+    const Lse& fl = reuse(lse_full_, "exa::context::a2a_lse", s.B, s.H / zz_.cp, Tn);
     kernels::attention_forward(full[0], full[1], full[2], fo, fl, tiles_, documents(at));
-    L4 fl4("exa::context::a2a_lse_rows", s.B, Tn, s.H / zz_.cp, 1);
+    A4 fl4 = make(s.B, Tn, s.H / zz_.cp, 1);
     ops::lse_as_rows(fl, fl4, true);
-    L4 l4("exa::context::lse_rows", s.B, 2 * s.c, s.H, 1);
-    to_rows({fo, A4(fl4.data(), s.B, Tn, s.H / zz_.cp, 1)}, {out, A4(l4.data(), s.B, 2 * s.c, s.H, 1)}, s);
+    A4 l4 = make(s.B, 2 * s.c, s.H, 1);
+    to_rows({fo, fl4}, {out, l4}, s);
     ops::lse_as_rows(lse, l4, false);
   }
 
   void backward(const A4& dout, const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse, const A4& dq,
                 const A4& dk, const A4& dv, model::AttentionPositions at) const override {
     const Shape s = shape(q, k);
-    L4 l4("exa::context::lse_rows", s.B, 2 * s.c, s.H, 1);
+    pool_ = &pools_[1];
+    used_ = 0;
+    A4 l4 = make(s.B, 2 * s.c, s.H, 1);
     ops::lse_as_rows(lse, l4, true);
-    const auto full = to_heads({q, k, v, out, dout, A4(l4.data(), s.B, 2 * s.c, s.H, 1)}, s);
+    const auto full = to_heads({q, k, v, out, dout, l4}, s);
     const index_t Tn = s.c * 2 * zz_.cp, Hl = s.H / zz_.cp, Hkvl = s.Hkv / zz_.cp;
-    Lse fl("exa::context::a2a_lse", s.B, Hl, Tn);
+    const Lse& fl = reuse(lse_full_, "exa::context::a2a_lse", s.B, Hl, Tn);
     ops::lse_as_rows(fl, full[5], false);
     A4 fdq = make(s.B, Tn, Hl, s.hd), fdk = make(s.B, Tn, Hkvl, s.hd), fdv = make(s.B, Tn, Hkvl, s.hd);
     kernels::attention_backward(full[4], full[0], full[1], full[2], full[3], fl, fdq, fdk, fdv, tiles_,
@@ -87,12 +91,23 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
                 zz_.cp, s.Hkv, s.H);
     return s;
   }
-  // A managed [B,T,h,w] tensor seen through the seam's unmanaged type (the
-  // allocation is kept alive by keep_).
+  // A [B,T,h,w] scratch tensor seen through the seam's unmanaged type: the
+  // call's next slot of a pool kept between calls, so that the step's many
+  // attention calls neither allocate nor touch fresh pages.
   A4 make(index_t B, index_t Tn, index_t h, index_t w) const {
-    L4 m("exa::context::a2a_full", B, Tn, h, w);
-    keep_.push_back(m);
+    if (used_ == pool_->size()) pool_->emplace_back();
+    const L4& m = reuse((*pool_)[used_++], "exa::context::a2a_full", B, Tn, h, w);
     return A4(m.data(), B, Tn, h, w);
+  }
+  // v, reallocated (uninitialised: every element is written before it is
+  // read) only when its extents change.
+  template <class V, class... N>
+  static const V& reuse(V& v, const char* label, N... n) {
+    const std::size_t want[] = {std::size_t(n)...};
+    bool same = v.data() != nullptr;
+    for (std::size_t i = 0; i < sizeof...(N); ++i) same = same && v.extent(i) == want[i];
+    if (!same) v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n...);
+    return v;
   }
   // One all-to-all over the Cp group of equal blocks of n elements per peer.
   void exchange(const Buf& send, const Buf& recv, index_t n) const {
@@ -108,11 +123,11 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
   // Each tensor [B, 2c, h, w] (this rank's rows, all h heads) -> [B, T, h/cp, w]
   // (every row, this rank's share of the heads).
   std::vector<A4> to_heads(const std::vector<A4>& xs, const Shape& s) const {
-    keep_.clear();
     const int P = zz_.cp;
     index_t per = 0;  // elements per peer
     for (const auto& x : xs) per += index_t(x.span()) / P;
-    Buf send("exa::context::a2a_send", per * P), recv("exa::context::a2a_recv", per * P);
+    const Buf& send = reuse(send_[xs.size()], "exa::context::a2a_send", per * P);
+    const Buf& recv = reuse(recv_[xs.size()], "exa::context::a2a_recv", per * P);
     for (int j = 0; j < P; ++j) {
       index_t off = j * per;
       for (const auto& x : xs) {
@@ -139,7 +154,8 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
     const int P = zz_.cp;
     index_t per = 0;
     for (const auto& y : ys) per += index_t(y.span()) / P;
-    Buf send("exa::context::a2a_send", per * P), recv("exa::context::a2a_recv", per * P);
+    const Buf& send = reuse(send_[ys.size()], "exa::context::a2a_send", per * P);
+    const Buf& recv = reuse(recv_[ys.size()], "exa::context::a2a_recv", per * P);
     for (int i = 0; i < P; ++i) {
       index_t off = i * per;
       for (std::size_t t = 0; t < full.size(); ++t) {
@@ -157,10 +173,17 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
       }
     }
     Kokkos::fence();
-    keep_.clear();
   }
 
-  mutable std::vector<L4> keep_;  // this call's whole-sequence tensors
+  // Scratch kept between calls: the whole-sequence tensors (a call's slots
+  // from 0, one pool for the forward and one for the backward), the whole sequences' log-sum-exp, and the exchanges' buffers
+  // by the number of tensors moved (in: 3 forward, 6 backward; out: 2
+  // forward, 3 backward, which are as large as the forward's 3 in).
+  mutable std::vector<L4> pools_[2];
+  mutable std::vector<L4>* pool_ = nullptr;
+  mutable std::size_t used_ = 0;
+  mutable Lse lse_full_;
+  mutable Buf send_[7], recv_[7];
 };
 
 }  // namespace exa::parallel::context

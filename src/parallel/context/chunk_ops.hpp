@@ -14,12 +14,14 @@ namespace exa::parallel::context::ops {
 template <class X, class C>
 void copy_rows(const X& x, const C& chunk, index_t row0, bool to_chunk) {
   using Exec = exec_of<C>;
-  const index_t B = chunk.extent(0), c = chunk.extent(1), w = chunk.extent(2) * chunk.extent(3);
-  const index_t H = chunk.extent(2), hd = chunk.extent(3);
+  // Natural indices (no divisions per element); the last one is the
+  // contiguous run on the host and the coalesced one on a GPU.
   Kokkos::parallel_for(
-      "exa::context::copy_rows", Kokkos::RangePolicy<Exec>(0, B * c * w), KOKKOS_LAMBDA(const index_t n) {
-        const index_t e = n % w, i = (n / w) % c, b = n / (w * c);
-        const index_t h = e / hd, k = e % hd;
+      "exa::context::copy_rows",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(
+          {0, 0, 0, 0}, {index_t(chunk.extent(0)), index_t(chunk.extent(1)), index_t(chunk.extent(2)),
+                         index_t(chunk.extent(3))}),
+      KOKKOS_LAMBDA(const index_t b, const index_t i, const index_t h, const index_t k) {
         if (to_chunk)
           chunk(b, i, h, k) = x(b, row0 + i, h, k);
         else
@@ -31,10 +33,11 @@ void copy_rows(const X& x, const C& chunk, index_t row0, bool to_chunk) {
 template <class L, class C>
 void copy_lse(const L& lse, const C& chunk, index_t col0, bool to_chunk) {
   using Exec = exec_of<C>;
-  const index_t B = chunk.extent(0), H = chunk.extent(1), c = chunk.extent(2);
   Kokkos::parallel_for(
-      "exa::context::copy_lse", Kokkos::RangePolicy<Exec>(0, B * H * c), KOKKOS_LAMBDA(const index_t n) {
-        const index_t i = n % c, h = (n / c) % H, b = n / (c * H);
+      "exa::context::copy_lse",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>(
+          {0, 0, 0}, {index_t(chunk.extent(0)), index_t(chunk.extent(1)), index_t(chunk.extent(2))}),
+      KOKKOS_LAMBDA(const index_t b, const index_t h, const index_t i) {
         if (to_chunk)
           chunk(b, h, i) = lse(b, h, col0 + i);
         else
@@ -91,8 +94,9 @@ void head_block(const X& x, T* blk, index_t h0, index_t Hs, bool to_block) {
   using Exec = exec_of<X>;
   const index_t B = x.extent(0), Tl = x.extent(1), w = x.extent(3);
   Kokkos::parallel_for(
-      "exa::context::head_block", Kokkos::RangePolicy<Exec>(0, B * Tl * Hs * w), KOKKOS_LAMBDA(const index_t n) {
-        const index_t e = n % w, h = (n / w) % Hs, t = (n / (w * Hs)) % Tl, b = n / (w * Hs * Tl);
+      "exa::context::head_block", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>({0, 0, 0, 0}, {B, Tl, Hs, w}),
+      KOKKOS_LAMBDA(const index_t b, const index_t t, const index_t h, const index_t e) {
+        const index_t n = ((b * Tl + t) * Hs + h) * w + e;
         if (to_block)
           blk[n] = x(b, t, h0 + h, e);
         else
@@ -105,8 +109,9 @@ void row_block(const X& full, T* blk, index_t c, index_t g0, index_t g1, bool to
   using Exec = exec_of<X>;
   const index_t B = full.extent(0), Hs = full.extent(2), w = full.extent(3), Tl = 2 * c;
   Kokkos::parallel_for(
-      "exa::context::row_block", Kokkos::RangePolicy<Exec>(0, B * Tl * Hs * w), KOKKOS_LAMBDA(const index_t n) {
-        const index_t e = n % w, h = (n / w) % Hs, t = (n / (w * Hs)) % Tl, b = n / (w * Hs * Tl);
+      "exa::context::row_block", Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>({0, 0, 0, 0}, {B, Tl, Hs, w}),
+      KOKKOS_LAMBDA(const index_t b, const index_t t, const index_t h, const index_t e) {
+        const index_t n = ((b * Tl + t) * Hs + h) * w + e;
         const index_t g = (t < c ? g0 * c + t : g1 * c + t - c);
         if (to_block)
           blk[n] = full(b, g, h, e);
@@ -118,10 +123,11 @@ void row_block(const X& full, T* blk, index_t c, index_t g0, index_t g1, bool to
 template <class L, class L4>
 void lse_as_rows(const L& lse, const L4& l4, bool to_rows) {
   using Exec = exec_of<L4>;
-  const index_t B = lse.extent(0), H = lse.extent(1), Tn = lse.extent(2);
   Kokkos::parallel_for(
-      "exa::context::lse_as_rows", Kokkos::RangePolicy<Exec>(0, B * H * Tn), KOKKOS_LAMBDA(const index_t n) {
-        const index_t t = n % Tn, h = (n / Tn) % H, b = n / (Tn * H);
+      "exa::context::lse_as_rows",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>(
+          {0, 0, 0}, {index_t(lse.extent(0)), index_t(lse.extent(1)), index_t(lse.extent(2))}),
+      KOKKOS_LAMBDA(const index_t b, const index_t h, const index_t t) {
         if (to_rows)
           l4(b, t, h, 0) = lse(b, h, t);
         else
