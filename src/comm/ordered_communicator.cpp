@@ -32,27 +32,31 @@ void ordered_check(int rc, const char* what) {
 class OrderedRequest final : public RequestImpl {
  public:
   explicit OrderedRequest(std::shared_ptr<OrderedCommunicator::Op> op) : op_(std::move(op)) {}
+  // Callers wait by polling test() as well as by wait(), so the stall
+  // clock starts at the first poll and runs across both.
   bool test() override {
-    if (!op_->done) OrderedCommunicator::progress_all();
-    return op_->done;
+    if (op_->done) return true;
+    OrderedCommunicator::progress_all();
+    if (op_->done) return true;
+    const double now = wall_seconds();
+    if (polled_since_ < 0) polled_since_ = now;
+    const double s = op_->owner->stall_seconds();
+    if (now - polled_since_ > s) {
+      op_->owner->abandon();
+      throw Error(fmt::format(
+          "exa::comm::OrderedCommunicator: an operation made no progress for {} s: its partner is queued behind "
+          "an operation that waits for this rank, so this posting order would deadlock on NCCL",
+          s));
+    }
+    return false;
   }
   void wait() override {
-    const double t0 = wall_seconds();
-    while (!test()) {
-      if (wall_seconds() - t0 > op_->owner->stall_seconds()) {
-        const double s = op_->owner->stall_seconds();
-        op_->owner->abandon();
-        throw Error(fmt::format(
-            "exa::comm::OrderedCommunicator: an operation made no progress for {} s: its partner is queued behind "
-            "an operation that waits for this rank, so this posting order would deadlock on NCCL",
-            s));
-      }
-      std::this_thread::yield();
-    }
+    while (!test()) std::this_thread::yield();
   }
 
  private:
   std::shared_ptr<OrderedCommunicator::Op> op_;
+  double polled_since_ = -1;
 };
 
 }  // namespace

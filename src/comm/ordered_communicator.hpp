@@ -15,9 +15,10 @@
 //
 // Every live OrderedCommunicator advances whenever any of their requests is
 // tested or waited on, as a GPU runs every stream whichever one the host
-// waits for. A wait that makes no progress for `stall_seconds` throws
-// exa::Error (the posting order would deadlock on NCCL) and cancels the
-// communicator's outstanding operations. Buffers are host
+// waits for. A request that stays incomplete for `stall_seconds` from the
+// first time it is polled or waited on throws exa::Error (the posting
+// order would deadlock on NCCL) and cancels the communicator's outstanding
+// operations. Buffers are host
 // memory (device_memory() is false). Selected for the pipeline's and the
 // context-parallel ring's channels by EXAMOE_ORDERED_P2P=1
 // (make_p2p_communicator).
