@@ -163,14 +163,14 @@ Request Communicator::isendrecv(const void* send, std::size_t send_count, int de
   return Request(std::make_unique<PairImpl>(std::move(s), std::move(r)));
 }
 
-const char* p2p_transport(Backend backend) {
+const char* transport_name(Backend backend) {
   if (backend == Backend::Nccl) return "nccl";
-  const char* ordered = std::getenv("EXAMOE_ORDERED_P2P");
+  const char* ordered = std::getenv("EXAMOE_ORDERED_COMM");
   return ordered && std::string(ordered) == "1" ? "ordered" : "mpi";
 }
 
-std::unique_ptr<Communicator> make_p2p_communicator(MPI_Comm comm, Backend backend) {
-  const std::string t = p2p_transport(backend);
+std::unique_ptr<Communicator> make_transport(MPI_Comm comm, Backend backend) {
+  const std::string t = transport_name(backend);
   if (t == "nccl") return make_nccl_communicator(comm);
   if (t == "ordered") return make_ordered_communicator(comm);
   return make_mpi_communicator(comm);

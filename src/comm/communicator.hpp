@@ -239,13 +239,14 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
 // NCCL or when no GPU is visible.
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm);
 bool nccl_available();  // compiled with NCCL and a GPU is visible
-// The point-to-point channel of a parallel strategy (pipeline stages, the
-// context-parallel ring): NCCL for Backend::Nccl, else MPI, or, when the
-// environment sets EXAMOE_ORDERED_P2P=1, the ordered test double
+// The communicator for a parallel strategy's bulk traffic (tensor and
+// expert parallelism, the pipeline's channels, the context-parallel
+// attention): NCCL for Backend::Nccl, else MPI, or, when the environment
+// sets EXAMOE_ORDERED_COMM=1, the ordered test double
 // (ordered_communicator.hpp) that gives MPI builds NCCL's ordering rules.
-std::unique_ptr<Communicator> make_p2p_communicator(MPI_Comm comm, Backend backend);
-// The backend() name of what make_p2p_communicator gives for `backend`.
-const char* p2p_transport(Backend backend);
+std::unique_ptr<Communicator> make_transport(MPI_Comm comm, Backend backend);
+// The backend() name of what make_transport gives for `backend`.
+const char* transport_name(Backend backend);
 
 // ---------------------------------------------------------------------------
 // View staging.

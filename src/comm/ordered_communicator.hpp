@@ -20,8 +20,8 @@
 // order would deadlock on NCCL) and cancels the communicator's outstanding
 // operations. Buffers are host
 // memory (device_memory() is false). Selected for the pipeline's and the
-// context-parallel ring's channels by EXAMOE_ORDERED_P2P=1
-// (make_p2p_communicator).
+// context-parallel ring's channels by EXAMOE_ORDERED_COMM=1
+// (make_transport).
 #include <mpi.h>
 
 #include <deque>

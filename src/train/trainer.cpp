@@ -117,8 +117,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                              {"pp", grid_.sizes().pp},
                                              {"zero", dp_->options().zero}, {"experts_here",
                                               dp_->plan().local_experts()},
-                                             // The pipeline's and the Cp group's channels.
-                                             {"p2p", comm::p2p_transport(
+                                             // The bulk traffic of tp, ep, pp and cp.
+                                             {"transport", comm::transport_name(
                                                          cfg.get_string("comm.backend") == "nccl"
                                                              ? comm::Backend::Nccl
                                                              : comm::Backend::Mpi)},

@@ -45,12 +45,12 @@ if("${ARGS};${EXTRA}" MATCHES "precision\\.compute=bf16")
   endif()
 endif()
 
-# Under EXAMOE_ORDERED_P2P=1 the channels must really have been the ordered
-# test double (tests/train/CMakeLists.txt, ORDERED_P2P).
-if("$ENV{EXAMOE_ORDERED_P2P}" STREQUAL "1")
-  string(JSON p2p GET "${start}" layout p2p)
-  if(NOT p2p STREQUAL "ordered")
-    message(FATAL_ERROR "the run was asked for ordered channels but its start record says p2p = ${p2p}")
+# Under EXAMOE_ORDERED_COMM=1 the strategies' transport must really have
+# been the ordered test double (tests/train/CMakeLists.txt, ORDERED_COMM).
+if("$ENV{EXAMOE_ORDERED_COMM}" STREQUAL "1")
+  string(JSON transport GET "${start}" layout transport)
+  if(NOT transport STREQUAL "ordered")
+    message(FATAL_ERROR "the run was asked for the ordered transport but its start record says ${transport}")
   endif()
 endif()
 

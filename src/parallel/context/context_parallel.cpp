@@ -27,7 +27,7 @@ void use_context_parallel(model::Seams<float>& s, const comm::ProcessGrid& grid,
   if (cp == 1) return;
   // The attention's blocks move on comm.backend's channel (device memory
   // under NCCL); the routing statistics are host vectors, always on MPI.
-  std::shared_ptr<comm::Communicator> c = comm::make_p2p_communicator(grid.comm(comm::Group::Cp), opt.backend);
+  std::shared_ptr<comm::Communicator> c = comm::make_transport(grid.comm(comm::Group::Cp), opt.backend);
   if (opt.mode == "ring") {
     s.attention = std::make_shared<const RingAttention<float>>(c, tiles);
   } else if (opt.mode == "a2a") {

@@ -12,9 +12,7 @@ void use_expert_parallel(model::Seams<float>& seams, const ParallelLayout& layou
   const auto& opt = layout.options().expert;
   const MPI_Comm ep = layout.grid().comm(comm::Group::Ep);
   std::shared_ptr<comm::Communicator> counts = comm::make_mpi_communicator(ep);
-  std::shared_ptr<comm::Communicator> rows =
-      opt.backend == comm::Backend::Nccl ? std::shared_ptr<comm::Communicator>(comm::make_nccl_communicator(ep))
-                                         : counts;
+  std::shared_ptr<comm::Communicator> rows = comm::make_transport(ep, opt.backend);
   std::shared_ptr<comm::HierarchicalComms> hier;
   if (opt.hierarchical)
     hier = std::make_shared<comm::HierarchicalComms>(comm::make_hierarchical(layout.grid(), comm::Group::Ep,

@@ -76,7 +76,7 @@ void Pipeline::make_links() {
       MPI_Comm c = MPI_COMM_NULL;
       MPI_Comm_create_group(pp_, pair, 2 * e + kind, &c);
       Link& l = kind == 0 ? (sender ? acts_out_ : acts_in_) : (sender ? grads_in_ : grads_out_);
-      l.comm = comm::make_p2p_communicator(c, opt_.backend);
+      l.comm = comm::make_transport(c, opt_.backend);
       l.peer = sender ? 1 : 0;
       MPI_Comm_free(&c);
     }

@@ -14,9 +14,7 @@ void use_tensor_parallel(model::Seams<float>& seams, const ParallelLayout& layou
   const comm::Backend backend = layout.options().data.backend;
   const bool overlap = layout.options().tensor.overlap;
   const MPI_Comm g = layout.grid().comm(comm::Group::Tp);
-  std::shared_ptr<comm::Communicator> c = backend == comm::Backend::Nccl
-                                              ? std::shared_ptr<comm::Communicator>(comm::make_nccl_communicator(g))
-                                              : std::shared_ptr<comm::Communicator>(comm::make_mpi_communicator(g));
+  std::shared_ptr<comm::Communicator> c = comm::make_transport(g, backend);
   const auto tp = std::make_shared<const TpComm>(std::move(c));
   const auto column = std::make_shared<const ColumnParallelLinear<float>>(tp, overlap);
   seams.column = column;
