@@ -163,6 +163,12 @@ Request Communicator::isendrecv(const void* send, std::size_t send_count, int de
   return Request(std::make_unique<PairImpl>(std::move(s), std::move(r)));
 }
 
+Backend backend_named(const std::string& name) {
+  if (name == "mpi") return Backend::Mpi;
+  if (name == "nccl") return Backend::Nccl;
+  throw Error("comm.backend = \"" + name + "\" is not one of mpi, nccl");
+}
+
 const char* transport_name(Backend backend) {
   if (backend == Backend::Nccl) return "nccl";
   const char* ordered = std::getenv("EXAMOE_ORDERED_COMM");

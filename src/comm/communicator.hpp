@@ -36,6 +36,8 @@ namespace exa::comm {
 enum class DType { F32, F64, I32, I64 };
 // The transport of a parallel strategy's bulk traffic (comm.backend).
 enum class Backend { Mpi, Nccl };
+// comm.backend's value ("mpi", "nccl") as a Backend; exa::Error otherwise.
+Backend backend_named(const std::string& name);
 enum class ReduceOp { Sum, Max, Min };
 
 std::size_t dtype_size(DType t);

@@ -106,8 +106,9 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
   // --pp P: each replica's stages pass every batch's hidden state along;
   // a stage goes on to its next batch once the previous one has left, so
   // the stages work on successive batches at once.
-  const PipelineRanks ranks(comm, opt.pp);
+  PipelineRanks ranks(comm, opt.pp);
   CheckpointModel m(opt.checkpoint, comm, false, ranks.stage(), ranks.stages());
+  ranks.use_transport(comm::backend_named(m.config().get_string("comm.backend")));
   const auto& mc = m.model_config();
   const std::int64_t T = opt.seq_len > 0 ? opt.seq_len : mc.seq_len;
   const std::int64_t B = opt.batch > 0 ? opt.batch : std::max<std::int64_t>(1, m.config().get_int("train.micro_batch"));
@@ -189,6 +190,7 @@ EvalReport evaluate_checkpoint(const EvalOptions& opt, MPI_Comm comm) {
   rep.ce_sum = sum;
   rep.ce_nats_per_token = sum / double(count);
   rep.ppl = std::exp(rep.ce_nats_per_token);
+  rep.transport = opt.pp > 1 ? ranks.transport() : "none";
   return rep;
 }
 
@@ -207,6 +209,7 @@ std::string to_json_line(const EvalReport& r) {
   // The products' precision the evaluation ran in (the training run's, or
   // fp32 where this build cannot: checkpoint_model.cpp).
   j["matmuls"] = kernels::to_string(kernels::matmul_precision());
+  j["transport"] = r.transport;  // between the stages under --pp
   return j.dump();
 }
 

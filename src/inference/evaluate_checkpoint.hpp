@@ -64,6 +64,7 @@ struct EvalReport {
   double ce_sum = 0;           // summed over every prediction (nats)
   double ce_nats_per_token = 0;
   double ppl = 0;  // exp(ce_nats_per_token)
+  std::string transport;  // the stages' transport under --pp (comm::make_transport), else "none"
 };
 
 // Collective over `comm`; every rank gets the same report.

@@ -68,9 +68,10 @@ std::string generate(const GenerateOptions& opt, MPI_Comm comm) {
 
   // --pp P: each stage runs its layers on the window; the last samples and
   // tells every stage of its pipeline the token.
-  const PipelineRanks ranks(comm, opt.pp);
+  PipelineRanks ranks(comm, opt.pp);
   const bool first = ranks.first(), last = ranks.last();
   CheckpointModel m(opt.checkpoint, comm, /*dropless=*/true, ranks.stage(), ranks.stages());
+  ranks.use_transport(comm::backend_named(m.config().get_string("comm.backend")));
   const auto& mc = m.model_config();
   // Subword models speak through their tokenizer; byte models need none.
   std::unique_ptr<io::Tokenizer> tok;

@@ -26,6 +26,8 @@ PipelineRanks::PipelineRanks(MPI_Comm comm, int pp) {
   p2p_ = comm::make_mpi_communicator(pipe_);
 }
 
+void PipelineRanks::use_transport(comm::Backend backend) { p2p_ = comm::make_transport(pipe_, backend); }
+
 PipelineRanks::~PipelineRanks() {
   p2p_.reset();
   if (pipe_ != MPI_COMM_NULL) MPI_Comm_free(&pipe_);
@@ -47,6 +49,8 @@ PipelineRanks::Input PipelineRanks::input(const model::StageModel<float>::Tokens
 void PipelineRanks::forward_and_send(model::Transformer<float>& m, const model::Weights<float, Device>& w,
                                      const Input& x) const {
   auto& c = m.forward(w, x);
+  // NCCL reads device memory on its own stream: the forward must be done.
+  if (p2p_->device_memory()) Kokkos::fence();
   p2p_->isend(flat(c.out), stage_ + 1).wait();
   m.release(c);
 }

@@ -32,6 +32,11 @@ class PipelineRanks {
   bool last() const { return stage_ == stages_ - 1; }
   // The replica's pipeline: rank = stage.
   MPI_Comm comm() const { return pipe_; }
+  // The stages' transport: MPI until use_transport() picks the training
+  // run's comm.backend (comm::make_transport; collective over the
+  // replica's pipeline). transport() is its backend() name.
+  void use_transport(comm::Backend backend);
+  const char* transport() const { return p2p_->backend(); }
 
   // One batch through this stage, the protocol evaluation and generation
   // share. input(): `tokens` on the first stage; elsewhere the previous

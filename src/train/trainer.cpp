@@ -118,10 +118,8 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
                                              {"zero", dp_->options().zero}, {"experts_here",
                                               dp_->plan().local_experts()},
                                              // The bulk traffic of tp, ep, pp and cp.
-                                             {"transport", comm::transport_name(
-                                                         cfg.get_string("comm.backend") == "nccl"
-                                                             ? comm::Backend::Nccl
-                                                             : comm::Backend::Mpi)},
+                                             {"transport",
+                                              comm::transport_name(comm::backend_named(cfg.get_string("comm.backend")))},
                                              // Who chose it: the deck, or the planner (examoe's
                                              // parallel.auto) for this cluster.
                                              {"chosen_by", layout_chosen_by(cfg)}}},

@@ -236,7 +236,11 @@ elseif(MODE STREQUAL "pp2")
   # Evaluation and generation through a pipeline of 2 ranks, each holding its stage's
   # layers (a 3-layer model with tied embeddings, so the last stage's head
   # reads its own copy, and a dense layer): the same text as one rank.
+  # PP_RUN: the run's directory (drivers.pp2_ordered_comm has its own).
   set(pprun ${WORK}/pp_run)
+  if(DEFINED PP_RUN)
+    set(pprun ${PP_RUN})
+  endif()
   file(REMOVE_RECURSE ${pprun})
   run(t 0 ${EXAMOE} ${SRC}/input/tiny.toml ${train_sets} --set model.n_layers=3 --set model.tie_embeddings=true
       --set moe.moe_every=2 --set train.steps=2 --set checkpoint.every=2 --set output.run_dir=${pprun})
@@ -257,6 +261,16 @@ elseif(MODE STREQUAL "pp2")
   set(launcher "${l2}")
   eval_json(two ${sample} --batch 3 --pp 2)
   require_same_ce(${two_CE} ${one_CE} "examoe eval --pp 2 (against 1 rank)")
+  # The stages' transport: the run's comm.backend, or the ordered test
+  # double under EXAMOE_ORDERED_COMM=1.
+  set(want_transport mpi)
+  if("$ENV{EXAMOE_ORDERED_COMM}" STREQUAL "1")
+    set(want_transport ordered)
+  endif()
+  string(JSON transport GET "${two_JSON}" transport)
+  if(NOT transport STREQUAL want_transport)
+    message(FATAL_ERROR "examoe eval --pp 2 ran its stages over ${transport}, not ${want_transport}")
+  endif()
   expect_error("examoe: error: --pp 2 does not divide the 1 ranks"
                ${EXAMOE} eval --checkpoint ${pprun} --tokens ${sample} --pp 2)
   expect_error("examoe-generate: error: --pp 3 does not divide the 2 ranks"

@@ -17,7 +17,7 @@ ContextOptions ContextOptions::from_deck(const deck::Config& cfg) {
   o.aux_over_sequence = cfg.get_string("moe.aux_scope") == "sequence";
   o.capacity_over_sequence = cfg.get_string("moe.capacity_scope") == "sequence";
   o.seq_len = cfg.get_int("model.seq_len");
-  o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
+  o.backend = comm::backend_named(cfg.get_string("comm.backend"));
   return o;
 }
 

@@ -34,7 +34,7 @@ DataParallelOptions DataParallelOptions::from_deck(const deck::Config& cfg) {
   o.hierarchical = cfg.get_bool("parallel.hierarchical");
   o.overlap = cfg.get_bool("comm.overlap");
   o.bucket_bytes = cfg.get_float("comm.bucket_mb") * 1024.0 * 1024.0;
-  o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
+  o.backend = comm::backend_named(cfg.get_string("comm.backend"));
   // Top-k sends fp32 values (its own codec); the others are wire formats.
   const std::string& compression = cfg.get_string("comm.compression");
   const bool topk = compression == "topk";

@@ -13,7 +13,7 @@ PipelineOptions PipelineOptions::from_deck(const deck::Config& cfg) {
                              static_cast<int>(cfg.get_int("parallel.pp")), cfg.locate({"pipeline.layers_per_stage"}));
   o.virtual_stages = static_cast<int>(cfg.get_int("pipeline.virtual_stages"));
   o.round = static_cast<int>(cfg.get_int("parallel.microbatches"));
-  o.backend = cfg.get_string("comm.backend") == "nccl" ? comm::Backend::Nccl : comm::Backend::Mpi;
+  o.backend = comm::backend_named(cfg.get_string("comm.backend"));
   return o;
 }
 
