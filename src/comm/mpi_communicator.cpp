@@ -46,25 +46,13 @@ class MpiRequest final : public RequestImpl {
     // Bounded by resilience.timeout_s when the watchdog runs, else MPI_Wait.
     if (req_ != MPI_REQUEST_NULL) check(bounded_wait(&req_, what_, comm_size_), "MPI_Wait");
   }
-  static void check(int rc, const char* what) {
-    if (rc == MPI_SUCCESS) return;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw Error(fmt::format("{} failed: {}", what, std::string(msg, static_cast<std::size_t>(len))));
-  }
+  static void check(int rc, const char* what) { mpi_check(rc, what); }
 
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
   const char* what_;
   int comm_size_;
 };
-
-int as_int(std::size_t n, const char* what) {
-  EXA_REQUIRE(n <= static_cast<std::size_t>(INT_MAX),
-              "exa::comm::{}: {} elements exceed MPI's int count limit {}; split the buffer", what, n, INT_MAX);
-  return static_cast<int>(n);
-}
 
 // Runs an MPI_I* call that fills `req` and wraps it.
 template <class F>
@@ -75,6 +63,20 @@ Request post(F&& f, const char* what, int comm_size) {
 }
 
 }  // namespace
+
+int mpi_count(std::size_t n, const char* what) {
+  EXA_REQUIRE(n <= static_cast<std::size_t>(INT_MAX),
+              "exa::comm::{}: {} elements exceed MPI's int count limit {}; split the buffer", what, n, INT_MAX);
+  return static_cast<int>(n);
+}
+
+void mpi_check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw Error(fmt::format("{} failed: {}", what, std::string(msg, static_cast<std::size_t>(len))));
+}
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   MPI_Comm_dup(comm, &comm_);
@@ -90,15 +92,15 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 Request MpiCommunicator::iallreduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) {
-  const int n = as_int(count, "allreduce");
+  const int n = mpi_count(count, "allreduce");
   const void* s = send == recv ? MPI_IN_PLACE : send;
   return post([&](MPI_Request* r) { return MPI_Iallreduce(s, recv, n, mpi_datatype(t), mpi_op(op), comm_, r); },
               "MPI_Iallreduce", size_);
 }
 
 Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t block, DType t, ReduceOp op) {
-  const int n = as_int(block, "reduce_scatter");
-  as_int(block * static_cast<std::size_t>(size_), "reduce_scatter");
+  const int n = mpi_count(block, "reduce_scatter");
+  mpi_count(block * static_cast<std::size_t>(size_), "reduce_scatter");
   EXA_REQUIRE(send != recv || size_ == 1, "exa::comm::reduce_scatter: send and recv must be different buffers");
   if (size_ == 1) {
     if (send != recv) std::memcpy(recv, send, block * dtype_size(t));
@@ -110,8 +112,8 @@ Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size
 }
 
 Request MpiCommunicator::iallgather(const void* send, void* recv, std::size_t block, DType t) {
-  const int n = as_int(block, "allgather");
-  as_int(block * static_cast<std::size_t>(size_), "allgather");
+  const int n = mpi_count(block, "allgather");
+  mpi_count(block * static_cast<std::size_t>(size_), "allgather");
   const auto* mine = static_cast<const char*>(recv) + block * dtype_size(t) * static_cast<std::size_t>(rank_);
   const void* s = send == static_cast<const void*>(mine) ? MPI_IN_PLACE : send;
   return post([&](MPI_Request* r) { return MPI_Iallgather(s, n, mpi_datatype(t), recv, n, mpi_datatype(t), comm_, r); },
@@ -142,18 +144,18 @@ Request MpiCommunicator::ialltoallv(const void* send, const std::vector<int>& se
 }
 
 Request MpiCommunicator::ibroadcast(void* buf, std::size_t count, DType t, int root) {
-  const int n = as_int(count, "broadcast");
+  const int n = mpi_count(count, "broadcast");
   return post([&](MPI_Request* r) { return MPI_Ibcast(buf, n, mpi_datatype(t), root, comm_, r); }, "MPI_Ibcast", size_);
 }
 
 Request MpiCommunicator::isend(const void* buf, std::size_t count, DType t, int dest, int tag) {
-  const int n = as_int(count, "send");
+  const int n = mpi_count(count, "send");
   return post([&](MPI_Request* r) { return MPI_Isend(buf, n, mpi_datatype(t), dest, tag, comm_, r); },
               "MPI_Isend", size_);
 }
 
 Request MpiCommunicator::irecv(void* buf, std::size_t count, DType t, int src, int tag) {
-  const int n = as_int(count, "recv");
+  const int n = mpi_count(count, "recv");
   return post([&](MPI_Request* r) { return MPI_Irecv(buf, n, mpi_datatype(t), src, tag, comm_, r); },
               "MPI_Irecv", size_);
 }

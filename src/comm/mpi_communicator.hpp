@@ -15,6 +15,10 @@ namespace exa::comm {
 
 MPI_Datatype mpi_datatype(DType t);
 MPI_Op mpi_op(ReduceOp op);
+// `n` as MPI's int count; exa::Error naming `what` when it does not fit.
+int mpi_count(std::size_t n, const char* what);
+// exa::Error with MPI's message for `what` unless rc is MPI_SUCCESS.
+void mpi_check(int rc, const char* what);
 
 class MpiCommunicator final : public Communicator {
  public:

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
 #include <thread>
 
 #include "comm/mpi_communicator.hpp"
@@ -17,16 +16,6 @@ namespace {
 std::vector<OrderedCommunicator*>& live() {
   static std::vector<OrderedCommunicator*> all;
   return all;
-}
-
-int ordered_count(std::size_t n) {
-  EXA_REQUIRE(n <= static_cast<std::size_t>(INT_MAX), "exa::comm::OrderedCommunicator: {} elements exceed an int",
-              n);
-  return static_cast<int>(n);
-}
-
-void ordered_check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw Error(fmt::format("exa::comm::OrderedCommunicator: {} failed ({})", what, rc));
 }
 
 class OrderedRequest final : public RequestImpl {
@@ -106,7 +95,7 @@ void OrderedCommunicator::progress() {
       op.started = true;
     }
     int flag = 0;
-    ordered_check(MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+    mpi_check(MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
     if (!flag) return;
     op.done = true;
     queue_.pop_front();
@@ -126,11 +115,11 @@ Request OrderedCommunicator::enqueue(std::function<void(std::vector<MPI_Request>
 #define EXA_ORDERED_POST(call, what)  \
   do {                                \
     r.emplace_back(MPI_REQUEST_NULL); \
-    ordered_check((call), what);              \
+    mpi_check((call), what);          \
   } while (0)
 
 Request OrderedCommunicator::iallreduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) {
-  const int n = ordered_count(count);
+  const int n = mpi_count(count, "allreduce");
   const void* s = send == recv ? MPI_IN_PLACE : send;
   return enqueue([=](std::vector<MPI_Request>& r) {
     EXA_ORDERED_POST(MPI_Iallreduce(s, recv, n, mpi_datatype(t), mpi_op(op), comm_, &r.back()), "MPI_Iallreduce");
@@ -138,7 +127,7 @@ Request OrderedCommunicator::iallreduce(const void* send, void* recv, std::size_
 }
 
 Request OrderedCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t block, DType t, ReduceOp op) {
-  const int n = ordered_count(block);
+  const int n = mpi_count(block, "reduce_scatter");
   EXA_REQUIRE(send != recv, "exa::comm::reduce_scatter: send and recv must be different buffers");
   return enqueue([=](std::vector<MPI_Request>& r) {
     EXA_ORDERED_POST(MPI_Ireduce_scatter_block(send, recv, n, mpi_datatype(t), mpi_op(op), comm_, &r.back()),
@@ -147,7 +136,7 @@ Request OrderedCommunicator::ireduce_scatter(const void* send, void* recv, std::
 }
 
 Request OrderedCommunicator::iallgather(const void* send, void* recv, std::size_t block, DType t) {
-  const int n = ordered_count(block);
+  const int n = mpi_count(block, "allgather");
   const auto* mine = static_cast<const char*>(recv) + block * dtype_size(t) * static_cast<std::size_t>(rank_);
   const void* s = send == static_cast<const void*>(mine) ? MPI_IN_PLACE : send;
   return enqueue([=](std::vector<MPI_Request>& r) {
@@ -173,21 +162,21 @@ Request OrderedCommunicator::ialltoallv(const void* send, const std::vector<int>
 }
 
 Request OrderedCommunicator::ibroadcast(void* buf, std::size_t count, DType t, int root) {
-  const int n = ordered_count(count);
+  const int n = mpi_count(count, "broadcast");
   return enqueue([=](std::vector<MPI_Request>& r) {
     EXA_ORDERED_POST(MPI_Ibcast(buf, n, mpi_datatype(t), root, comm_, &r.back()), "MPI_Ibcast");
   });
 }
 
 Request OrderedCommunicator::isend(const void* buf, std::size_t count, DType t, int dest, int /*tag*/) {
-  const int n = ordered_count(count);
+  const int n = mpi_count(count, "send");
   return enqueue([=](std::vector<MPI_Request>& r) {
     EXA_ORDERED_POST(MPI_Issend(buf, n, mpi_datatype(t), dest, 0, comm_, &r.back()), "MPI_Issend");
   });
 }
 
 Request OrderedCommunicator::irecv(void* buf, std::size_t count, DType t, int src, int /*tag*/) {
-  const int n = ordered_count(count);
+  const int n = mpi_count(count, "recv");
   return enqueue([=](std::vector<MPI_Request>& r) {
     EXA_ORDERED_POST(MPI_Irecv(buf, n, mpi_datatype(t), src, 0, comm_, &r.back()), "MPI_Irecv");
   });
@@ -199,7 +188,7 @@ Request OrderedCommunicator::ibarrier() {
 
 Request OrderedCommunicator::isendrecv(const void* send, std::size_t send_count, int dest, void* recv,
                                        std::size_t recv_count, int src, DType t, int /*tag*/) {
-  const int ns = ordered_count(send_count), nr = ordered_count(recv_count);
+  const int ns = mpi_count(send_count, "send"), nr = mpi_count(recv_count, "recv");
   return enqueue([=](std::vector<MPI_Request>& r) {
     EXA_ORDERED_POST(MPI_Irecv(recv, nr, mpi_datatype(t), src, 0, comm_, &r.back()), "MPI_Irecv");
     EXA_ORDERED_POST(MPI_Issend(send, ns, mpi_datatype(t), dest, 0, comm_, &r.back()), "MPI_Issend");
