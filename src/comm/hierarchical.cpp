@@ -191,13 +191,8 @@ HierarchicalComms make_hierarchical(const ProcessGrid& grid, Group over, Backend
   MPI_Comm lc = grid.comm(local_group);
   MPI_Comm ic = grid.comm(inter_group);
   HierarchicalComms hc;
-  if (backend == Backend::Nccl) {
-    hc.local = make_nccl_communicator(lc);
-    hc.inter = make_nccl_communicator(ic);
-  } else {
-    hc.local = make_mpi_communicator(lc);
-    hc.inter = make_mpi_communicator(ic);
-  }
+  hc.local = make_transport(lc, backend);
+  hc.inter = make_transport(ic, backend);
   map_flat_ranks(hc, grid.comm(over), lc, ic);
   return hc;
 }

@@ -27,13 +27,10 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
       inter_node_only_(inter_node_only) {
   EXA_ASSERT(channels >= 1);
   EXA_ASSERT(over == comm::Group::Data || (over == comm::Group::ExpertData && !hierarchical));
-  if (backend == comm::Backend::Nccl) {
-    EXA_REQUIRE(comm::nccl_available(), "comm.backend = \"nccl\" needs a CUDA build with NCCL and a visible GPU "
-                "(this build or node has none); set comm.backend = \"mpi\"");
-    bulk_ = comm::make_nccl_communicator(grid.comm(over));
-  } else {
-    bulk_ = comm::make_mpi_communicator(grid.comm(over));
-  }
+  EXA_REQUIRE(backend != comm::Backend::Nccl || comm::nccl_available(),
+              "comm.backend = \"nccl\" needs a CUDA build with NCCL and a visible GPU (this build or node has none); "
+              "set comm.backend = \"mpi\"");
+  bulk_ = comm::make_transport(grid.comm(over), backend);
   if (hierarchical) {
     for (int c = 0; c < channels; ++c) hier_.push_back(comm::make_hierarchical(grid, comm::Group::Data, backend));
     block_index_ = static_cast<int>(comm::hierarchical_block_index(*hier_[0].local, *hier_[0].inter));
@@ -46,8 +43,7 @@ DataGroup::DataGroup(const comm::ProcessGrid& grid, bool hierarchical, int chann
                 "parallel.hierarchical = false)", sparse() ? "topk" : kernels::wire_format_name(codec_.format()));
     if (!hierarchical)
       for (int c = 0; c < channels; ++c)
-        chan_.push_back(backend == comm::Backend::Nccl ? comm::make_nccl_communicator(grid.comm(over))
-                                                       : comm::make_mpi_communicator(grid.comm(over)));
+        chan_.push_back(comm::make_transport(grid.comm(over), backend));
     packed_.resize(std::size_t(channels));
   }
 }
