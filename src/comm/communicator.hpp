@@ -241,9 +241,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
 // NCCL or when no GPU is visible.
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm);
 bool nccl_available();  // compiled with NCCL and a GPU is visible
-// The communicator for a parallel strategy's bulk traffic (tensor and
-// expert parallelism, the pipeline's channels, the context-parallel
-// attention): NCCL for Backend::Nccl, else MPI, or, when the environment
+// The communicator for a parallel strategy's bulk traffic (data, tensor
+// and expert parallelism, hierarchical collectives, the pipeline's
+// channels, the context-parallel attention): NCCL for Backend::Nccl, else MPI, or, when the environment
 // sets EXAMOE_ORDERED_COMM=1, the ordered test double
 // (ordered_communicator.hpp) that gives MPI builds NCCL's ordering rules.
 std::unique_ptr<Communicator> make_transport(MPI_Comm comm, Backend backend);

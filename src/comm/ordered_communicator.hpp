@@ -18,10 +18,9 @@
 // waits for. A request that stays incomplete for `stall_seconds` from the
 // first time it is polled or waited on throws exa::Error (the posting
 // order would deadlock on NCCL) and cancels the communicator's outstanding
-// operations. Buffers are host
-// memory (device_memory() is false). Selected for the pipeline's and the
-// context-parallel ring's channels by EXAMOE_ORDERED_COMM=1
-// (make_transport).
+// operations. Buffers are host memory (device_memory() is false).
+// EXAMOE_ORDERED_COMM=1 makes it every parallel strategy's bulk
+// communicator (make_transport).
 #include <mpi.h>
 
 #include <deque>
