@@ -1,11 +1,12 @@
 // examoe-elastic: runs a training job under mpiexec and, when it dies (a
 // rank killed, the watchdog's abort), relaunches it on fewer ranks with the
-// same global batch, resuming from the newest checkpoint, and grows it back
-// (--max-ranks) when capacity returns. Each restart is a
+// same global batch, resuming from the newest checkpoint (or on as many ranks
+// while hot spares last, --spares), and grows it back (--max-ranks) when
+// capacity returns. Each restart is a
 // JSON line in <run_dir>/elastic.jsonl (docs/architecture.md, "Elastic
 // restart").
 //
-//   examoe-elastic [--ranks N] [--min-ranks M] [--max-ranks X] [--grow-after S] [--grow-after-steps K]
+//   examoe-elastic [--ranks N] [--min-ranks M] [--spares S] [--max-ranks X] [--grow-after S] [--grow-after-steps K]
 //                  [--max-restarts R] [--mpiexec CMD] [--examoe PATH] DECK.toml [--set k=v]...
 //     (exit: the job's, 0 when it finished; 1 when it cannot be relaunched)
 #include <CLI/CLI.hpp>
@@ -188,7 +189,7 @@ struct Grow {
   }
 };
 
-int supervise(const Job& job, int ranks, int min_ranks, int max_restarts, const Grow& grow) {
+int supervise(const Job& job, int ranks, int min_ranks, int max_restarts, int spares, const Grow& grow) {
   std::string why;
   const auto first = check(job, ranks, {}, &why);
   EXA_REQUIRE(first.has_value(), "the deck does not run on {} ranks:\n{}", ranks, why);
@@ -300,7 +301,12 @@ int supervise(const Job& job, int ranks, int min_ranks, int max_restarts, const 
       if (!ok) note(fmt::format("{} ranks: not a valid layout: {}", l.ranks, reason));
       return ok;
     };
-    const auto next = exa::elastic::shrink(base, now.ranks - 1, min_ranks, candidate);
+    // A hot spare replaces the failed node: the relaunch keeps the layout,
+    // so no check is needed and the resume is a same-layout one.
+    const bool on_spare = spares > 0;
+    if (on_spare) --spares;
+    const auto next = on_spare ? std::optional<Layout>(now)
+                               : exa::elastic::shrink(base, now.ranks - 1, min_ranks, candidate);
     EXA_REQUIRE(next.has_value(),
                 "no valid layout on {} to {} ranks keeps the global batch of {} sequences (tp {}, cp {}, pp {}, "
                 "micro_batch {}): lower --min-ranks or change the deck",
@@ -317,8 +323,12 @@ int supervise(const Job& job, int ranks, int min_ranks, int max_restarts, const 
                                      {"old_ranks", now.ranks},
                                      {"new_ranks", next->ranks},
                                      {"new_dp", next->dp},
-                                     {"new_grad_accum", next->grad_accum}},
+                                     {"new_grad_accum", next->grad_accum},
+                                     {"spare", on_spare},
+                                     {"spares_left", spares}},
                       died_at, false};
+    if (on_spare)
+      note(fmt::format("a spare node replaces the failed one ({} left): relaunching on {} ranks", spares, now.ranks));
     now = *next;
     extra = exa::elastic::overrides_for(now);
     extra.push_back("checkpoint.resume=true");
@@ -337,12 +347,12 @@ int main(int argc, char** argv) {
   CLI::App app{
       "examoe-elastic: run examoe under mpiexec; when the job dies, relaunch it on the surviving ranks (dp shrinks, "
       "grad_accum grows so the global batch stays) from its newest checkpoint.\n"
-      "  examoe-elastic [--ranks N] [--min-ranks M] [--max-ranks X] [--grow-after S] [--max-restarts R] DECK.toml "
+      "  examoe-elastic [--ranks N] [--min-ranks M] [--spares S] [--max-ranks X] [--grow-after S] [--max-restarts R] DECK.toml "
       "[--set k=v]...\n"
       "  Growing back: with --max-ranks, a shrunk job is stopped with a checkpoint and relaunched larger once "
       "--grow-after seconds or --grow-after-steps steps have passed, or the file <run_dir>/grow exists."};
   Job job;
-  int ranks = 1, min_ranks = 1, max_restarts = 10;
+  int ranks = 1, min_ranks = 1, max_restarts = 10, spares = 0;
   Grow grow;
   std::string mpiexec = "mpiexec";
   job.examoe = self_dir() + "/examoe";
@@ -350,6 +360,9 @@ int main(int argc, char** argv) {
   app.add_option("--set", job.sets, "override a deck key, as for examoe (repeatable)")->allow_extra_args(false);
   app.add_option("--ranks", ranks, "ranks of the first launch")->check(CLI::Range(1, 1 << 24));
   app.add_option("--min-ranks", min_ranks, "fewest ranks a relaunch may use")->check(CLI::Range(1, 1 << 24));
+  app.add_option("--spares", spares,
+                 "hot spare nodes: each of the first N failures relaunches on the same ranks instead of shrinking")
+      ->check(CLI::Range(0, 1 << 24));
   app.add_option("--max-restarts", max_restarts, "relaunches before giving up")->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-ranks", grow.max_ranks,
                  "grow a shrunk job back up to this many ranks when capacity returns (default: no growing)")
@@ -369,7 +382,7 @@ int main(int argc, char** argv) {
     EXA_REQUIRE(min_ranks <= ranks, "--min-ranks {} is above --ranks {}", min_ranks, ranks);
     EXA_REQUIRE(grow.max_ranks == 0 || grow.max_ranks >= ranks, "--max-ranks {} is below --ranks {}", grow.max_ranks,
                 ranks);
-    return supervise(job, ranks, min_ranks, max_restarts, grow);
+    return supervise(job, ranks, min_ranks, max_restarts, spares, grow);
   } catch (const exa::Error& e) {
     exa::driver::print_error(0, "examoe-elastic", e.what());
     return 1;

@@ -4,6 +4,8 @@
 # restart is one record in elastic.jsonl (new world size 1, 1 lost step),
 # and every step record of the run, before and after the failure, matches an
 # uninterrupted 2-rank run's loss to 1e-5 relative.
+# With -DSPARES=1 (examoe-elastic --spares 1) a hot spare replaces the dead
+# node instead: the relaunch keeps 2 ranks and grad_accum 1.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/elastic_run.cmake)
@@ -14,14 +16,23 @@ run_checked(${MPIEXEC} -n 2 ${EXAMOE} ${ARGS} --set output.run_dir=${WORK}/refer
 
 # Rank 0 writes metrics.jsonl, so its step-3 record is there before it dies
 # (a dying rank 1 could race rank 0's write).
-elastic_run_with_fault(3 0 "" 120 --ranks 2 --mpiexec ${MPIEXEC} ${ARGS} --set checkpoint.every=2
-                       --set output.run_dir=${WORK}/elastic)
+if(NOT DEFINED SPARES)
+  set(SPARES 0)
+endif()
+elastic_run_with_fault(3 0 "" 120 --ranks 2 --spares ${SPARES} --mpiexec ${MPIEXEC} ${ARGS}
+                       --set checkpoint.every=2 --set output.run_dir=${WORK}/elastic)
 require_in("${all}" "EXAMOE_FAULT_EXIT_AFTER_STEP=3: rank 0 exiting abruptly" "the injected fault")
-require_in("${all}" "launching on 1 ranks (dp 1, grad_accum 2, global batch 4)" "the relaunch")
-
 elastic_records(1 "restart record" records)
-require_fields("${records}" "elastic.jsonl" old_ranks:2 new_ranks:1 new_grad_accum:2 last_step:3 resumed_step:2
-               lost_steps:1)
+if(SPARES GREATER 0)
+  require_in("${all}" "a spare node replaces the failed one (0 left): relaunching on 2 ranks" "the spare")
+  require_in("${all}" "launching on 2 ranks (dp 2, grad_accum 1, global batch 4)" "the relaunch")
+  require_fields("${records}" "elastic.jsonl" old_ranks:2 new_ranks:2 new_grad_accum:1 last_step:3 resumed_step:2
+                 lost_steps:1 spare:ON spares_left:0)
+else()
+  require_in("${all}" "launching on 1 ranks (dp 1, grad_accum 2, global batch 4)" "the relaunch")
+  require_fields("${records}" "elastic.jsonl" old_ranks:2 new_ranks:1 new_grad_accum:2 last_step:3 resumed_step:2
+                 lost_steps:1 spare:OFF)
+endif()
 string(JSON downtime GET "${records}" downtime_s)
 if(NOT downtime MATCHES "^[0-9.e+-]+$")
   message(FATAL_ERROR "elastic.jsonl: downtime_s is not a number: ${records}")
