@@ -6,7 +6,7 @@
 //       the cost model's prediction for the deck's own layout
 //   examoe-plan calibrate --out FILE [--nodes N] [--devices-per-node D] [--ranks-per-node R]
 //       (under mpiexec: the links inside and between nodes)
-//   examoe-plan reliability --node-mtbf-hours H --nodes N --tier NAME:CKPT_S:RESTART_S ...
+//   examoe-plan reliability --node-mtbf-hours H --nodes N --tier NAME:CKPT_S:RESTART_S ... [--interval-s T] [--json]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
   rel->add_option("--tier", tiers, "NAME:CHECKPOINT_S:RESTART_S, per checkpoint tier (repeatable)")->required();
   double interval = 0;
   rel->add_option("--interval-s", interval, "evaluate at this checkpoint interval instead of the optimum");
+  bool rel_json = false;
+  rel->add_flag("--json", rel_json, "one JSON line per tier");
   if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe-plan"); rc >= 0) return rc;
   try {
     if (cal->parsed()) {
@@ -166,6 +168,21 @@ int main(int argc, char** argv) {
         tc.push_back({t.substr(0, a), std::stod(t.substr(a + 1, b - a - 1)), std::stod(t.substr(b + 1))});
       }
       const auto p = plan::plan_reliability(mtbf_h, nodes, tc, interval);
+      if (rel_json) {
+        for (std::size_t i = 0; i < p.tiers.size(); ++i) {
+          const auto& t = p.tiers[i];
+          std::printf("%s\n", nlohmann::json{{"tier", t.tier.name},
+                                             {"system_mtbf_s", p.system_mtbf_s},
+                                             {"checkpoint_s", t.tier.checkpoint_s},
+                                             {"restart_s", t.tier.restart_s},
+                                             {"interval_s", t.interval_s},
+                                             {"effective_training_time", t.efficiency},
+                                             {"best", int(i) == p.best}}
+                                   .dump()
+                                   .c_str());
+        }
+        return 0;
+      }
       std::printf("system MTBF %.0f s (%.2f h) for %d nodes of %.0f h\n", p.system_mtbf_s, p.system_mtbf_s / 3600, nodes,
                   mtbf_h);
       for (std::size_t i = 0; i < p.tiers.size(); ++i) {

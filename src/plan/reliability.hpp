@@ -11,7 +11,7 @@ namespace exa::plan {
 struct TierCost {
   std::string name;       // "memory (tier 0)", "local (tier 1)", "shared (tier 2)"
   double checkpoint_s = 0;  // time a step loses to one checkpoint
-  double restart_s = 0;     // relaunch, reload and the steps since the newest checkpoint's write
+  double restart_s = 0;     // detection, relaunch and reload (the work since the checkpoint is tau/2)
 };
 
 struct TierPlan {
