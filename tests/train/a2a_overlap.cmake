@@ -1,8 +1,9 @@
-# The shared expert runs inside the expert all-to-all in parts: at
-# moe.a2a_chunks = 2 the step records' time.all_to_all_overlapped (the
-# region moe/overlapped, the shared experts' products while the first part
-# travels) is positive, and at moe.a2a_chunks = 1 (one blocking exchange:
-# nothing to overlap) it is 0.
+# Work runs inside the expert all-to-all in parts: at moe.a2a_chunks = 2
+# the step records' time.all_to_all_overlapped (the regions moe/overlapped:
+# the shared experts' products while the first part travels, and the
+# experts' weight gradients while each part's input gradients travel) is
+# positive, and at moe.a2a_chunks = 1 (one blocking exchange: nothing to
+# overlap) it is 0. ARGS with or without shared experts.
 #   -DEXAMOE -DMPIEXEC -DWORK "-DARGS=..."
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 separate_arguments(ARGS)

@@ -1,7 +1,8 @@
 # output.trace_steps: every rank writes its timeline (Chrome trace events),
 # and it shows the overlap: at ep 2 with the all-to-all in parts, the
-# shared expert's work (moe/overlapped) lies inside an interval in which
-# an all-to-all part is in flight, on the same thread.
+# shared expert's work (moe/overlapped) and the experts' weight gradients
+# (moe/overlapped/weight_gradients) lie inside intervals in which an
+# all-to-all part is in flight, on the same thread.
 #   -DEXAMOE -DMPIEXEC -DWORK "-DARGS=..."
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 separate_arguments(ARGS)
@@ -16,15 +17,19 @@ file(READ ${WORK}/trace.rank0.json json)
 string(JSON n LENGTH "${json}" traceEvents)
 set(flights "")
 set(overlapped "")
+set(n_wgrad 0)
 math(EXPR last "${n} - 1")
 foreach(i RANGE ${last})
   string(JSON name GET "${json}" traceEvents ${i} name)
-  if(name STREQUAL "comm/all_to_all/part in flight" OR name STREQUAL "moe/overlapped")
+  if(name STREQUAL "comm/all_to_all/part in flight" OR name MATCHES "^moe/overlapped")
     string(JSON ts GET "${json}" traceEvents ${i} ts)
     string(JSON dur GET "${json}" traceEvents ${i} dur)
     string(JSON tid GET "${json}" traceEvents ${i} tid)
-    if(name STREQUAL "moe/overlapped")
+    if(name MATCHES "^moe/overlapped")
       list(APPEND overlapped "${ts}:${dur}:${tid}")
+      if(name STREQUAL "moe/overlapped/weight_gradients")
+        math(EXPR n_wgrad "${n_wgrad} + 1")
+      endif()
     else()
       list(APPEND flights "${ts}:${dur}:${tid}")
     endif()
@@ -32,9 +37,10 @@ foreach(i RANGE ${last})
 endforeach()
 list(LENGTH overlapped n_over)
 list(LENGTH flights n_flight)
-message(STATUS "${n} events: ${n_over} moe/overlapped, ${n_flight} parts in flight")
-if(n_over EQUAL 0 OR n_flight EQUAL 0)
-  message(FATAL_ERROR "the trace lacks moe/overlapped (${n_over}) or parts in flight (${n_flight})")
+message(STATUS "${n} events: ${n_over} moe/overlapped (${n_wgrad} weight gradients), ${n_flight} parts in flight")
+if(n_over EQUAL 0 OR n_wgrad EQUAL 0 OR n_flight EQUAL 0)
+  message(FATAL_ERROR "the trace lacks moe/overlapped (${n_over}), its weight gradients (${n_wgrad}) or parts in "
+                      "flight (${n_flight})")
 endif()
 set(inside 0)
 foreach(o IN LISTS overlapped)

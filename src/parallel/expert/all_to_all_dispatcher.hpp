@@ -137,9 +137,18 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
     if (c.shared_cheap) K::swiglu_forward(rows(c.ea, R), rows(c.eb, R), rows(c.eh, R));  // selective recompute
     if (!c.exchange.parts.empty()) {
-      pipeline_parts(c, dyp, dxp, meanwhile, [&](const auto& part, const I1& expert_row, const I1& source_row) {
-        experts_backward(c, w, g, part.first, part.received, part.expert_offsets, expert_row, source_row);
-      });
+      // Each part's input-row gradients travel back while its experts'
+      // weight gradients, which nothing in the exchange waits for, run.
+      pipeline_parts(
+          c, dyp, dxp, meanwhile,
+          [&](const auto& part, const I1& expert_row, const I1& source_row) {
+            experts_backward_inputs(c, w, g, part.first, part.received, part.expert_offsets, expert_row,
+                                    source_row, rows(dxe_, part.received, part.first));
+          },
+          [&](const auto& part) {
+            ScopedRegion r("moe/overlapped/weight_gradients");
+            experts_backward_weights(c, w, g, part.first, part.received, part.expert_offsets);
+          });
     } else {
       const auto src = rows(source_, R);
       if (meanwhile) meanwhile();
@@ -172,7 +181,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
 
   std::size_t scratch_bytes() const override {
     std::size_t n = 0;
-    for (const V2* v : {&source_, &expert_, &dyp_, &dxp_, &dea_, &deb_, &deh_}) n += v->span();
+    for (const V2* v : {&source_, &expert_, &dyp_, &dxp_, &dea_, &deb_, &deh_, &dxe_}) n += v->span();
     return n * sizeof(T);
   }
 
@@ -229,6 +238,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     grow(dea_, received, F, "exa::ep::dea");
     grow(deb_, received, F, "exa::ep::deb");
     grow(deh_, received, F, "exa::ep::deh");
+    if (chunks_ > 1) grow(dxe_, received, d, "exa::ep::dxe");  // the parts' input-row gradients
   }
 
   // Rows per global expert from the plan, the counts all-to-all, and the
@@ -326,6 +336,47 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     K::permute_forward(dxe, source_row, src);
   }
 
+  // experts_backward in two halves, for the parts pipeline: the input-row
+  // gradients (through dxe, so that the row gradients dye stay for the
+  // weights) back in source_, and after them the experts' weight
+  // gradients, accumulated per tensor in the same order as one call. The
+  // adapters' gradients stay in the first half: they feed the row
+  // gradients.
+  void experts_backward_inputs(Context& c, const Weights& w, const Weights& g, index_t at, index_t n,
+                               const std::vector<index_t>& off, const I1& expert_row, const I1& source_row,
+                               const V2& dxe) {
+    namespace K = kernels;
+    const auto src = rows(source_, n, at), dye = rows(expert_, n, at);
+    const auto dea = rows(dea_, n, at), deb = rows(deb_, n, at), deh = rows(deh_, n, at);
+    const auto xr = rows(c.xr, n, at), ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
+    const decltype(g.w1) none;  // no weight gradient in this half
+    K::permute_forward(src, expert_row, dye);
+    const bool ad = w.lora_w1.a.data() != nullptr;
+    const double s = w.lora_scale, p = w.lora_dropout;
+    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
+    K::grouped_linear_backward(eh, w.w2, dye, off, deh, none, true);
+    if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, lora_, p, key(102));
+    K::swiglu_backward(ea, eb, deh, dea, deb);
+    K::grouped_linear_backward(xr, w.w1, dea, off, dxe, none, true, false);
+    K::grouped_linear_backward(xr, w.w3, deb, off, dxe, none, true, true);
+    if (ad) {
+      model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, lora_, p, key(101));
+      model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, lora_, p, key(103));
+    }
+    K::permute_forward(dxe, source_row, src);
+  }
+
+  void experts_backward_weights(Context& c, const Weights& w, const Weights& g, index_t at, index_t n,
+                                const std::vector<index_t>& off) {
+    namespace K = kernels;
+    const auto dye = rows(expert_, n, at), dea = rows(dea_, n, at), deb = rows(deb_, n, at);
+    const auto xr = rows(c.xr, n, at), eh = rows(c.eh, n, at);
+    const V2 none;  // no input gradient in this half
+    K::grouped_linear_backward(eh, w.w2, dye, off, none, g.w2, true);
+    K::grouped_linear_backward(xr, w.w1, dea, off, none, g.w1, true);
+    K::grouped_linear_backward(xr, w.w3, deb, off, none, g.w3, true);
+  }
+
   // One part's rows on their way: rows [out_at[r], + out[r]) of `from` to
   // each rank r, into rows [in_at[s], + in[s]) of `to` from each rank s.
   comm::Request post_part(const V2& from, const std::vector<int>& out, const std::vector<int>& out_at, const V2& to,
@@ -354,9 +405,15 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // at the same permuted rows going and coming back; the receiver's part
   // is rows [first, + received) of R. The waits are the exposed exchange
   // time (region comm/all_to_all). `meanwhile` runs once, while the first
-  // part travels (region moe/overlapped).
-  template <class Compute>
-  void pipeline_parts(Context& c, const V2& from, const V2& to, const Meanwhile& meanwhile, Compute&& compute) {
+  // part travels (region moe/overlapped); `after_post` after each part's
+  // results left, while they travel.
+  struct Nothing {
+    template <class Part>
+    void operator()(const Part&) const {}
+  };
+  template <class Compute, class AfterPost = Nothing>
+  void pipeline_parts(Context& c, const V2& from, const V2& to, const Meanwhile& meanwhile, Compute&& compute,
+                      AfterPost&& after_post = {}) {
     const auto& parts = c.exchange.parts;
     const std::size_t n = parts.size();
     std::vector<comm::Request> there(n), back(n);
@@ -383,6 +440,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
       compute(part, first(part.expert_row, part.received), first(part.source_row, part.received));
       back_at[k] = wall_seconds();
       back[k] = post_part(source_, part.recv_rows, part.recv_at, to, part.send_rows, part.send_at);
+      after_post(part);
     }
     {
       ScopedRegion r("comm/all_to_all");
@@ -485,6 +543,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   int chunks_ = 1;                  // moe.a2a_chunks
   V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
+  V2 dxe_;                          // [R,d], in parts: the input-row gradients, beside the row gradients
   model::lora::Scratch<T, D> lora_;  // the experts' adapters' products
 };
 
