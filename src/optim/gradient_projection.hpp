@@ -30,17 +30,25 @@ struct ProjectionReport {
   std::vector<double> cosines;       // cos(g_i, g_j) of the original gradients, i < j, row by row
 };
 
-// y = a x + b y over two parts of one length (the projection's update).
-void axpby(double a, const GradPart& x, double b, const GradPart& y);
+// z = a x + b y over parts of one length (z may be y: the projection's
+// update).
+void axpbyz(double a, const GradPart& x, double b, const GradPart& y, const GradPart& z);
+inline void axpby(double a, const GradPart& x, double b, const GradPart& y) { axpbyz(a, x, b, y, y); }
 
 // The order in which task i visits the other tasks at `step`: a
 // permutation of [0, K) without i, drawn from (seed, step, i).
 std::vector<int> projection_order(std::uint64_t seed, std::int64_t step, int task, int tasks);
 
 // out = sum_i weights[i] * p_i (above); `work` is scratch of the same
-// length. out and work must not alias a task's gradient.
+// length. out and work must not alias a task's gradient. `dot` must be
+// symmetric. `sq`, when given, holds |g_i|^2 (dot(g_i, g_i)) already.
+//
+// Each pass over the parts is paid in memory bandwidth, so the work is
+// what the result needs: the pairs' dots g_i . g_j once (the cosines need
+// them anyway), reused while p_i is still g_i (before its first
+// projection), and p_i copied into `work` only when it is projected.
 ProjectionReport project_conflicts(const std::vector<GradPart>& grads, const std::vector<double>& weights,
                                    std::uint64_t seed, std::int64_t step, const GradPart& out, const GradPart& work,
-                                   const GlobalDot& dot);
+                                   const GlobalDot& dot, std::vector<double> sq = {});
 
 }  // namespace exa::optim

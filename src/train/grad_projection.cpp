@@ -13,7 +13,7 @@ GradProjection::GradProjection(const deck::Config& cfg, io::StreamMixture& data)
   for (std::size_t t = 0; t < K; ++t) weights_.push_back(double(K) * data.task_weight(t));
 }
 
-void GradProjection::keep(int task, const model::ParameterStore& store) {
+void GradProjection::keep(int task, const model::ParameterStore& store, const std::function<double()>& global_sq_norm) {
   const auto g = store.trainable_grads();
   const std::size_t n = g.extent(0);
   if (task_.size() != weights_.size() || acc_.extent(0) != n) {  // first step, or the model grew
@@ -23,6 +23,8 @@ void GradProjection::keep(int task, const model::ParameterStore& store) {
     work_ = optim::GradPart("exa::grads::pcgrad_work", n);
   }
   Kokkos::deep_copy(task_[std::size_t(task)], g);
+  if (sq_.size() != weights_.size()) sq_.assign(weights_.size(), 0.0);
+  sq_[std::size_t(task)] = global_sq_norm();  // while the gradient is in the store
 }
 
 optim::ProjectionReport GradProjection::combine(std::int64_t step, model::ParameterStore& store,
@@ -30,8 +32,7 @@ optim::ProjectionReport GradProjection::combine(std::int64_t step, model::Parame
   EXA_REQUIRE(task_.size() == weights_.size(), "gradient projection: combine() before every task's keep()");
   const auto g = store.trainable_grads();
   auto sq = [&](const optim::GradPart& x, double sign, const optim::GradPart& y) {
-    Kokkos::deep_copy(g, x);
-    optim::axpby(sign, y, 1.0, g);  // g = x + sign y
+    optim::axpbyz(sign, y, 1.0, x, g);  // g = x + sign y
     Kokkos::fence();
     return global_sq_norm();
   };
@@ -42,7 +43,7 @@ optim::ProjectionReport GradProjection::combine(std::int64_t step, model::Parame
     }
     return (sq(a, 1.0, b) - sq(a, -1.0, b)) / 4.0;
   };
-  const auto rep = optim::project_conflicts(task_, weights_, seed_, step, acc_, work_, dot);
+  const auto rep = optim::project_conflicts(task_, weights_, seed_, step, acc_, work_, dot, sq_);
   Kokkos::deep_copy(g, acc_);
   return rep;
 }

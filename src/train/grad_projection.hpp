@@ -33,8 +33,9 @@ class GradProjection {
 
   bool enabled() const { return on_; }
   int tasks() const { return int(weights_.size()); }
-  // Keeps the reduced gradient of task t's round (the store's trainable part).
-  void keep(int task, const model::ParameterStore& store);
+  // Keeps the reduced gradient of task t's round (the store's trainable
+  // part) and its squared norm (the clipper's, over the store's buffer).
+  void keep(int task, const model::ParameterStore& store, const std::function<double()>& global_sq_norm);
   // The store's trainable gradient becomes the projected combination.
   optim::ProjectionReport combine(std::int64_t step, model::ParameterStore& store,
                                   const std::function<double()>& global_sq_norm);
@@ -46,6 +47,7 @@ class GradProjection {
   bool on_ = false;
   std::uint64_t seed_ = 0;
   std::vector<double> weights_;
+  std::vector<double> sq_;  // |g_t|^2 of each kept task gradient
   std::vector<optim::GradPart> task_;
   optim::GradPart acc_, work_;
 };

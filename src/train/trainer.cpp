@@ -228,20 +228,21 @@ StepResult Trainer::train_step(std::int64_t step) {
     // task k's (m = first_micro + j, and K divides grad_accum), each
     // round's gradient reduced and kept; then their projected combination.
     const int K = projection_.tasks();
+    const auto sq_norm = [&] {
+      const double norm = opt_->clipper().compute(dp_->store()).norm;
+      return norm * norm;
+    };
     for (int k = 0; k < K; ++k) {
       parallel::StepWork round = work;
       round.input = [&work, k, K](int j) { return work.input(k + j * K); };
       if (work.shape) round.shape = [&work, k, K](int j) { return work.shape(k + j * K); };
       const auto tk = exec_->run(round, int(grad_accum_) / K);
       exec_->finalize_grads();
-      projection_.keep(k, dp_->store());
+      projection_.keep(k, dp_->store(), sq_norm);
       t.merge(tk);
     }
     ScopedRegion region("compute/grad_projection", true);
-    const auto rep = projection_.combine(step, dp_->store(), [&] {
-      const double norm = opt_->clipper().compute(dp_->store()).norm;
-      return norm * norm;
-    });
+    const auto rep = projection_.combine(step, dp_->store(), sq_norm);
     r.projection_conflicts = rep.conflicts;
     r.projection_cosines = rep.cosines;
   }
