@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The planner's step time and memory against measured runs
-# (docs/planner.md, "Validation"): 24 layouts and policies of
+# (docs/planner.md, "Validation"): 27 layouts and policies of
 # input/bench.toml on 1 and 2 ranks, one after another on an idle machine.
 # Writes docs/plan_validation.{md,json,png} (OUT to change the prefix).
 #

@@ -46,7 +46,34 @@ LAYOUTS = [
     ("pp2_interleaved", 2, "parallel.pp=2 pipeline.schedule=interleaved pipeline.virtual_stages=2"),
     ("cp2_ring", 2, "parallel.cp=2"),
     ("cp2_a2a", 2, "parallel.cp=2 parallel.cp_mode=a2a"),
+    # Gradient projection needs tasks: the deck with two data streams
+    # (and the same without it, for the streams' own step time).
+    ("one_streams", 1, "", "streams"),
+    ("one_pcgrad", 1, "train.grad_projection=pcgrad", "streams"),
+    ("dp2_zero1_pcgrad", 2, "parallel.zero=1 train.grad_projection=pcgrad", "streams"),
 ]
+
+# bench.toml with two equally weighted streams (tasks) of the bundled corpora.
+STREAMS = """
+[[data.streams]]
+path = "{root}/data/corpus.txt"
+weight = 1.0
+task = "prose"
+
+[[data.streams]]
+path = "{root}/data/legal.txt"
+weight = 1.0
+task = "legal"
+"""
+
+
+def deck_for(args, variant):
+    if not variant:
+        return DECK
+    path = os.path.join(args.work, f"bench_{variant}.toml")
+    with open(DECK) as f, open(path, "w") as out:
+        out.write(f.read() + STREAMS.format(root=ROOT))
+    return path
 
 MEM = ("parameters", "gradients", "optimizer", "activations")
 
@@ -58,16 +85,16 @@ def sets(text):
     return out
 
 
-def measure(args, name, ranks, extra):
+def measure(args, name, ranks, extra, deck):
     run_dir = os.path.join(args.work, name)
     if not (args.reuse and os.path.exists(os.path.join(run_dir, "metrics.jsonl"))):
-        run(args, run_dir, ranks, extra, name)
+        run(args, run_dir, ranks, extra, name, deck)
     return read_run(run_dir)
 
 
-def run(args, run_dir, ranks, extra, name):
+def run(args, run_dir, ranks, extra, name, deck):
     subprocess.run(["rm", "-rf", run_dir], check=True)
-    cmd = [args.mpiexec, "-n", str(ranks), args.examoe, DECK] + BASE + sets(extra) + [
+    cmd = [args.mpiexec, "-n", str(ranks), args.examoe, deck] + BASE + sets(extra) + [
         "--set", f"train.steps={args.steps}", "--set", f"output.run_dir={run_dir}"]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -93,10 +120,10 @@ def read_run(run_dir):
     return statistics.median(steps), mem, statistics.median(imbalance) if imbalance else 1.0
 
 
-def predict(args, ranks, extra, imbalance):
+def predict(args, ranks, extra, imbalance, deck):
     # The routing's imbalance is the workload's, not the layout's: the
     # planner is told the run's own (metrics.jsonl expert_imbalance).
-    cmd = [args.plan, DECK] + BASE + sets(extra) + ["--cluster", args.cluster, "--ranks", str(ranks),
+    cmd = [args.plan, deck] + BASE + sets(extra) + ["--cluster", args.cluster, "--ranks", str(ranks),
                                                      "--predict", "--json", "--expert-imbalance",
                                                      str(max(1.0, imbalance))]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -118,12 +145,14 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     rows = []
-    for name, ranks, extra in LAYOUTS:
+    for name, ranks, extra, *variant in LAYOUTS:
         if args.only and name not in args.only:
             continue
-        t, m, imb = measure(args, name, ranks, extra)
-        pt, pm, bound = predict(args, ranks, extra, imb)
-        rows.append(dict(name=name, ranks=ranks, settings=extra or "(bench.toml)", measured_s=t, predicted_s=pt,
+        deck = deck_for(args, variant[0] if variant else None)
+        t, m, imb = measure(args, name, ranks, extra, deck)
+        pt, pm, bound = predict(args, ranks, extra, imb, deck)
+        settings = (extra or "(bench.toml)") + (" (two streams)" if variant else "")
+        rows.append(dict(name=name, ranks=ranks, settings=settings, measured_s=t, predicted_s=pt,
                          time_err=(pt - t) / t, imbalance=imb, measured_mem=m, predicted_mem=pm, mem_err=(pm - m) / m, bound=bound))
         r = rows[-1]
         print(f"{name:22s} {ranks}  measured {t:7.3f} s  predicted {pt:7.3f} s  ({100 * r['time_err']:+5.1f}%)   "

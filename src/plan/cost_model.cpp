@@ -302,11 +302,14 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   }
   r.optimizer = local_params_worst * 32 / mem_bw;  // AdamW reads p, g, m, v, writes p, m, v; the norm reads g
   if (c.projection_tasks > 1) {
-    // PCGrad (train/grad_projection.hpp): K(K-1) dot products and as many
-    // projections (read two buffers, write one) of this rank's part, plus
-    // the sum of the K buffers.
+    // PCGrad (train/grad_projection.cpp, optim/gradient_projection.cpp),
+    // passes over this rank's part: each task's copy and norm (3 each),
+    // each pair's dot as two squared norms of a sum (4 each, twice), the
+    // sum's zeroing, one weighted add per task (3) and the copy back (2).
+    // A task that conflicts adds a copy and a projection (5), and, beyond
+    // two tasks, fresh dots; the model counts none.
     const double K = double(c.projection_tasks);
-    r.optimizer += local_params_worst * 4 * (K * (K - 1) * (2 + 3) + K + 1) / mem_bw;
+    r.optimizer += local_params_worst * 4 * (3 * K + 8 * K * (K - 1) / 2 + 1 + 3 * K + 2) / mem_bw;
   }
   if (offloaded > 0) {
     // Expert offload (docs/performance.md, "Expert offload"): every 4 KiB
