@@ -130,7 +130,8 @@ for i in $(seq 1 "$failures"); do
   while kill -0 "$sup" 2>/dev/null && [ "${#ranks[@]}" -eq 0 ]; do sleep 0.2; mapfile -t ranks < <(ranks_of "$sup"); done
   if [ "${#ranks[@]}" -eq 0 ]; then echo "[soak] the job ended before failure $i"; break; fi
   victim=${ranks[RANDOM % ${#ranks[@]}]}
-  rank=$(tr '\0' '\n' <"/proc/$victim/environ" 2>/dev/null | sed -n 's/^PMI_RANK=//p')
+  # (the victim may have ended since: then there is no rank to name)
+  rank=$( { tr '\0' '\n' <"/proc/$victim/environ"; } 2>/dev/null | sed -n 's/^PMI_RANK=//p') || rank=""
   echo "[soak] failure $i: kill -9 examoe pid $victim (rank ${rank:-?} of ${#ranks[@]}) after $(steps_logged) step records"
   killed=$(usec)
   kill -9 "$victim" 2>/dev/null || true
@@ -149,7 +150,7 @@ t1=$(date +%s.%N) t_end=$(usec)
 [ "$rc" -eq 0 ] || { tail -30 "$work/elastic.log" >&2; echo "[soak] examoe-elastic exited $rc" >&2; exit 1; }
 
 python3 - "$work" "$t0" "$t1" "$MEMORY_EVERY" "$r_first" "$r_end" "$t_first" "$t_end" <<'PY'
-import json, sys
+import json, os, sys
 work, t0, t1, tier0_every = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 ref_span, span = [(int(sys.argv[i + 1]) - int(sys.argv[i])) / 1e6 for i in (5, 7)]
 def steps(path):
@@ -165,7 +166,8 @@ every = min([k for k in (ckpt["every"], ckpt["local_every"], ckpt["memory_every"
 restart = [(int(b) - int(a)) / 1e6 for a, b in (l.split() for l in open(f"{work}/restarts.txt"))]
 ref = {r["step"]: r["loss"] for r in ref_steps}
 run = steps(f"{work}/elastic/metrics.jsonl")
-records = [json.loads(l) for l in open(f"{work}/elastic/elastic.jsonl")] if run else []
+log = f"{work}/elastic/elastic.jsonl"  # (none when the job ended before a failure)
+records = [json.loads(l) for l in open(log)] if os.path.exists(log) else []
 restarts = [r for r in records if r.get("event") != "grow"]
 grows = [r for r in records if r.get("event") == "grow"]
 kept = {}
