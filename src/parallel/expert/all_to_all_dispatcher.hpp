@@ -143,7 +143,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
           c, dyp, dxp, meanwhile,
           [&](const auto& part, const I1& expert_row, const I1& source_row) {
             experts_backward_inputs(c, w, g, part.first, part.received, part.expert_offsets, expert_row,
-                                    source_row, rows(dxe_, part.received, part.first));
+                                    source_row, rows(dxe_, part.received, part.first), false);
           },
           [&](const auto& part) {
             ScopedRegion r("moe/overlapped/weight_gradients");
@@ -315,50 +315,33 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // and the input-row gradients back in source_.
   void experts_backward(Context& c, const Weights& w, const Weights& g, index_t at, index_t n,
                         const std::vector<index_t>& off, const I1& expert_row, const I1& source_row) {
-    namespace K = kernels;
-    const auto src = rows(source_, n, at), dye = rows(expert_, n, at);
-    const auto dea = rows(dea_, n, at), deb = rows(deb_, n, at), deh = rows(deh_, n, at);
-    const auto xr = rows(c.xr, n, at), ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
-    K::permute_forward(src, expert_row, dye);
-    const bool ad = w.lora_w1.a.data() != nullptr;
-    const double s = w.lora_scale, p = w.lora_dropout;
-    const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
-    K::grouped_linear_backward(eh, w.w2, dye, off, deh, g.w2, true);
-    if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, lora_, p, key(102));
-    K::swiglu_backward(ea, eb, deh, dea, deb);
-    const auto dxe = dye;  // dye is dead once deh is computed
-    K::grouped_linear_backward(xr, w.w1, dea, off, dxe, g.w1, true, false);
-    K::grouped_linear_backward(xr, w.w3, deb, off, dxe, g.w3, true, true);
-    if (ad) {
-      model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, lora_, p, key(101));
-      model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, lora_, p, key(103));
-    }
-    K::permute_forward(dxe, source_row, src);
+    // dye is dead once deh is computed: the input-row gradients reuse it.
+    experts_backward_inputs(c, w, g, at, n, off, expert_row, source_row, rows(expert_, n, at), true);
   }
 
-  // experts_backward in two halves, for the parts pipeline: the input-row
-  // gradients (through dxe, so that the row gradients dye stay for the
-  // weights) back in source_, and after them the experts' weight
-  // gradients, accumulated per tensor in the same order as one call. The
-  // adapters' gradients stay in the first half: they feed the row
-  // gradients.
+  // The input-row gradients into dxe and back in source_; with `weights`
+  // the experts' weight gradients too, in the same products. Without, they
+  // are left to experts_backward_weights (the parts pipeline runs them
+  // while the part travels back), and dxe must not be the row gradients'
+  // rows, which those read; each tensor still accumulates in the same
+  // order. The adapters' gradients are always here: they feed dxe.
   void experts_backward_inputs(Context& c, const Weights& w, const Weights& g, index_t at, index_t n,
                                const std::vector<index_t>& off, const I1& expert_row, const I1& source_row,
-                               const V2& dxe) {
+                               const V2& dxe, bool weights) {
     namespace K = kernels;
     const auto src = rows(source_, n, at), dye = rows(expert_, n, at);
     const auto dea = rows(dea_, n, at), deb = rows(deb_, n, at), deh = rows(deh_, n, at);
     const auto xr = rows(c.xr, n, at), ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
-    const decltype(g.w1) none;  // no weight gradient in this half
+    const auto here = [weights](const auto& dw) { return weights ? dw : std::decay_t<decltype(dw)>(); };
     K::permute_forward(src, expert_row, dye);
     const bool ad = w.lora_w1.a.data() != nullptr;
     const double s = w.lora_scale, p = w.lora_dropout;
     const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
-    K::grouped_linear_backward(eh, w.w2, dye, off, deh, none, true);
+    K::grouped_linear_backward(eh, w.w2, dye, off, deh, here(g.w2), true);
     if (ad) model::lora::grouped_backward<T, D>(eh, w.lora_w2, g.lora_w2, s, dye, off, deh, lora_, p, key(102));
     K::swiglu_backward(ea, eb, deh, dea, deb);
-    K::grouped_linear_backward(xr, w.w1, dea, off, dxe, none, true, false);
-    K::grouped_linear_backward(xr, w.w3, deb, off, dxe, none, true, true);
+    K::grouped_linear_backward(xr, w.w1, dea, off, dxe, here(g.w1), true, false);
+    K::grouped_linear_backward(xr, w.w3, deb, off, dxe, here(g.w3), true, true);
     if (ad) {
       model::lora::grouped_backward<T, D>(xr, w.lora_w1, g.lora_w1, s, dea, off, dxe, lora_, p, key(101));
       model::lora::grouped_backward<T, D>(xr, w.lora_w3, g.lora_w3, s, deb, off, dxe, lora_, p, key(103));
