@@ -11,6 +11,7 @@ GradProjection::GradProjection(const deck::Config& cfg, io::StreamMixture& data)
   data.assign_tasks_round_robin();
   const auto K = data.tasks().size();
   for (std::size_t t = 0; t < K; ++t) weights_.push_back(double(K) * data.task_weight(t));
+  sq_.assign(K, 0.0);
 }
 
 void GradProjection::keep(int task, const model::ParameterStore& store, const std::function<double()>& global_sq_norm) {
@@ -23,7 +24,6 @@ void GradProjection::keep(int task, const model::ParameterStore& store, const st
     work_ = optim::GradPart("exa::grads::pcgrad_work", n);
   }
   Kokkos::deep_copy(task_[std::size_t(task)], g);
-  if (sq_.size() != weights_.size()) sq_.assign(weights_.size(), 0.0);
   sq_[std::size_t(task)] = global_sq_norm();  // while the gradient is in the store
 }
 
@@ -36,11 +36,8 @@ optim::ProjectionReport GradProjection::combine(std::int64_t step, model::Parame
     Kokkos::fence();
     return global_sq_norm();
   };
+  // (the squared norms came with keep(), so a and b are two gradients)
   const optim::GlobalDot dot = [&](const optim::GradPart& a, const optim::GradPart& b) {
-    if (a.data() == b.data()) {
-      Kokkos::deep_copy(g, a);
-      return global_sq_norm();
-    }
     return (sq(a, 1.0, b) - sq(a, -1.0, b)) / 4.0;
   };
   const auto rep = optim::project_conflicts(task_, weights_, seed_, step, acc_, work_, dot, sq_);
