@@ -33,19 +33,13 @@ foreach(np 1 ${NP})
     message(FATAL_ERROR "${np} rank(s): the run above memory.cap_gb = ${cap} succeeded:\n${out}")
   endif()
   if(np GREATER 1)
-    # Every rank has the error and ends the job (MPI_Abort), each writing
-    # it to its error file first; the launcher's teardown may cut the
-    # output short and stop the other ranks before they write theirs, but
-    # the first to abort has written its file.
+    # Every rank has the error and ends the job (MPI_Abort).
     file(GLOB logs ${WORK}/capped_${np}/error.rank*.log)
     if(NOT logs)
       message(FATAL_ERROR "${np} ranks: no error.rank<N>.log in ${WORK}/capped_${np} after the run above the cap:\n"
                           "${out}${err}")
     endif()
-    foreach(log IN LISTS logs)
-      file(READ ${log} line)
-      string(APPEND err "\n${line}")
-    endforeach()
+    append_error_logs(${WORK}/capped_${np} err)
   endif()
   if(NOT "${out}${err}" MATCHES "memory.cap_gb = [0-9.e-]+: rank [0-9]+ needed [0-9.]+ GiB by step 1 \\(MiB: parameters ")
     message(FATAL_ERROR "${np} rank(s), over the cap: no table in the error:\n${out}${err}")

@@ -59,6 +59,20 @@ function(ledger_peak_sum dir step out)
   set(${out} ${sum} PARENT_SCOPE)
 endfunction()
 
+# append_error_logs(<dir> <var>): appends every error.rank<N>.log in dir
+# to var. A job that ends by MPI_Abort (drivers/abort_job.hpp) may lose its
+# output's last lines in the launcher's teardown, and ranks stopped by the
+# first abort may not write theirs, but the first to abort wrote its file.
+function(append_error_logs dir var)
+  file(GLOB logs ${dir}/error.rank*.log)
+  set(text "${${var}}")
+  foreach(log IN LISTS logs)
+    file(READ ${log} line)
+    string(APPEND text "\n${line}")
+  endforeach()
+  set(${var} "${text}" PARENT_SCOPE)
+endfunction()
+
 function(run_checked)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)

@@ -27,13 +27,7 @@ function(run_flipped np zero dir out_rc out_log)
   unset(ENV{EXAMOE_FAULT_FLIP_AT_STEP})
   unset(ENV{EXAMOE_FAULT_RANK})
   unset(ENV{EXAMOE_FAULT_FLIP_TENSOR})
-  # A mid-run error ends the job by MPI_Abort, whose teardown can cut the
-  # output short; each rank that got there first wrote error.rank<N>.log.
-  file(GLOB logs ${WORK}/${dir}/error.rank*.log)
-  foreach(log IN LISTS logs)
-    file(READ ${log} line)
-    string(APPEND err "\n${line}")
-  endforeach()
+  append_error_logs(${WORK}/${dir} err)  # a mid-run error ends the job by MPI_Abort
   set(${out_rc} ${rc} PARENT_SCOPE)
   set(${out_log} "${out}\n${err}" PARENT_SCOPE)
 endfunction()
