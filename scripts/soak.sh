@@ -107,7 +107,7 @@ if [ -n "$MTBF_S" ]; then
 else
   echo "[soak] $failures failures under examoe-elastic (log: $work/elastic.log)"
 fi
-t0=$(date +%s.%N)
+t0=$(usec)
 "$BUILD/bin/examoe-elastic" --ranks "$NP" --spares "$SPARES" --max-restarts $((2 * failures + 10)) "${grow[@]}" \
   --mpiexec "$MPIEXEC" "${deck[@]}" "${tier0[@]}" \
   --set output.run_dir="$work/elastic" >"$work/elastic.log" 2>&1 &
@@ -146,13 +146,14 @@ for i in $(seq 1 "$failures"); do
 done
 rc=0
 wait "$sup" || rc=$?
-t1=$(date +%s.%N) t_end=$(usec)
+t_end=$(usec)
 [ "$rc" -eq 0 ] || { tail -30 "$work/elastic.log" >&2; echo "[soak] examoe-elastic exited $rc" >&2; exit 1; }
 
-python3 - "$work" "$t0" "$t1" "$MEMORY_EVERY" "$r_first" "$r_end" "$t_first" "$t_end" <<'PY'
+python3 - "$work" "$MEMORY_EVERY" "$t0" "$r_first" "$r_end" "$t_first" "$t_end" <<'PY'
 import json, os, sys
-work, t0, t1, tier0_every = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-ref_span, span = [(int(sys.argv[i + 1]) - int(sys.argv[i])) / 1e6 for i in (5, 7)]
+work, tier0_every = sys.argv[1], sys.argv[2]
+# (microseconds) the wall time, and the spans from the end of step 1
+wall, ref_span, span = [(int(sys.argv[j]) - int(sys.argv[i])) / 1e6 for i, j in ((3, 7), (4, 5), (6, 7))]
 def steps(path):
     return [r for r in map(json.loads, open(path)) if "loss" in r]
 def train_s(r):  # the step's training work
@@ -176,7 +177,6 @@ for r in run:  # a step done again after a resume replaces the lost one
 rel = {s: abs(r["loss"] - ref[s]) / abs(ref[s]) for s, r in kept.items()}
 same = kept.keys() == ref.keys() and max(rel.values()) <= 1e-5
 down = [r["downtime_s"] for r in restarts if r.get("downtime_s") is not None]  # failures only
-wall = t1 - t0
 print(json.dumps({
     "event": "soak", "failures": len(restarts),
     "grows": len(grows),
