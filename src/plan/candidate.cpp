@@ -33,6 +33,9 @@ Candidate Candidate::from_deck(const deck::Config& cfg) {
   c.weight_compression = cfg.get_string("comm.weight_compression");
   c.a2a_compression = cfg.get_string("comm.a2a_compression");
   c.quant_block = cfg.get_int("comm.quant_block");
+  c.hierarchical = cfg.get_bool("parallel.hierarchical");
+  c.hierarchical_a2a = cfg.get_bool("comm.hierarchical_a2a");
+  c.compress_scope = cfg.get_string("comm.compress_scope");
   c.topk_ratio = cfg.get_float("comm.topk_ratio");
   if (cfg.get_string("train.grad_projection") == "pcgrad")
     c.projection_tasks = int(deck::stream_tasks(cfg.streams()).size());
@@ -64,6 +67,9 @@ std::vector<std::string> Candidate::overrides() const {
       fmt::format("comm.compression={}", compression),
       fmt::format("comm.weight_compression={}", weight_compression),
       fmt::format("comm.a2a_compression={}", a2a_compression),
+      fmt::format("parallel.hierarchical={}", hierarchical ? "true" : "false"),
+      fmt::format("comm.hierarchical_a2a={}", hierarchical_a2a ? "true" : "false"),
+      fmt::format("comm.compress_scope={}", compress_scope),
   };
   return o;
 }
@@ -78,8 +84,8 @@ std::string Candidate::describe() const {
   if (grid.pp > 1)
     s += fmt::format(" x pp {} ({}{}, m {})", grid.pp, schedule,
                      virtual_stages > 1 ? fmt::format(" v{}", virtual_stages) : std::string(), micro_per_round());
-  if (grid.ep > 1) s += fmt::format(", ep {}", grid.ep);
-  s += fmt::format(", zero {}, mb {} x {}", zero, micro_batch, grad_accum);
+  if (grid.ep > 1) s += fmt::format(", ep {}{}", grid.ep, hierarchical_a2a ? " (hierarchical a2a)" : "");
+  s += fmt::format(", zero {}{}, mb {} x {}", zero, hierarchical ? " (hierarchical)" : "", micro_batch, grad_accum);
   if (precision != "fp32") s += ", " + precision;
   if (recompute != "none")
     s += fmt::format(", recompute {}{}", recompute, checkpoint_layers != "all" ? "/" + checkpoint_layers : std::string());
@@ -87,6 +93,7 @@ std::string Candidate::describe() const {
   if (compression != "none") s += ", grads " + compression;
   if (weight_compression != "none") s += ", weights " + weight_compression;
   if (a2a_compression != "none") s += ", a2a " + a2a_compression;
+  if (compress_scope != "all") s += ", compressed inter-node only";
   return s;
 }
 

@@ -32,6 +32,12 @@ struct Candidate {
   std::string precision = "fp32";
   std::string compression = "none", weight_compression = "none", a2a_compression = "none";
   std::int64_t quant_block = 256;
+  // parallel.hierarchical: the Data group's collectives in a node-local and
+  // an inter-node stage (the ExpertData group's stay flat);
+  // comm.hierarchical_a2a: the expert all-to-all's; comm.compress_scope:
+  // "inter_node" encodes only the inter-node stage.
+  bool hierarchical = false, hierarchical_a2a = false;
+  std::string compress_scope = "all";
   double topk_ratio = 0.01;  // comm.topk_ratio (compression = "topk")
   // train.grad_projection = "pcgrad": the tasks projected between (0: none).
   int projection_tasks = 0;

@@ -71,6 +71,25 @@ struct Net {
   double alltoall(double n_bytes, int p, int stride) const {
     return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride, Kind::AllToAll);
   }
+  // The hierarchical collectives' split of a group of `p` ranks at world
+  // stride `stride` (comm::make_hierarchical): q of them share a node, over
+  // n nodes; n = 1 when the group fits one node.
+  struct Split {
+    int q = 1, n = 1;
+  };
+  Split split(int p, int stride) const {
+    int q = std::max(1, std::min(p, cl.devices_per_node / std::max(1, stride)));
+    while (p % q != 0) --q;
+    return {q, p / q};
+  }
+  // Tutel's 2DH all-to-all (comm/hierarchical_alltoallv.hpp): every rank's
+  // rows once through a node-local all-to-all, then once through an
+  // all-to-all between the ranks of its local index on the other nodes, one
+  // message per node pair instead of one per remote rank.
+  double hierarchical_alltoall(double n_bytes, int p, int stride) const {
+    const Split s = split(p, stride);
+    return alltoall(n_bytes, s.q, stride) + alltoall(n_bytes, s.n, s.q * stride);
+  }
 };
 
 // Per rank and micro-batch on one chunk of layers: forward matmul FLOPs,
@@ -143,13 +162,57 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   const double mem_bw = cl.memory_bandwidth_gbs * 1e9;
   const double a2a_b = wire_bytes(c.a2a_compression, c.quant_block);
   const bool recompute = c.recompute == "full";
+  // The data-parallel collectives: the Data group's (`data` ranks at stride
+  // tp; a node-local and an inter-node stage under parallel.hierarchical)
+  // and the routed experts' ExpertData group's (data / ep ranks at stride
+  // tp * ep; always flat, and exact under compress_scope = "inter_node"),
+  // one after the other.
+  const int edata = data / ep;
+  const bool scope_all = c.compress_scope == "all";
+  const bool grads_encoded = c.compression != "none", weights_encoded = c.weight_compression != "none";
+  // Bytes per element on the wire of a gradient collective over p ranks.
+  // Top-k sends 6 bytes a kept value: the reduce-scatter's all-to-all
+  // carries 1.5 ratio of the fp32 bytes, the allreduce's allgather every
+  // rank's payload (p / 2 times a ring allreduce's share of it).
+  auto grad_wire = [&](bool encoded, int p) {
+    if (!encoded) return 4.0;
+    return c.compression == "topk" ? 4 * 1.5 * c.topk_ratio * (c.zero == 0 ? p / 2.0 : 1.0)
+                                   : wire_bytes(c.compression, c.quant_block);
+  };
+  auto weight_wire = [&](bool encoded) { return encoded ? wire_bytes(c.weight_compression, c.quant_block) : 4.0; };
+  // The gradient reduction of a step's (ZeRO 0/1) or a micro-batch's
+  // (ZeRO 2/3) trainable elements: an allreduce under ZeRO 0, else a
+  // reduce-scatter. Hierarchical: a node-local reduce-scatter, the
+  // inter-node collective of this rank's 1/q (the only stage encoded),
+  // and for the allreduce a node-local allgather.
+  auto reduce = [&](const GroupElements& e) {
+    auto op = [&](double bytes, int p, int stride) {
+      return c.zero == 0 ? net.allreduce(bytes, p, stride) : net.half(bytes, p, stride);
+    };
+    const double t = op(e.experts * grad_wire(grads_encoded && scope_all, edata), edata, tp * ep);
+    if (!c.hierarchical) return t + op(e.data * grad_wire(grads_encoded, data), data, tp);
+    const auto sp = net.split(data, tp);
+    return t + (c.zero == 0 ? 2 : 1) * net.half(4 * e.data, sp.q, tp) +
+           op(e.data * grad_wire(grads_encoded, sp.n) / sp.q, sp.n, sp.q * tp);
+  };
+  // A ZeRO allgather of parameters. Hierarchical: the inter-node gather of
+  // the parts into this rank's run, then the node-local gather of the runs,
+  // encoded only under compress_scope = "all".
+  auto gather = [&](const GroupElements& e) {
+    const double t = net.half(e.experts * weight_wire(weights_encoded && scope_all), edata, tp * ep);
+    if (!c.hierarchical) return t + net.half(e.data * weight_wire(weights_encoded), data, tp);
+    const auto sp = net.split(data, tp);
+    return t + net.half(e.data * weight_wire(weights_encoded) / sp.q, sp.n, sp.q * tp) +
+           net.half(e.data * weight_wire(weights_encoded && scope_all), sp.q, tp);
+  };
 
   StepCost r;
   std::vector<OpTimes> times(static_cast<std::size_t>(pp));
   double comp_tot = 0, tp_tot = 0, a2a_tot = 0, cp_tot = 0, zg_tot = 0, p2p_tot = 0;
   // Elements per step: the trainable ones, whose gradients are reduced and
   // which ZeRO 1/2 gather again after the step.
-  double dp_bytes_step = 0, local_params_worst = 0, offloaded = 0;
+  GroupElements dp_elements;
+  double local_params_worst = 0, offloaded = 0;
   int worst = 0;
   r.memory = memory ? *memory : peak_memory(cfg, c);
   // The stage with the most layers (the first on ties) stands for the
@@ -205,8 +268,11 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     // Collectives per micro-batch and chunk.
     const double row = N * double(cfg.d_model) * 4;
     const double tp_f = tp > 1 ? 2 * layers_per_chunk * net.allreduce(row, tp, 1) : 0;
-    const double a2a_f =
-        ep > 1 ? 2 * moe_per_chunk * net.alltoall(N * double(cfg.top_k) * double(cfg.d_model) * a2a_b * ep_load, ep, tp) : 0;
+    const double a2a_rows = N * double(cfg.top_k) * double(cfg.d_model) * a2a_b * ep_load;
+    const double a2a_f = ep > 1 ? 2 * moe_per_chunk *
+                                      (c.hierarchical_a2a ? net.hierarchical_alltoall(a2a_rows, ep, tp)
+                                                          : net.alltoall(a2a_rows, ep, tp))
+                                : 0;
     double cp_f = 0;
     if (cp > 1) {
       const double kv = N * 2 * double(plan.kv_heads) * double(cfg.head_dim()) * 4;
@@ -220,12 +286,13 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     }
     // ZeRO 3 gathers each unit before its forward and its backward,
     // prefetching the next unit while one computes.
-    const auto st = state_bytes(cfg, plan, 0, 1, 1);
-    const double stage_params = st.parameters / 4, stage_trainable = st.optimizer / 8;
+    const auto elements = stage_elements(cfg, plan);
     double zg_f = 0;
     if (c.zero == 3 && data > 1) {
-      const double gather = net.half(stage_params / chunks * wire_bytes(c.weight_compression, c.quant_block), data, tp);
-      zg_f = std::max(0.0, gather - f_compute);
+      GroupElements chunk = elements.parameters;
+      chunk.data /= chunks;
+      chunk.experts /= chunks;
+      zg_f = std::max(0.0, gather(chunk) - f_compute);
     }
     const double p2p = pp > 1 ? net.seconds(Nr * double(cfg.d_model) * 4, 1, 2, tp * cp * g.dp) : 0;
     auto& t = times[std::size_t(s)];
@@ -263,7 +330,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       local_params_worst = state_bytes(cfg, plan, c.zero, data, data / ep).optimizer / 8;
       offloaded = offloaded_bytes(cfg, c, plan, data / ep).values;
     }
-    dp_bytes_step = std::max(dp_bytes_step, stage_trainable);
+    if (elements.trainable.total() > dp_elements.total()) dp_elements = elements.trainable;
   }
   const int n_micro = c.micro_per_round();
   const int rounds = int(c.grad_accum / n_micro);
@@ -280,24 +347,16 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   // as its backward finishes); overlapped with the backward that produces it.
   double dp = 0;
   if (data > 1) {
-    // Top-k sends 6 bytes a kept value: the reduce-scatter's all-to-all
-    // carries 1.5 ratio of the fp32 bytes, the allreduce's allgather every
-    // rank's payload (data / 2 times a ring allreduce's share of it).
-    const double wire = c.compression == "topk" ? 1.5 * c.topk_ratio * (c.zero == 0 ? data / 2.0 : 1.0)
-                                                : wire_bytes(c.compression, c.quant_block);
-    const double grads = dp_bytes_step * wire;
-    const double wgt = dp_bytes_step * wire_bytes(c.weight_compression, c.quant_block);
     const double backward_last = times[std::size_t(worst)].backward + times[std::size_t(worst)].weight;
     if (c.zero <= 1) {
       // Gradient projection reduces each of its K tasks' gradients after
       // the task's round of micro-batches, each overlapping only that
       // round's last backward (ZeRO 2/3 reduce per micro-batch either way).
       const int reductions = std::max(1, c.projection_tasks);
-      const double t = c.zero == 0 ? net.allreduce(grads, data, tp) : net.half(grads, data, tp);
-      dp = reductions * std::max(0.0, t - backward_last) + (c.zero == 1 ? net.half(wgt, data, tp) : 0);
+      dp = reductions * std::max(0.0, reduce(dp_elements) - backward_last) + (c.zero == 1 ? gather(dp_elements) : 0);
     } else {
-      const double per_micro = net.half(grads, data, tp);
-      dp = double(c.grad_accum) * std::max(0.0, per_micro - backward_last) + (c.zero == 2 ? net.half(wgt, data, tp) : 0);
+      dp = double(c.grad_accum) * std::max(0.0, reduce(dp_elements) - backward_last) +
+           (c.zero == 2 ? gather(dp_elements) : 0);
     }
   }
   r.optimizer = local_params_worst * 32 / mem_bw;  // AdamW reads p, g, m, v, writes p, m, v; the norm reads g

@@ -35,24 +35,20 @@ std::string state_key(const model::ModelConfig& c, const model::StagePlan& p, in
   return k;
 }
 
-}  // namespace
+// Each engine of a stage: its units' element counts, whether it holds the
+// routed experts (the ExpertData group) or LoRA's frozen model, and whether
+// it holds the tied embedding. They depend on the plan only: taken once
+// from the ShardLayout the run builds.
+struct Engine {
+  std::vector<std::int64_t> units;
+  bool experts = false, frozen = false, tied = false;
+};
 
-MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& plan, int zero, int data_size,
-                        int expert_data_size) {
-  // Each engine's units' element counts depend on the plan only: taken once
-  // from the ShardLayout the run builds, then cut into parts as it cuts them
-  // (block = ceil(numel / parts), part 0 the first block).
-  // Each engine: its units' element counts, whether it holds the routed
-  // experts (the ExpertData group) or LoRA's frozen model, and whether it
-  // holds the tied embedding.
-  struct Engine {
-    std::vector<std::int64_t> units;
-    bool experts = false, frozen = false, tied = false;
-  };
-  static std::unordered_map<std::string, std::vector<Engine>> engines_of;
+const std::vector<Engine>& engines_of(const model::ModelConfig& cfg, const model::StagePlan& plan) {
+  static std::unordered_map<std::string, std::vector<Engine>> cache;
   const auto key = state_key(cfg, plan, 0, 0, 0);
-  auto it = engines_of.find(key);
-  if (it == engines_of.end()) {
+  auto it = cache.find(key);
+  if (it == cache.end()) {
     std::vector<Engine> engines;
     for (const auto& e : parallel::data::engine_groups(cfg, plan)) {
       std::vector<model::Box> boxes;
@@ -65,10 +61,29 @@ MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& p
       for (int u = 0; u < L.size(); ++u) g.units.push_back(L.unit(u).numel);
       engines.push_back(std::move(g));
     }
-    it = engines_of.emplace(key, std::move(engines)).first;
+    it = cache.emplace(key, std::move(engines)).first;
   }
+  return it->second;
+}
+
+}  // namespace
+
+StageElements stage_elements(const model::ModelConfig& cfg, const model::StagePlan& plan) {
+  StageElements t;
+  for (const auto& e : engines_of(cfg, plan))
+    for (const auto n : e.units) {
+      (e.experts ? t.parameters.experts : t.parameters.data) += double(n);
+      if (!e.frozen) (e.experts ? t.trainable.experts : t.trainable.data) += double(n);
+    }
+  return t;
+}
+
+MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& plan, int zero, int data_size,
+                        int expert_data_size) {
+  // Each engine's units cut into parts as the run cuts them (block =
+  // ceil(numel / parts), part 0 the first block).
   double local = 0, trainable = 0, params = 0, grads = 0;
-  for (const auto& e : it->second) {
+  for (const auto& e : engines_of(cfg, plan)) {
     const std::int64_t parts = zero > 0 ? (e.experts ? expert_data_size : data_size) : 1;
     // The ZeRO engine's buffers (parallel/data/zero_engine.cpp): two
     // alternating unit slots (a third for the tied embedding) for ZeRO 2's

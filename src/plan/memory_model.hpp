@@ -29,6 +29,19 @@ struct MemoryBytes {
 MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& plan, int zero, int data_size,
                         int expert_data_size);
 
+// The elements of a rank holding `plan` by the group that reduces their
+// gradients and gathers them under ZeRO: the Data group's engines (what
+// parallel.hierarchical runs in stages) and the routed experts' (the
+// ExpertData group, always flat). `trainable` leaves LoRA's frozen model out.
+struct GroupElements {
+  double data = 0, experts = 0;
+  double total() const { return data + experts; }
+};
+struct StageElements {
+  GroupElements parameters, trainable;
+};
+StageElements stage_elements(const model::ModelConfig& cfg, const model::StagePlan& plan);
+
 // The plan of pipeline stage `stage` of the candidate (tensor part 0,
 // experts of EP rank 0).
 model::StagePlan stage_plan(const model::ModelConfig& cfg, const Candidate& c, int stage);

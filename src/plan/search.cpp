@@ -23,9 +23,11 @@ bool divides(std::int64_t a, std::int64_t b) { return a > 0 && b % a == 0; }
 // small to hide the ring behind; the search stops there.
 constexpr int kMaxCp = 32;
 
-// The precision and wire formats of one candidate.
+// The precision, wire formats and collectives of one candidate.
 struct Policy {
   std::string precision, compression, a2a_compression, weight_compression;
+  bool hierarchical = false, hierarchical_a2a = false;
+  std::string compress_scope = "all";
 };
 
 }  // namespace
@@ -50,16 +52,30 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
   const auto weight_formats =
       opt.weight_compressions.empty() ? std::vector<std::string>{deck.weight_compression} : opt.weight_compressions;
   const bool moe = cfg.moe_every > 0 && cfg.n_experts > 0;
+  // The parts of the expert all-to-all travel flat (moe.a2a_chunks).
+  const bool a2a_in_parts = base.get_int("moe.a2a_chunks") > 1;
   // Every combination asked for, each wire format only where its
   // collective exists (data > 1, ep > 1, ZeRO's allgathers); the deck's
-  // elsewhere.
-  auto policies_for = [&](bool reduces, bool all_to_all, bool gathers) {
+  // elsewhere. Flat and hierarchical collectives where the group spans
+  // nodes (flat elsewhere), with the compression scopes the deck allows:
+  // gradients compressed over hierarchical collectives on the inter-node
+  // stage only, weights on both stages or that one; the hierarchical
+  // all-to-all uncompressed and whole.
+  auto policies_for = [&](bool reduces, bool all_to_all, bool gathers, bool data_spans, bool ep_spans) {
     std::vector<Policy> out;
     for (const auto& p : precisions)
       for (const auto& g : reduces ? compressions : std::vector<std::string>{deck.compression})
         for (const auto& a : all_to_all ? a2a_formats : std::vector<std::string>{deck.a2a_compression})
           for (const auto& w : gathers ? weight_formats : std::vector<std::string>{deck.weight_compression})
-            out.push_back({p, g, a, w});
+            for (const bool h : data_spans ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              std::vector<std::string> scopes = {"all"};
+              if (h && g != "none") scopes = {"inter_node"};
+              if (h && g == "none" && w != "none") scopes = {"all", "inter_node"};
+              const bool two_stage_a2a = ep_spans && a == "none" && !a2a_in_parts;
+              for (const auto& scope : scopes)
+                for (const bool ha : two_stage_a2a ? std::vector<bool>{false, true} : std::vector<bool>{false})
+                  out.push_back({p, g, a, w, h, ha, scope});
+            }
     return out;
   };
   std::vector<Ranked> ranked;
@@ -131,7 +147,10 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                           recomputes.push_back({rc, ckl, e, o});
                     }
                     bool fitted = false;
-                    const auto policies = policies_for(data > 1, ep > 1, data > 1 && zero >= 1);
+                    const auto policies =
+                        policies_for(data > 1, ep > 1, data > 1 && zero >= 1,
+                                     data > 1 && std::int64_t(data) * tp > cl.devices_per_node,
+                                     ep > 1 && std::int64_t(ep) * tp > cl.devices_per_node);
                     for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
                       const auto& [rc, ckl, off_e, off_o] = recomputes[ri];
                       if (rc == "full" && sched == "zb" && pp > 1) continue;
@@ -161,6 +180,9 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                         c.compression = p.compression;
                         c.a2a_compression = p.a2a_compression;
                         c.weight_compression = p.weight_compression;
+                        c.hierarchical = p.hierarchical;
+                        c.hierarchical_a2a = p.hierarchical_a2a;
+                        c.compress_scope = p.compress_scope;
                         for (const auto& mode : modes) {
                           c.cp_mode = mode;
                           ranked.push_back({c, predict(cfg, c, cl, &mem, opt.predict)});

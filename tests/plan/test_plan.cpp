@@ -196,6 +196,113 @@ TEST(Plan, LinksMatter) {
   EXPECT_EQ(b.memory.parameters, a.memory.parameters);
 }
 
+// Two nodes of 4 devices: a fast node-local link and a slow inter-node
+// one, compute and memory so fast that nothing hides the collectives.
+plan::Cluster two_nodes() {
+  plan::Cluster c = small_cluster();
+  c.nodes = 2;
+  c.fp32_tflops = 1e6;
+  c.memory_bandwidth_gbs = 1e9;
+  c.memory_gib = 64;
+  c.intra = {100, 1};
+  c.inter = {1, 10};
+  return c;
+}
+
+// Ring collectives' times as docs/planner.md states them: per-rank bytes
+// over the link, a latency per message.
+double ring_half(double bytes, int p, const plan::Link& l) {
+  return p <= 1 ? 0 : (p - 1) * l.latency_us * 1e-6 + double(p - 1) / p * bytes / (l.bandwidth_gbs * 1e9);
+}
+double ring_allreduce(double bytes, int p, const plan::Link& l) {
+  return p <= 1 ? 0 : 2 * (p - 1) * l.latency_us * 1e-6 + 2.0 * (p - 1) / p * bytes / (l.bandwidth_gbs * 1e9);
+}
+
+TEST(Plan, HierarchicalCollectivesCrossNodesWithTheirShare) {
+  // dp 8 over 2 nodes of 4. Flat: the ring over the inter-node link.
+  // Hierarchical (parallel.hierarchical): a node-local reduce-scatter, the
+  // inter-node allreduce of this rank's quarter, a node-local allgather;
+  // with comm.compress_scope = "inter_node" only that middle stage is
+  // encoded. ep 1: the experts reduce with the rest.
+  const auto cfg = moe_model();
+  const auto cl = two_nodes();
+  plan::Candidate c;
+  c.grid = comm::GridSizes{8, 1, 1, 8, 1, 1, 0, 0};
+  c.micro_batch = 1;
+  c.grad_accum = 1;
+  const double E = plan::stage_elements(cfg, model::StagePlan::whole(cfg)).trainable.total();
+  const double tol = 1e-6;
+  const auto flat = plan::predict(cfg, c, cl);
+  EXPECT_NEAR(flat.dp, ring_allreduce(4 * E, 8, cl.inter), tol * flat.dp);
+  auto h = c;
+  h.hierarchical = true;
+  const auto hier = plan::predict(cfg, h, cl);
+  const double local = 2 * ring_half(4 * E, 4, cl.intra);
+  EXPECT_NEAR(hier.dp, local + ring_allreduce(4 * E / 4, 2, cl.inter), tol * hier.dp);
+  EXPECT_LT(hier.dp, 0.5 * flat.dp);
+  auto q = h;
+  q.compression = "int8";
+  q.compress_scope = "inter_node";
+  const double w = plan::wire_bytes("int8", 256);
+  EXPECT_NEAR(plan::predict(cfg, q, cl).dp, local + ring_allreduce(w * E / 4, 2, cl.inter), tol * hier.dp);
+  // ZeRO 1: the reduce-scatter's two stages, then the weights' gathers
+  // (inter-node first, into this rank's run), encoded on both stages
+  // under "all" and on the inter-node one under "inter_node".
+  auto z = h;
+  z.zero = 1;
+  z.weight_compression = "bf16";
+  const double wb = plan::wire_bytes("bf16", 256);
+  const double rs = ring_half(4 * E, 4, cl.intra) + ring_half(4 * E / 4, 2, cl.inter);
+  for (const char* scope : {"all", "inter_node"}) {
+    z.compress_scope = scope;
+    const double gather =
+        ring_half(wb * E / 4, 2, cl.inter) + ring_half((z.compress_scope == "all" ? wb : 4) * E, 4, cl.intra);
+    EXPECT_NEAR(plan::predict(cfg, z, cl).dp, rs + gather, tol * rs) << scope;
+  }
+  // Top-k: 6 bytes a kept value, in the reduce-scatter's all-to-all.
+  auto t = c;
+  t.zero = 2;
+  t.compression = "topk";
+  t.topk_ratio = 0.01;
+  t.grad_accum = 1;
+  const auto topk = plan::predict(cfg, t, cl);
+  EXPECT_NEAR(topk.dp - ring_half(4 * E, 8, cl.inter), ring_half(6 * 0.01 * E, 8, cl.inter), tol * topk.dp);
+}
+
+TEST(Plan, ExpertGroupsStayFlatAndExactInterNode) {
+  // dp 8 x ep 2: the experts' gradients reduce over the 4 ranks holding
+  // the same experts (stride 2, both nodes), flat, and in fp32 under
+  // compress_scope = "inter_node"; the rest over the 8 in stages.
+  const auto cfg = moe_model();
+  auto cl = two_nodes();
+  plan::Candidate c;
+  c.grid = comm::GridSizes{8, 1, 1, 8, 1, 2, 0, 0};
+  c.hierarchical = true;
+  c.compression = "int8";
+  c.compress_scope = "inter_node";
+  c.zero = 1;
+  const auto plan = plan::stage_plan(cfg, c, 0);
+  const auto el = plan::stage_elements(cfg, plan);
+  ASSERT_GT(el.trainable.experts, 0);
+  // The ep 2 all-to-all stays inside a node: made free here.
+  cl.intra = {1e9, 0};
+  const double w = plan::wire_bytes("int8", 256);
+  const double dense = ring_half(4 * el.trainable.data, 4, cl.intra) + ring_half(w * el.trainable.data / 4, 2, cl.inter);
+  const double experts = ring_half(4 * el.trainable.experts, 4, cl.inter);
+  const double gathers = ring_half(4 * el.trainable.data / 4, 2, cl.inter) + ring_half(4 * el.trainable.data, 4, cl.intra) +
+                         ring_half(4 * el.trainable.experts, 4, cl.inter);
+  EXPECT_NEAR(plan::predict(cfg, c, cl).dp, dense + experts + gathers, 1e-6 * (dense + experts));
+  // The two-stage all-to-all: ep 8 over both nodes sends each row once
+  // inside the node and once between nodes, 1 + 3 messages against 7.
+  auto a = c;
+  a.grid = comm::GridSizes{8, 1, 1, 8, 1, 8, 0, 0};
+  auto b = a;
+  b.hierarchical_a2a = true;
+  plan::Cluster slow = cl;
+  slow.inter = {1000, 1000};  // latency-bound
+  EXPECT_LT(plan::predict(cfg, b, slow).a2a, 0.5 * plan::predict(cfg, a, slow).a2a);
+}
+
 TEST(Plan, YoungDalyInterval) {
   // 1,024 nodes of 43,800 h: M = 153,984 s; C = 0.5 s gives tau = sqrt(2 C M).
   const auto p = plan::plan_reliability(43800, 1024, {{"memory", 0.5, 60}, {"shared", 20, 300}});
@@ -272,6 +379,40 @@ TEST(Plan, NothingFitsNamesTheSmallest) {
   EXPECT_TRUE(r.top.empty());
   EXPECT_GT(r.pruned_memory, 0);
   EXPECT_GT(r.best_unfit.cost.memory.total(), 0);
+}
+
+TEST(Plan, SearchOffersHierarchicalCollectivesAcrossNodes) {
+  // One layer (no pipeline), heads for tp <= 4: every data group of 8
+  // ranks spans both nodes of 4, so every layout has a hierarchical twin.
+  auto cl = two_nodes();
+  const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {"model.n_layers=1"}, 1);
+  plan::SearchOptions o;
+  o.world = 8;
+  o.top = 1000;
+  o.compressions = {"none", "int8"};
+  o.weight_compressions = {"none", "bf16"};
+  const auto r = plan::search(base, cl, o);
+  EXPECT_EQ(r.refused, 0);
+  bool hier = false, hier_a2a = false, scoped = false;
+  for (const auto& t : r.top) {
+    EXPECT_NO_THROW((void)plan::candidate_config(base, t.candidate, 8)) << t.candidate.describe();
+    hier = hier || t.candidate.hierarchical;
+    hier_a2a = hier_a2a || t.candidate.hierarchical_a2a;
+    scoped = scoped || t.candidate.compress_scope == "inter_node";
+    // Only groups that span the nodes are split in stages.
+    const auto& g = t.candidate.grid;
+    if (t.candidate.hierarchical) EXPECT_GT(g.dp * g.cp * g.tp, cl.devices_per_node) << t.candidate.describe();
+    if (t.candidate.hierarchical_a2a) EXPECT_GT(g.ep * g.tp, cl.devices_per_node) << t.candidate.describe();
+  }
+  EXPECT_TRUE(hier);
+  EXPECT_TRUE(hier_a2a);
+  EXPECT_TRUE(scoped);
+  // On one node nothing spans: every plan is flat.
+  cl.nodes = 1;
+  cl.devices_per_node = 8;
+  for (const auto& t : plan::search(base, cl, o).top) {
+    EXPECT_FALSE(t.candidate.hierarchical || t.candidate.hierarchical_a2a) << t.candidate.describe();
+  }
 }
 
 TEST(Plan, ClusterFileErrorsNameTheKey) {
