@@ -217,16 +217,18 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   r.memory = memory ? *memory : peak_memory(cfg, c);
   // The stage with the most layers (the first on ties) stands for the
   // step's breakdown.
+  std::vector<model::StagePlan> plans;
+  for (int s = 0; s < pp; ++s) plans.push_back(stage_plan(cfg, c, s));
   std::int64_t most = -1;
   for (int s = 0; s < pp; ++s) {
-    const auto n = stage_plan(cfg, c, s).local_layers();
+    const auto n = plans[std::size_t(s)].local_layers();
     if (n > most) most = n, worst = s;
   }
   // Stages alike (layers, embedding, head) cost alike: the search meets
   // pipelines of many identical middle stages.
   std::vector<std::pair<std::string, int>> seen;
   for (int s = 0; s < pp; ++s) {
-    const auto plan = stage_plan(cfg, c, s);
+    const auto& plan = plans[std::size_t(s)];
     std::int64_t n_moe = 0;
     for (const auto& [l0, l1] : plan.layer_ranges())
       for (std::int64_t l = l0; l < l1; ++l) n_moe += cfg.is_moe_layer(l) ? 1 : 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "parallel/pipeline/schedules.hpp"
@@ -12,17 +14,26 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
   using Op = parallel::MicroBatchOp;
   const int pp = int(times.size());
   EXA_REQUIRE(pp >= 1, "simulate_pipeline: no stages");
-  std::vector<std::vector<Op>> ops(static_cast<std::size_t>(pp));
-  for (int s = 0; s < pp; ++s) {
-    if (pp == 1) {
-      for (int m = 0; m < n_micro; ++m) {
-        ops[0].push_back({Op::Kind::Forward, m, 0});
-        ops[0].push_back({Op::Kind::Backward, m, 0});
+  // The search simulates the same few schedules for many candidates: each
+  // (schedule, stages, chunks, micro-batches)'s operation lists are built
+  // once (the planner runs on one thread).
+  static std::map<std::tuple<std::string, int, int, int>, std::vector<std::vector<Op>>> made;
+  auto it = made.find({schedule, pp, chunks, n_micro});
+  if (it == made.end()) {
+    std::vector<std::vector<Op>> lists(static_cast<std::size_t>(pp));
+    for (int s = 0; s < pp; ++s) {
+      if (pp == 1) {
+        for (int m = 0; m < n_micro; ++m) {
+          lists[0].push_back({Op::Kind::Forward, m, 0});
+          lists[0].push_back({Op::Kind::Backward, m, 0});
+        }
+      } else {
+        lists[std::size_t(s)] = parallel::pipeline::make_schedule(schedule, s, pp, chunks)->ops(n_micro);
       }
-    } else {
-      ops[std::size_t(s)] = parallel::pipeline::make_schedule(schedule, s, pp, chunks)->ops(n_micro);
     }
+    it = made.emplace(std::make_tuple(schedule, pp, chunks, n_micro), std::move(lists)).first;
   }
+  const auto& ops = it->second;
   const bool deferred = schedule == "zb" && pp > 1;
   // Finish times of each (stage, kind, chunk, micro); < 0 not yet run.
   std::vector<double> done(std::size_t(pp) * 2 * std::size_t(chunks) * std::size_t(n_micro), -1.0);
