@@ -113,9 +113,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                 std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
                 if (pp > 1) {
                   schedules.push_back({"gpipe", 1});
-                  // zb's deferred weight gradients would gather sequence-
-                  // parallel rows at times each TP rank picks alone.
-                  if (!c.sequence_parallel) schedules.push_back({"zb", 1});
+                  schedules.push_back({"zb", 1});
                   for (int v : {2, 4})
                     if (divides(std::int64_t(pp) * v, cfg.n_layers) && divides(pp, c.grad_accum))
                       schedules.push_back({"interleaved", v});

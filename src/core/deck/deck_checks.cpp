@@ -691,17 +691,6 @@ void check_combinations(const Config& c) {
                      "pipeline.schedule = \"1f1b\"",
                      zero));
   }
-  // zb runs deferred weight gradients whenever a stage would wait, at times
-  // each rank picks alone; under sequence parallelism those products gather
-  // their rows over the TP group, a collective every TP rank must enter alike.
-  if (zb && tp > 1 && c.get_bool("parallel.sequence_parallel")) {
-    fail(c, {"pipeline.schedule", "parallel.sequence_parallel"},
-         fmt::format("pipeline.schedule = \"zb\" with parallel.tp = {} and parallel.sequence_parallel = true is "
-                     "not available: the deferred weight gradients would gather the sequence-parallel rows over the "
-                     "TP group at times each rank picks alone; set parallel.sequence_parallel = false or "
-                     "pipeline.schedule = \"1f1b\"",
-                     tp));
-  }
   // zb's deferred weight gradients read the layers' saved inputs after the
   // layer's backward; full recompute keeps those only while it runs.
   if (zb && c.get_string("memory.recompute") == "full") {

@@ -7,6 +7,8 @@
 // add the collectives around the same local product; the zero-bubble
 // pipeline schedule runs backward_input on the critical path and defers
 // backward_weight. The local version (local_linear.hpp) is the plain gemm.
+#include <utility>
+
 #include "core/types.hpp"
 #include "model/weights.hpp"
 
@@ -48,6 +50,14 @@ class Linear {
   // same way. A frozen W (LoRA) has no dW (no data): its product is skipped.
   virtual void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                                const Adapter& ad = {}) const = 0;
+  // What backward_weight(x, dy) multiplies, in a form on which it needs no
+  // collective: the zero-bubble schedule takes these during B, where every
+  // rank of a tensor-parallel group enters the same collectives in the same
+  // order, and runs the product later, at a time each rank picks alone.
+  // Under sequence parallelism the tensor-parallel linears gather x or dy
+  // over the Tp group here (into scratch the next call reuses); otherwise
+  // they are x and dy.
+  virtual std::pair<Act, Act> weight_operands(const Act& x, const Act& dy) const { return {x, dy}; }
 
   // Both halves of the backward, input gradient first (skipped when dx has
   // no data). Virtual so that tensor parallelism can run the weight gradient

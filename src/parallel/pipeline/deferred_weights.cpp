@@ -19,18 +19,23 @@ void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt
   // the shared input of both sub-blocks of every layer), so an older copy
   // of the same address can hold other values.
   Act xc;
-  if (!b.entries.empty() && b.last == x.data()) {
-    const Act& prev = b.entries.back().x;
-    if (prev.extent(0) == x.extent(0) && prev.extent(1) == x.extent(1)) xc = prev;
-  }
+  if (!b.entries.empty() && b.last == x.data() && b.last_rows == x.extent(0) && b.last_cols == x.extent(1))
+    xc = b.entries.back().x;
+  // The operands in the form the product needs no collective on (gathered
+  // over the Tp group under sequence parallelism), taken now, while every
+  // TP rank runs the same B; a shared copy is gathered already. The same
+  // decisions on every rank, so the same collectives.
+  const auto [wx, wdy] = inner.weight_operands(xc.data() != nullptr ? xc : x, dy);
   if (xc.data() == nullptr) {
-    xc = Act("exa::pipeline::deferred_x", x.extent(0), x.extent(1));
-    Kokkos::deep_copy(xc, x);
+    xc = Act("exa::pipeline::deferred_x", wx.extent(0), wx.extent(1));
+    Kokkos::deep_copy(xc, wx);
     b.inputs.push_back(xc);
   }
   b.last = x.data();
-  Act dyc("exa::pipeline::deferred_dy", dy.extent(0), dy.extent(1));
-  Kokkos::deep_copy(dyc, dy);
+  b.last_rows = x.extent(0);
+  b.last_cols = x.extent(1);
+  Act dyc("exa::pipeline::deferred_dy", wdy.extent(0), wdy.extent(1));
+  Kokkos::deep_copy(dyc, wdy);
   b.entries.push_back(Entry{&inner, xc, dyc, dw, accumulate, ad});
 }
 

@@ -9,7 +9,10 @@
 // records its product instead of running it: the input x and output
 // gradient dy are copied (dy lives in scratch the next layer overwrites)
 // next to the gradient they accumulate into; consecutive products of one
-// input (wq, wk, wv; w1, w3) share its copy. The pipeline runs a micro-batch's recorded
+// input (wq, wk, wv; w1, w3) share its copy. Under sequence parallelism the
+// copies are of the operands gathered over the Tp group during B
+// (Linear::weight_operands), so that W, which each rank runs when it would
+// wait, enters no collective. The pipeline runs a micro-batch's recorded
 // products, its W, when the stage would otherwise wait for a receive, and
 // all of them before the step's last backward, which runs undeferred so
 // that the data-parallel reduction hooks see complete gradients. The
@@ -55,7 +58,8 @@ class WeightGradQueue {
     int micro = 0;
     std::vector<Entry> entries;
     std::vector<Act> inputs;        // the input copies
-    const float* last = nullptr;    // the data the last entry's x copies
+    const float* last = nullptr;    // the data the last entry's x copies, and its shape
+    std::size_t last_rows = 0, last_cols = 0;
   };
   std::deque<Batch> batches_;
   bool deferring_ = false;
@@ -72,6 +76,9 @@ class DeferredLinear final : public model::Linear<float, Device> {
   void backward_input(const Act& dy, const Wt& w, const Act& dx, bool accumulate = false,
                       const Adapter& ad = {}) const override {
     inner_->backward_input(dy, w, dx, accumulate, ad);
+  }
+  std::pair<Act, Act> weight_operands(const Act& x, const Act& dy) const override {
+    return inner_->weight_operands(x, dy);
   }
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {

@@ -118,6 +118,9 @@ class ColumnParallelLinear final : public model::Linear<T, D> {
     if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), dy, gx, accumulate ? T(1) : T(0), dw);
     if (ad) model::lora::backward_weight(gx, dy, ad, accumulate, lora_);
   }
+  std::pair<Act, Act> weight_operands(const Act& x, const Act& dy) const override {
+    return {tp_detail::gathered(*tp_, x, dy.extent(0), gx_), dy};
+  }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
                 bool accumulate_dx = false, const Adapter& ad = {}) const override {
     if (!overlap_ || dx.data() == nullptr || (dw.data() == nullptr && !ad)) {
@@ -202,6 +205,9 @@ class RowParallelLinear final : public model::Linear<T, D> {
     const Act gdy = tp_detail::gathered(*tp_, dy, x.extent(0), gdy_);
     if (dw.data() != nullptr) kernels::gemm('T', 'N', T(1), gdy, x, accumulate ? T(1) : T(0), dw);
     if (ad) model::lora::backward_weight(x, gdy, ad, accumulate, lora_);
+  }
+  std::pair<Act, Act> weight_operands(const Act& x, const Act& dy) const override {
+    return {x, tp_detail::gathered(*tp_, dy, x.extent(0), gdy_)};
   }
   void backward(const Act& x, const Wt& w, const Act& dy, const Act& dx, const Wt& dw,
                 bool accumulate_dx = false, const Adapter& ad = {}) const override {
