@@ -1,7 +1,9 @@
 #include "train/expert_replacement.hpp"
 
+#include <algorithm>
 #include <numeric>
 
+#include "core/error.hpp"
 #include "core/log.hpp"
 
 namespace exa::train {
@@ -68,6 +70,62 @@ void ExpertReplacement::forget_placement() {
   if (!enabled()) return;
   const auto global = identity(placement_->n_experts());
   for (const auto l : placement_->moved_layers()) placement_->set(l, global);
+}
+
+// The state's layout: ep, the window's steps, then per layer of the
+// placement or the window: the layer, E slots' experts, E kept counts.
+// Counts are int64 and the checkpoint's state arrays float: each goes as
+// two floats of 24 bits, exact below 2^48.
+namespace {
+void put_count(std::vector<float>& v, std::int64_t n) {
+  v.push_back(float(n >> 24));
+  v.push_back(float(n & 0xFFFFFF));
+}
+std::int64_t get_count(const float* p) { return (std::int64_t(p[0]) << 24) + std::int64_t(p[1]); }
+}  // namespace
+
+std::vector<float> ExpertReplacement::state(int ep) const {
+  if (!enabled()) return {};
+  std::vector<float> v{float(ep)};
+  put_count(v, window_steps_);
+  std::vector<std::int64_t> layers = placement_->moved_layers();
+  for (const auto& [l, w] : window_) layers.push_back(l);
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  const int E = placement_->n_experts();
+  for (const auto l : layers) {
+    v.push_back(float(l));
+    for (const int e : placement_->expert_at(l)) v.push_back(float(e));
+    const auto it = window_.find(l);
+    for (int e = 0; e < E; ++e)
+      put_count(v, it != window_.end() && std::size_t(e) < it->second.size() ? it->second[std::size_t(e)] : 0);
+  }
+  return v;
+}
+
+void ExpertReplacement::restore(const std::vector<float>* state, int ep, const Mover& move) {
+  forget_placement();
+  if (!enabled() || state == nullptr || state->empty() || int((*state)[0]) != ep) return;
+  const int E = placement_->n_experts();
+  const std::size_t per_layer = 1 + std::size_t(E) + 2 * std::size_t(E);
+  EXA_REQUIRE(state->size() >= 3 && (state->size() - 3) % per_layer == 0,
+              "checkpoint state {}: {} values, not 3 + a multiple of {} ({} experts)", kStateName, state->size(),
+              per_layer, E);
+  window_steps_ = get_count(state->data() + 1);
+  const auto global = identity(E);
+  for (std::size_t at = 3; at < state->size(); at += per_layer) {
+    const float* p = state->data() + at;
+    const std::int64_t layer = std::int64_t(p[0]);
+    std::vector<int> expert_at(static_cast<std::size_t>(E));
+    for (int e = 0; e < E; ++e) expert_at[std::size_t(e)] = int(p[1 + e]);
+    if (expert_at != global) {
+      placement_->set(layer, expert_at);  // checks the permutation first
+      move({layer, global, expert_at});
+    }
+    auto& w = window_[layer];
+    w.resize(std::size_t(E));
+    for (int e = 0; e < E; ++e) w[std::size_t(e)] = get_count(p + 1 + E + 2 * e);
+  }
 }
 
 void ExpertReplacement::in_global_order(const Mover& move, const std::function<void()>& fn) {

@@ -12,8 +12,11 @@
 // Every rank decides alike from the same summed loads. Checkpoints are
 // written with every layer in the identity placement (experts in global
 // order, what every layout reads), and the run's placement is restored
-// after the write. A resumed run starts from the identity placement and
-// re-balances at its next window.
+// after the write. The checkpoint also keeps the placement and the
+// window: a run resumed at the same ep moves its experts back into that
+// placement and goes on with that window, as the uninterrupted run does
+// (top-k compression, whose segments follow the slots, depends on it);
+// at another ep it starts from the identity placement and a new window.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -52,6 +55,13 @@ class ExpertReplacement {
   // The parameters were just loaded in global order (resume, rollback): the
   // identity placement again, and a new window.
   void forget_placement();
+  // The placement and the window, for a checkpoint of a run at `ep` (empty
+  // when off), and back after the parameters were loaded in global order:
+  // the saved placement taken again, its experts moved with `move`, when
+  // the checkpoint's ep is `ep`; else forget_placement().
+  static constexpr const char* kStateName = "expert_replacement";
+  std::vector<float> state(int ep) const;
+  void restore(const std::vector<float>* state, int ep, const Mover& move);
 
  private:
   std::int64_t every_ = 0;

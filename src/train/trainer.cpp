@@ -381,6 +381,8 @@ io::CheckpointMeta Trainer::checkpoint_meta(std::int64_t steps_done) {
     const auto st = scaler_.state();
     meta.state[optim::LossScaler::kStateName] = io::StateArray{{std::int64_t(st.size())}, st};
   }
+  if (const auto st = replace_.state(grid_.sizes().ep); !st.empty())
+    meta.state[ExpertReplacement::kStateName] = io::StateArray{{std::int64_t(st.size())}, st};
   return meta;
 }
 
@@ -392,7 +394,11 @@ std::string Trainer::save(std::int64_t steps_done) {
 void Trainer::load(const std::string& path, const std::vector<std::string>& copies) { ckpt_->load(path, copies); }
 
 void Trainer::restore(const io::CheckpointMeta& meta) {
-  replace_.forget_placement();  // the checkpoint holds the experts in global order
+  // The checkpoint holds the experts in global order; the run's placement
+  // comes back where the layout allows.
+  const auto rs = meta.state.find(ExpertReplacement::kStateName);
+  replace_.restore(rs != meta.state.end() ? &rs->second.values : nullptr, grid_.sizes().ep,
+                   [&](const parallel::expert::ExpertMove& m) { move_experts(m); });
   dp_->params_updated();
   balance_.restore(meta, *model_);
   growth_.restore(meta, mcfg_.n_experts);
@@ -612,9 +618,25 @@ void Trainer::log_offload() const {
 void Trainer::move_experts(const parallel::expert::ExpertMove& move) {
   ScopedRegion region("comm/expert_move", true);
   const auto& c = grid_.coords();
+  const parallel::expert::MoverRank where{grid_.comm(comm::Group::Data), c.ep, c.expert_data};
   parallel::expert::move_experts(dp_->store(),
-                                 {dp_->store().values(), opt_->adamw().exp_avg(), opt_->adamw().exp_avg_sq()},
-                                 {grid_.comm(comm::Group::Data), c.ep, c.expert_data}, move);
+                                 {dp_->store().values(), opt_->adamw().exp_avg(), opt_->adamw().exp_avg_sq()}, where,
+                                 move);
+  // Top-k's residuals (what each rank still owes of each expert's
+  // gradient) go with their experts; each expert's sum of them over the
+  // ranks must be the same after the move.
+  std::vector<View1<float>> residuals(dp_->store().size());
+  bool any = false;
+  for (std::size_t i = 0; i < residuals.size(); ++i) {
+    const auto& name = dp_->store().spec(i).name;
+    if (dp_->store().spec(i).ep_dim >= 0 && dp_->has_residual(name)) residuals[i] = dp_->residual(name), any = true;
+  }
+  if (any) {
+    const auto before = parallel::expert::expert_box_checksums(dp_->store(), residuals, where, move.layer, move.from);
+    parallel::expert::move_expert_boxes(dp_->store(), residuals, where, move);
+    const auto after = parallel::expert::expert_box_checksums(dp_->store(), residuals, where, move.layer, move.to);
+    EXA_ASSERT(before == after);
+  }
   dp_->params_updated();
 }
 

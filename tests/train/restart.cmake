@@ -32,6 +32,19 @@ if(NOT full STREQUAL restarted)
   message(FATAL_ERROR "the restarted run's losses differ from the uninterrupted run's")
 endif()
 
+# A run with expert re-placement must really have moved experts before and
+# after the kill.
+if(ARGS MATCHES "moe\\.replace_every")
+  foreach(run a b)
+    file(STRINGS ${WORK}/${run}/metrics.jsonl moves REGEX "\"event\":\"expert_replacement\".*\"moved\":[1-9]")
+    list(LENGTH moves n)
+    message(STATUS "run ${run}: ${n} re-placements that moved experts")
+    if(n EQUAL 0)
+      message(FATAL_ERROR "run ${run} never moved an expert: no expert_replacement record with moved > 0")
+    endif()
+  endforeach()
+endif()
+
 # -DCHECK_BIAS=ON (aux_free runs): the routing biases moved after the first
 # step and the restarted run logs the uninterrupted run's biases.
 if(CHECK_BIAS)

@@ -763,22 +763,6 @@ void check_combinations(const Config& c) {
       fail(c, {"comm.stochastic_rounding", "comm.compression"},
            "comm.stochastic_rounding = true rounds bf16 or int8 payloads, but comm.compression = \"topk\" sends "
            "the kept values in fp32 and owes the rest exactly; set stochastic_rounding = false");
-    // Top-k's residuals live beside the gradients of the tensors as they
-    // are placed now; what moves or rebuilds them does not carry them yet.
-    const struct {
-      const char* key;
-      bool on;
-      const char* why;
-    } apart[] = {
-        {"moe.replace_every", c.get_int("moe.replace_every") > 0,
-         "expert re-placement moves the experts' state but not their top-k residuals yet"},
-    };
-    for (const auto& a : apart)
-      if (a.on)
-        fail(c, {"comm.compression", a.key},
-             fmt::format("comm.compression = \"topk\" with {} > 0 is not built yet: {}; set {} = 0 or choose "
-                         "another comm.compression",
-                         a.key, a.why, a.key));
   }
   if (const auto comp = c.get_string("comm.a2a_compression"); comp != "none" && c.get_bool("comm.hierarchical_a2a")) {
     fail(c, {"comm.a2a_compression", "comm.hierarchical_a2a"},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 
 #include "core/error.hpp"
@@ -114,25 +115,14 @@ std::vector<Piece> plan_pieces(const model::ParameterStore& store, const std::ve
   return pieces;
 }
 
-}  // namespace
-
-std::int64_t move_experts(const model::ParameterStore& store, const std::vector<View1<float>>& buffers,
-                          const MoverRank& where, const ExpertMove& move) {
-  const auto tensors = layer_tensors(store, move.layer);
-  EXA_REQUIRE(!tensors.empty(), "move_experts: layer {} has no expert tensors", move.layer);
-  // A layer of another pipeline stage: no rank of this data group holds it.
-  if (store.shard(tensors[0]).box.numel() == 0) return 0;
-  const int E = int(store.spec(tensors[0]).shape[0]);
-  EXA_REQUIRE(int(move.from.size()) == E && int(move.to.size()) == E,
-              "move_experts: layer {} has {} experts, the placements name {} and {}", move.layer, E, move.from.size(),
-              move.to.size());
-  const int slots = int(store.shard(tensors[0]).box.extent[0]);
-  const auto peers = gather_peers(store, tensors, where);
-  const auto pieces = plan_pieces(store, tensors, peers, move, slots);
+// Sends every piece this rank holds and places every piece it receives:
+// `host(t)` is a host copy of tensor t's buffer, `at(t, box_elem)` where a
+// box element sits in it. One all-to-all-v over the data group.
+template <class Host, class At>
+std::int64_t exchange(const std::vector<Piece>& pieces, MPI_Comm comm, std::int64_t layer, Host host, At at) {
   int me = 0, n = 0;
-  MPI_Comm_rank(where.data, &me);
-  MPI_Comm_size(where.data, &n);
-
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &n);
   std::vector<int> scount(std::size_t(n), 0), rcount(std::size_t(n), 0), sdispl(std::size_t(n), 0),
       rdispl(std::size_t(n), 0);
   std::int64_t sent = 0, received = 0;
@@ -141,35 +131,127 @@ std::int64_t move_experts(const model::ParameterStore& store, const std::vector<
     if (p.to == me) rcount[std::size_t(p.from)] += int(p.len), received += p.len;
   }
   EXA_REQUIRE(sent < INT_MAX && received < INT_MAX, "move_experts: layer {} moves {} elements, over int32 counts",
-              move.layer, std::max(sent, received));
+              layer, std::max(sent, received));
   for (int q = 1; q < n; ++q) {
     sdispl[std::size_t(q)] = sdispl[std::size_t(q - 1)] + scount[std::size_t(q - 1)];
     rdispl[std::size_t(q)] = rdispl[std::size_t(q - 1)] + rcount[std::size_t(q - 1)];
   }
   // Pieces go into each peer's message in plan order on both sides.
-  const auto local = [&](const Piece& p, std::int64_t box_elem) {
-    return store.local_offset(tensors[p.tensor]) + box_elem - store.shard(tensors[p.tensor]).offset;
-  };
   std::vector<float> sbuf(std::size_t(std::max<std::int64_t>(sent, 1))),
       rbuf(std::size_t(std::max<std::int64_t>(received, 1)));
+  std::vector<int> sat = sdispl, rat = rdispl;
+  for (const Piece& p : pieces) {
+    if (p.from != me) continue;
+    std::copy_n(host(p.tensor) + at(p.tensor, p.src), p.len, sbuf.data() + sat[std::size_t(p.to)]);
+    sat[std::size_t(p.to)] += int(p.len);
+  }
+  MPI_Alltoallv(sbuf.data(), scount.data(), sdispl.data(), MPI_FLOAT, rbuf.data(), rcount.data(), rdispl.data(),
+                MPI_FLOAT, comm);
+  for (const Piece& p : pieces) {
+    if (p.to != me) continue;
+    std::copy_n(rbuf.data() + rat[std::size_t(p.from)], p.len, host(p.tensor) + at(p.tensor, p.dst));
+    rat[std::size_t(p.from)] += int(p.len);
+  }
+  return sent;
+}
+
+// The layer's expert tensors, or none when another pipeline stage holds
+// the layer; checks the placements' size.
+std::vector<std::size_t> layer_to_move(const model::ParameterStore& store, const ExpertMove& move) {
+  const auto tensors = layer_tensors(store, move.layer);
+  EXA_REQUIRE(!tensors.empty(), "move_experts: layer {} has no expert tensors", move.layer);
+  if (store.shard(tensors[0]).box.numel() == 0) return {};
+  const int E = int(store.spec(tensors[0]).shape[0]);
+  EXA_REQUIRE(int(move.from.size()) == E && int(move.to.size()) == E,
+              "move_experts: layer {} has {} experts, the placements name {} and {}", move.layer, E, move.from.size(),
+              move.to.size());
+  return tensors;
+}
+
+}  // namespace
+
+std::int64_t move_experts(const model::ParameterStore& store, const std::vector<View1<float>>& buffers,
+                          const MoverRank& where, const ExpertMove& move) {
+  const auto tensors = layer_to_move(store, move);
+  if (tensors.empty()) return 0;
+  const int slots = int(store.shard(tensors[0]).box.extent[0]);
+  const auto pieces = plan_pieces(store, tensors, gather_peers(store, tensors, where), move, slots);
+  std::int64_t sent = 0;
   for (const auto& buffer : buffers) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), buffer);
-    std::vector<int> sat = sdispl, rat = rdispl;
-    for (const Piece& p : pieces) {
-      if (p.from != me) continue;
-      std::copy_n(h.data() + local(p, p.src), p.len, sbuf.data() + sat[std::size_t(p.to)]);
-      sat[std::size_t(p.to)] += int(p.len);
-    }
-    MPI_Alltoallv(sbuf.data(), scount.data(), sdispl.data(), MPI_FLOAT, rbuf.data(), rcount.data(), rdispl.data(),
-                  MPI_FLOAT, where.data);
-    for (const Piece& p : pieces) {
-      if (p.to != me) continue;
-      std::copy_n(rbuf.data() + rat[std::size_t(p.from)], p.len, h.data() + local(p, p.dst));
-      rat[std::size_t(p.from)] += int(p.len);
-    }
+    sent = exchange(
+        pieces, where.data, move.layer, [&](std::size_t) { return h.data(); },
+        [&](std::size_t t, std::int64_t box_elem) {
+          return store.local_offset(tensors[t]) + box_elem - store.shard(tensors[t]).offset;
+        });
     Kokkos::deep_copy(buffer, h);
   }
   return sent;
+}
+
+std::int64_t move_expert_boxes(const model::ParameterStore& store, const std::vector<View1<float>>& boxes,
+                               const MoverRank& where, const ExpertMove& move) {
+  const auto tensors = layer_to_move(store, move);
+  if (tensors.empty()) return 0;
+  EXA_REQUIRE(boxes.size() == store.size(), "move_expert_boxes: {} buffers for {} tensors", boxes.size(),
+              store.size());
+  // Every rank holds its whole box: the counterpart of the new slot's rank
+  // (same expert-data index) covers every piece.
+  int n = 0;
+  MPI_Comm_size(where.data, &n);
+  std::vector<int> mine{where.ep_rank, where.expert_data}, all(2 * std::size_t(n));
+  MPI_Allgather(mine.data(), 2, MPI_INT, all.data(), 2, MPI_INT, where.data);
+  std::vector<Peer> peers(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    peers[std::size_t(q)].ep_rank = all[2 * std::size_t(q)];
+    peers[std::size_t(q)].expert_data = all[2 * std::size_t(q) + 1];
+    for (const auto i : tensors) peers[std::size_t(q)].runs.push_back({0, store.shard(i).box.numel()});
+  }
+  const int slots = int(store.shard(tensors[0]).box.extent[0]);
+  const auto pieces = plan_pieces(store, tensors, peers, move, slots);
+  std::size_t held = 0;
+  for (const auto i : tensors) held += boxes[i].extent(0) > 0 ? 1 : 0;
+  if (held == 0) return 0;
+  EXA_REQUIRE(held == tensors.size(), "move_expert_boxes: layer {}: {} of its {} expert tensors have buffers",
+              move.layer, held, tensors.size());
+  std::vector<Kokkos::View<float*, Kokkos::HostSpace>> h;
+  for (const auto i : tensors) {
+    EXA_REQUIRE(boxes[i].extent(0) == 0 || std::int64_t(boxes[i].extent(0)) == store.shard(i).box.numel(),
+                "move_expert_boxes: {} has {} elements, its box {}", store.spec(i).name, boxes[i].extent(0),
+                store.shard(i).box.numel());
+    h.push_back(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), boxes[i]));
+  }
+  const std::int64_t sent = exchange(
+      pieces, where.data, move.layer, [&](std::size_t t) { return h[t].data(); },
+      [](std::size_t, std::int64_t box_elem) { return box_elem; });
+  for (std::size_t t = 0; t < tensors.size(); ++t) Kokkos::deep_copy(boxes[tensors[t]], h[t]);
+  return sent;
+}
+
+std::vector<std::uint64_t> expert_box_checksums(const model::ParameterStore& store,
+                                                const std::vector<View1<float>>& boxes, const MoverRank& where,
+                                                std::int64_t layer, const std::vector<int>& expert_at) {
+  std::vector<std::uint64_t> sums(expert_at.size(), 0);
+  const auto tensors = layer_tensors(store, layer);
+  if (!tensors.empty() && store.shard(tensors[0]).box.numel() > 0) {
+    const int slots = int(store.shard(tensors[0]).box.extent[0]);
+    for (const auto i : tensors) {
+      if (boxes[i].extent(0) == 0) continue;
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), boxes[i]);
+      const std::int64_t R = store.shard(i).box.numel() / slots;
+      for (int k = 0; k < slots; ++k) {
+        std::uint64_t sum = 0;
+        for (std::int64_t x = std::int64_t(k) * R; x < std::int64_t(k + 1) * R; ++x) {
+          std::uint32_t bits = 0;
+          std::memcpy(&bits, h.data() + x, sizeof bits);
+          sum += bits;
+        }
+        sums[std::size_t(expert_at[std::size_t(where.ep_rank * slots + k)])] += sum;
+      }
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_UINT64_T, MPI_SUM, where.data);
+  return sums;
 }
 
 }  // namespace exa::parallel::expert

@@ -42,4 +42,19 @@ struct MoverRank {
 std::int64_t move_experts(const model::ParameterStore& store, const std::vector<View1<float>>& buffers,
                           const MoverRank& where, const ExpertMove& move);
 
+// The same for per-rank state of whole boxes (top-k's residuals: each rank
+// holds its own values for every element of its box, ZeRO or not):
+// `boxes[i]` is tensor i's (store order; empty: none), and each expert's
+// rows go from the old slot's rank to the new slot's rank of the same
+// expert-data index. Collective over `where.data`.
+std::int64_t move_expert_boxes(const model::ParameterStore& store, const std::vector<View1<float>>& boxes,
+                               const MoverRank& where, const ExpertMove& move);
+
+// Per global expert of `layer`, the sum over the data group of the bit
+// patterns of its rows in `boxes` (as move_expert_boxes takes them), with
+// expert_at[p] the expert in slot p: a move keeps each expert's sum.
+std::vector<std::uint64_t> expert_box_checksums(const model::ParameterStore& store,
+                                                const std::vector<View1<float>>& boxes, const MoverRank& where,
+                                                std::int64_t layer, const std::vector<int>& expert_at);
+
 }  // namespace exa::parallel::expert
