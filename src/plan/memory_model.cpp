@@ -252,7 +252,9 @@ OffloadedBytes offloaded_bytes(const model::ModelConfig& cfg, const Candidate& c
                                int expert_data) {
   OffloadedBytes o;
   if (!c.offload_experts) return o;
-  for (std::int64_t l = plan.layer_begin; l < plan.layer_end; ++l) o.moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
+  // An interleaved stage's chunks: other stages' layers lie between them.
+  for (const auto& [l0, l1] : plan.layer_ranges())
+    for (std::int64_t l = l0; l < l1; ++l) o.moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
   o.layer = 4.0 * 3.0 * double(plan.local_experts()) * double(plan.d_expert) * double(cfg.d_model);
   o.values = o.layer * double(o.moe_layers) / (c.zero > 0 ? double(expert_data) : 1.0);
   return o;

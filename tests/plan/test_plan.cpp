@@ -446,6 +446,27 @@ TEST(Plan, ClusterFileErrorsNameTheKey) {
 // (and moments) leave the store's categories exactly, a layer's worth per
 // prefetch depth comes back as the offload term; and the search takes it
 // only when nothing else fits, paying its paging and writeback time.
+TEST(Plan, OffloadCountsAnInterleavedStagesOwnLayers) {
+  // pp 2 with 2 virtual stages over 4 MoE layers: stage 0 holds layers 0
+  // and 2, not the layer between its chunks.
+  const auto cfg = moe_model();
+  plan::Candidate c;
+  c.grid = comm::GridSizes{2, 1, 1, 1, 2, 1, 0, 0};
+  c.schedule = "interleaved";
+  c.virtual_stages = 2;
+  c.grad_accum = 2;
+  c.offload_experts = true;
+  for (int s = 0; s < 2; ++s) {
+    const auto plan = plan::stage_plan(cfg, c, s);
+    std::int64_t held = 0;
+    for (std::int64_t l = 0; l < cfg.n_layers; ++l) held += plan.holds_layer(l) && cfg.is_moe_layer(l) ? 1 : 0;
+    ASSERT_EQ(held, 2) << "stage " << s;
+    const auto o = plan::offloaded_bytes(cfg, c, plan, 1);
+    EXPECT_EQ(o.moe_layers, held) << "stage " << s;
+    EXPECT_EQ(o.values, o.layer * double(held)) << "stage " << s;
+  }
+}
+
 TEST(Plan, OffloadIsTheLastMemoryPolicy) {
   auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
   const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {"moe.n_experts=32", "moe.d_expert=256"}, 1);
