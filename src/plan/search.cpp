@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "core/error.hpp"
 #include "model/model_config.hpp"
@@ -132,7 +133,10 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                     c.zero = zero;
                     // Memory policies, cheapest first: the recompute
                     // policies, then the same with the experts offloaded
-                    // (page traffic on top), then their moments too.
+                    // (page traffic on top), then their moments too. A
+                    // fitting policy dominates those with as much
+                    // recomputation and as much offload or more; one with
+                    // less recomputation but more offload may be faster.
                     struct MemoryPolicy {
                       std::string rc, ckl;
                       bool off_experts, off_optimizer;
@@ -146,7 +150,8 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                                  {"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}})
                           recomputes.push_back({rc, ckl, e, o});
                     }
-                    bool fitted = false;
+                    const std::size_t per_level = opt.vary_recompute ? 4 : 1;
+                    std::size_t fit_k = SIZE_MAX;  // the least recomputation that fitted at this offload level or below
                     const auto policies =
                         policies_for(data > 1, ep > 1, data > 1 && zero >= 1,
                                      data > 1 && std::int64_t(data) * tp > cl.devices_per_node,
@@ -157,7 +162,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                       if (ckl != "all" && zero == 3) continue;
                       const auto n = std::int64_t(policies.size() * modes.size());
                       res.space += n;
-                      if (settled || fitted) {
+                      if (settled || ri % per_level >= fit_k) {
                         res.dominated += n;
                         continue;
                       }
@@ -173,7 +178,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                           res.best_unfit = {c, predict(cfg, c, cl, &mem, opt.predict)};
                         continue;
                       }
-                      fitted = true;
+                      fit_k = std::min(fit_k, ri % per_level);
                       if (ri == 0) settled = true;
                       for (const auto& p : policies) {
                         c.precision = p.precision;

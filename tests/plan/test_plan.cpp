@@ -446,6 +446,43 @@ TEST(Plan, ClusterFileErrorsNameTheKey) {
 // (and moments) leave the store's categories exactly, a layer's worth per
 // prefetch depth comes back as the offload term; and the search takes it
 // only when nothing else fits, paying its paging and writeback time.
+TEST(Plan, OffloadIsWeighedAgainstRecomputation) {
+  // Room for the resident model only with full recomputation, and for the
+  // offloaded one without any: both are evaluated (less recomputation with
+  // more offload is not dominated), and each is predicted as it would be
+  // alone.
+  auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
+  const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {"moe.n_experts=32", "moe.d_expert=256"}, 1);
+  const auto cfg = model::ModelConfig::from_deck(base);
+  plan::Candidate c = plan::Candidate::from_deck(base);
+  auto with = [&](const char* rc, bool off) {
+    plan::Candidate x = c;
+    x.recompute = rc;
+    x.offload_experts = x.offload_optimizer = off;
+    return x;
+  };
+  const double none = plan::peak_memory(cfg, with("none", false)).total(),
+               selective = plan::peak_memory(cfg, with("selective", false)).total(),
+               full = plan::peak_memory(cfg, with("full", false)).total(),
+               offloaded = plan::peak_memory(cfg, with("none", true)).total();
+  const double room = std::max(full, offloaded) * 1.01;
+  ASSERT_LT(room, std::min(none, selective)) << "the deck must need recomputation or offload to fit";
+  cluster.memory_gib = room / 0.9 / 1073741824.0;
+  plan::SearchOptions o;
+  o.world = 1;
+  o.top = 1000;
+  const auto r = plan::search(base, cluster, o);
+  bool recomputed = false, offload_alone = false;
+  for (const auto& t : r.top) {
+    if (t.candidate.offload_experts == false && t.candidate.recompute == "full") recomputed = true;
+    if (t.candidate.offload_experts && t.candidate.recompute == "none") offload_alone = true;
+    // Dominated: more recomputation at the same or more offload.
+    EXPECT_FALSE(t.candidate.offload_experts && t.candidate.recompute != "none") << t.candidate.describe();
+  }
+  EXPECT_TRUE(recomputed);
+  EXPECT_TRUE(offload_alone);
+}
+
 TEST(Plan, OffloadCountsAnInterleavedStagesOwnLayers) {
   // pp 2 with 2 virtual stages over 4 MoE layers: stage 0 holds layers 0
   // and 2, not the layer between its chunks.
