@@ -11,15 +11,18 @@ void WeightGradQueue::open(int micro) {
   deferring_ = true;
 }
 
-void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate,
-                           const L::Adapter& ad) {
+void WeightGradQueue::push(const void* seam, const L& inner, const Act& x, const Act& dy, const Wt& dw,
+                           bool accumulate, const L::Adapter& ad) {
   auto& b = batches_.back();
-  // Only the previous entry's copy can be shared: between two products a
-  // buffer may be written again (selective recomputation's norm output is
-  // the shared input of both sub-blocks of every layer), so an older copy
-  // of the same address can hold other values.
+  // Only the previous entry's copy can be shared, and only through the same
+  // seam: between two products a buffer may be written again (selective
+  // recomputation's norm output is the shared input of both sub-blocks of
+  // every layer: the next layer's wv and this layer's router read it with
+  // other values), so an older copy of the same address can hold other
+  // values; and another seam may want its operand in another form.
   Act xc;
-  if (!b.entries.empty() && b.last == x.data() && b.last_rows == x.extent(0) && b.last_cols == x.extent(1))
+  if (!b.entries.empty() && b.last_seam == seam && b.last == x.data() && b.last_rows == x.extent(0) &&
+      b.last_cols == x.extent(1))
     xc = b.entries.back().x;
   // The operands in the form the product needs no collective on (gathered
   // over the Tp group under sequence parallelism), taken now, while every
@@ -32,6 +35,7 @@ void WeightGradQueue::push(const L& inner, const Act& x, const Act& dy, const Wt
     b.inputs.push_back(xc);
   }
   b.last = x.data();
+  b.last_seam = seam;
   b.last_rows = x.extent(0);
   b.last_cols = x.extent(1);
   Act dyc("exa::pipeline::deferred_dy", wdy.extent(0), wdy.extent(1));

@@ -9,7 +9,7 @@
 // records its product instead of running it: the input x and output
 // gradient dy are copied (dy lives in scratch the next layer overwrites)
 // next to the gradient they accumulate into; consecutive products of one
-// input (wq, wk, wv; w1, w3) share its copy. Under sequence parallelism the
+// input through one seam (wq, wk, wv; w1, w3) share its copy. Under sequence parallelism the
 // copies are of the operands gathered over the Tp group during B
 // (Linear::weight_operands), so that W, which each rank runs when it would
 // wait, enters no collective. The pipeline runs a micro-batch's recorded
@@ -38,7 +38,10 @@ class WeightGradQueue {
   void open(int micro);
   void close() { deferring_ = false; }
   bool deferring() const { return deferring_; }
-  void push(const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate, const L::Adapter& ad);
+  // `seam`: the wrapper recording it; only consecutive products of one seam
+  // share an input copy.
+  void push(const void* seam, const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate,
+            const L::Adapter& ad);
 
   bool empty() const { return batches_.empty(); }
   std::size_t pending() const { return batches_.size(); }  // micro-batches whose W is outstanding
@@ -58,8 +61,9 @@ class WeightGradQueue {
     int micro = 0;
     std::vector<Entry> entries;
     std::vector<Act> inputs;        // the input copies
-    const float* last = nullptr;    // the data the last entry's x copies, and its shape
+    const float* last = nullptr;    // the data the last entry's x copies, its shape and seam
     std::size_t last_rows = 0, last_cols = 0;
+    const void* last_seam = nullptr;
   };
   std::deque<Batch> batches_;
   bool deferring_ = false;
@@ -83,7 +87,7 @@ class DeferredLinear final : public model::Linear<float, Device> {
   void backward_weight(const Act& x, const Act& dy, const Wt& dw, bool accumulate = true,
                        const Adapter& ad = {}) const override {
     if (dw.data() == nullptr && !ad) return;  // frozen, no adapter: nothing to defer
-    if (queue_->deferring()) queue_->push(*inner_, x, dy, dw, accumulate, ad);
+    if (queue_->deferring()) queue_->push(this, *inner_, x, dy, dw, accumulate, ad);
     else inner_->backward_weight(x, dy, dw, accumulate, ad);
   }
   // Undeferred, the inner seam's own backward (a tensor-parallel column
