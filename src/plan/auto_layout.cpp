@@ -46,7 +46,8 @@ AutoLayout choose_layout(const deck::Config& cfg, int world, MPI_Comm comm) {
   SearchOptions o;
   o.world = world;
   o.top = 1;
-  o.vary_recompute = false;  // the deck's memory, precision and compression policies stay
+  o.vary_recompute = false;  // the deck's memory, precision, compression and collectives stay
+  o.vary_collectives = false;
   o.global_batch = deck::micro_batch_sequences(cfg) * cfg.get_int("train.grad_accum") * world;
   const auto res = search(base, cluster, o);
   EXA_REQUIRE(!res.top.empty(), "{} parallel.auto: no layout of {} ranks fits {:.1f} GiB per device ({}); set the "

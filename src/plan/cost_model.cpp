@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <vector>
 
+#include "core/error.hpp"
 #include "kernels/wire_codec.hpp"
 #include "model/parameter_specs.hpp"
 #include "plan/memory_model.hpp"
@@ -78,8 +79,11 @@ struct Net {
     int q = 1, n = 1;
   };
   Split split(int p, int stride) const {
-    int q = std::max(1, std::min(p, cl.devices_per_node / std::max(1, stride)));
-    while (p % q != 0) --q;
+    const int q = std::max(1, std::min(p, cl.devices_per_node / std::max(1, stride)));
+    EXA_REQUIRE(p % q == 0 && (q == p || cl.devices_per_node % stride == 0),
+                "hierarchical collectives over {} ranks at stride {} on nodes of {} devices: the nodes would hold "
+                "different numbers of them; choose a layout whose groups fill whole nodes, or flat collectives",
+                p, stride, cl.devices_per_node);
     return {q, p / q};
   }
   // Tutel's 2DH all-to-all (comm/hierarchical_alltoallv.hpp): every rank's

@@ -20,6 +20,14 @@ std::vector<int> divisors(std::int64_t n) {
 
 bool divides(std::int64_t a, std::int64_t b) { return a > 0 && b % a == 0; }
 
+// Whether a group of `size` members at world stride `stride` (its blocks
+// of size * stride consecutive ranks) has as many members on every node it
+// spans, which the hierarchical collectives need (comm::make_hierarchical).
+bool uniform_nodes(int size, int stride, int per_node) {
+  const std::int64_t span = std::int64_t(size) * stride;
+  return span <= per_node ? per_node % span == 0 : span % per_node == 0 && per_node % stride == 0;
+}
+
 // Context parallelism beyond 32 ranks splits a sequence into blocks too
 // small to hide the ring behind; the search stops there.
 constexpr int kMaxCp = 32;
@@ -58,25 +66,35 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
   // Every combination asked for, each wire format only where its
   // collective exists (data > 1, ep > 1, ZeRO's allgathers); the deck's
   // elsewhere. Flat and hierarchical collectives where the group spans
-  // nodes (flat elsewhere), with the compression scopes the deck allows:
-  // gradients compressed over hierarchical collectives on the inter-node
-  // stage only, weights on both stages or that one; the hierarchical
-  // all-to-all uncompressed and whole.
-  auto policies_for = [&](bool reduces, bool all_to_all, bool gathers, bool data_spans, bool ep_spans) {
+  // nodes evenly (flat elsewhere), with the compression scopes the deck
+  // allows: gradients compressed over hierarchical collectives on the
+  // inter-node stage only, weights on both stages or that one; the
+  // hierarchical all-to-all uncompressed and whole. Without
+  // vary_collectives, the deck's own, and nothing where the layout cannot
+  // have them.
+  auto policies_for = [&](bool reduces, bool all_to_all, bool gathers, bool data_spans, bool data_even,
+                          bool ep_spans, bool ep_even) {
     std::vector<Policy> out;
+    if (!opt.vary_collectives && ((deck.hierarchical && !data_even) || (deck.hierarchical_a2a && !ep_even)))
+      return out;
     for (const auto& p : precisions)
       for (const auto& g : reduces ? compressions : std::vector<std::string>{deck.compression})
         for (const auto& a : all_to_all ? a2a_formats : std::vector<std::string>{deck.a2a_compression})
-          for (const auto& w : gathers ? weight_formats : std::vector<std::string>{deck.weight_compression})
-            for (const bool h : data_spans ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+          for (const auto& w : gathers ? weight_formats : std::vector<std::string>{deck.weight_compression}) {
+            if (!opt.vary_collectives) {
+              out.push_back({p, g, a, w, deck.hierarchical, deck.hierarchical_a2a, deck.compress_scope});
+              continue;
+            }
+            for (const bool h : data_spans && data_even ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
               std::vector<std::string> scopes = {"all"};
               if (h && g != "none") scopes = {"inter_node"};
               if (h && g == "none" && w != "none") scopes = {"all", "inter_node"};
-              const bool two_stage_a2a = ep_spans && a == "none" && !a2a_in_parts;
+              const bool two_stage_a2a = ep_spans && ep_even && a == "none" && !a2a_in_parts;
               for (const auto& scope : scopes)
                 for (const bool ha : two_stage_a2a ? std::vector<bool>{false, true} : std::vector<bool>{false})
                   out.push_back({p, g, a, w, h, ha, scope});
             }
+          }
     return out;
   };
   std::vector<Ranked> ranked;
@@ -155,7 +173,9 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                     const auto policies =
                         policies_for(data > 1, ep > 1, data > 1 && zero >= 1,
                                      data > 1 && std::int64_t(data) * tp > cl.devices_per_node,
-                                     ep > 1 && std::int64_t(ep) * tp > cl.devices_per_node);
+                                     uniform_nodes(data, tp, cl.devices_per_node),
+                                     ep > 1 && std::int64_t(ep) * tp > cl.devices_per_node,
+                                     uniform_nodes(ep, tp, cl.devices_per_node));
                     for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
                       const auto& [rc, ckl, off_e, off_o] = recomputes[ri];
                       if (rc == "full" && sched == "zb" && pp > 1) continue;

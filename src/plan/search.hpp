@@ -26,6 +26,10 @@ struct SearchOptions {
   std::vector<std::string> a2a_compressions;  // expert all-to-all wire formats tried when ep > 1; empty: the deck's
   std::vector<std::string> weight_compressions;  // ZeRO allgather wire formats tried with ZeRO >= 1; empty: the deck's
   bool vary_recompute = true;  // memory.recompute/checkpoint_layers, then expert offload (else the deck's)
+  // Flat and hierarchical collectives (parallel.hierarchical,
+  // comm.hierarchical_a2a, comm.compress_scope) where a group spans nodes
+  // (else the deck's, where the layout allows them).
+  bool vary_collectives = true;
   PredictOptions predict;
 };
 

@@ -407,6 +407,32 @@ TEST(Plan, SearchOffersHierarchicalCollectivesAcrossNodes) {
   EXPECT_TRUE(hier);
   EXPECT_TRUE(hier_a2a);
   EXPECT_TRUE(scoped);
+  // Without varying them, the deck's collectives, where the layout can
+  // have them (parallel.auto keeps the deck's policies).
+  {
+    const auto hdeck = deck::Config::from_text(kDeck, "plan-test.toml",
+                                               {"model.n_layers=1", "parallel.hierarchical=true"}, 1);
+    auto f = o;
+    f.vary_collectives = false;
+    const auto fixed = plan::search(hdeck, cl, f);
+    ASSERT_FALSE(fixed.top.empty());
+    for (const auto& t : fixed.top) {
+      EXPECT_TRUE(t.candidate.hierarchical) << t.candidate.describe();
+      EXPECT_FALSE(t.candidate.hierarchical_a2a) << t.candidate.describe();
+      EXPECT_EQ(t.candidate.compress_scope, "all") << t.candidate.describe();
+    }
+  }
+  // 6 ranks on nodes of 4: no data group fills its nodes evenly (6 ranks,
+  // 4 + 2; or 3 in a node of 4), which the hierarchical collectives need.
+  {
+    auto six = o;
+    six.world = 6;
+    six.global_batch = 12;
+    const auto r6 = plan::search(base, cl, six);
+    ASSERT_FALSE(r6.top.empty());
+    for (const auto& t : r6.top)
+      EXPECT_FALSE(t.candidate.hierarchical || t.candidate.hierarchical_a2a) << t.candidate.describe();
+  }
   // On one node nothing spans: every plan is flat.
   cl.nodes = 1;
   cl.devices_per_node = 8;
@@ -442,10 +468,6 @@ TEST(Plan, ClusterFileErrorsNameTheKey) {
 
 }  // namespace
 
-// Expert offload in the memory model: the experts' values and gradients
-// (and moments) leave the store's categories exactly, a layer's worth per
-// prefetch depth comes back as the offload term; and the search takes it
-// only when nothing else fits, paying its paging and writeback time.
 TEST(Plan, OffloadIsWeighedAgainstRecomputation) {
   // Room for the resident model only with full recomputation, and for the
   // offloaded one without any: both are evaluated (less recomputation with
@@ -476,7 +498,8 @@ TEST(Plan, OffloadIsWeighedAgainstRecomputation) {
   for (const auto& t : r.top) {
     if (t.candidate.offload_experts == false && t.candidate.recompute == "full") recomputed = true;
     if (t.candidate.offload_experts && t.candidate.recompute == "none") offload_alone = true;
-    // Dominated: more recomputation at the same or more offload.
+    // Offloaded without recomputation fits, so offloaded with any is
+    // dominated (as much offload, more recomputation).
     EXPECT_FALSE(t.candidate.offload_experts && t.candidate.recompute != "none") << t.candidate.describe();
   }
   EXPECT_TRUE(recomputed);
@@ -504,6 +527,10 @@ TEST(Plan, OffloadCountsAnInterleavedStagesOwnLayers) {
   }
 }
 
+// Expert offload in the memory model: the experts' values and gradients
+// (and moments) leave the store's categories exactly, a layer's worth per
+// prefetch depth comes back as the offload term; and the search takes it
+// when nothing fits resident, paying its paging and writeback time.
 TEST(Plan, OffloadIsTheLastMemoryPolicy) {
   auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
   const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {"moe.n_experts=32", "moe.d_expert=256"}, 1);
