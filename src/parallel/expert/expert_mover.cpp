@@ -195,6 +195,13 @@ std::int64_t move_expert_boxes(const model::ParameterStore& store, const std::ve
   if (tensors.empty()) return 0;
   EXA_REQUIRE(boxes.size() == store.size(), "move_expert_boxes: {} buffers for {} tensors", boxes.size(),
               store.size());
+  // Checked before any collective: a rank that stopped here would leave
+  // the others waiting in one.
+  std::size_t held = 0;
+  for (const auto i : tensors) held += boxes[i].extent(0) > 0 ? 1 : 0;
+  if (held == 0) return 0;
+  EXA_REQUIRE(held == tensors.size(), "move_expert_boxes: layer {}: {} of its {} expert tensors have buffers",
+              move.layer, held, tensors.size());
   // Every rank holds its whole box: the counterpart of the new slot's rank
   // (same expert-data index) covers every piece.
   int n = 0;
@@ -209,11 +216,6 @@ std::int64_t move_expert_boxes(const model::ParameterStore& store, const std::ve
   }
   const int slots = int(store.shard(tensors[0]).box.extent[0]);
   const auto pieces = plan_pieces(store, tensors, peers, move, slots);
-  std::size_t held = 0;
-  for (const auto i : tensors) held += boxes[i].extent(0) > 0 ? 1 : 0;
-  if (held == 0) return 0;
-  EXA_REQUIRE(held == tensors.size(), "move_expert_boxes: layer {}: {} of its {} expert tensors have buffers",
-              move.layer, held, tensors.size());
   std::vector<Kokkos::View<float*, Kokkos::HostSpace>> h;
   for (const auto i : tensors) {
     EXA_REQUIRE(boxes[i].extent(0) == 0 || std::int64_t(boxes[i].extent(0)) == store.shard(i).box.numel(),
