@@ -176,6 +176,12 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                                      uniform_nodes(data, tp, cl.devices_per_node),
                                      ep > 1 && std::int64_t(ep) * tp > cl.devices_per_node,
                                      uniform_nodes(ep, tp, cl.devices_per_node));
+                    if (policies.empty()) continue;  // the deck's collectives do not fit this layout's nodes
+                    // Top-k's residuals are the one policy memory depends on:
+                    // the memory policies are sized without them when any
+                    // policy has none, and top-k's candidates again with them.
+                    const bool dense = std::any_of(policies.begin(), policies.end(),
+                                                   [](const Policy& p) { return p.compression != "topk"; });
                     for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
                       const auto& [rc, ckl, off_e, off_o] = recomputes[ri];
                       if (rc == "full" && sched == "zb" && pp > 1) continue;
@@ -190,6 +196,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                       c.checkpoint_layers = ckl;
                       c.offload_experts = off_e;
                       c.offload_optimizer = off_o;
+                      c.compression = dense ? "none" : "topk";
                       const MemoryBytes mem = peak_memory(cfg, c);
                       if (mem.total() > cl.usable_memory_bytes()) {
                         res.pruned_memory += n;
@@ -200,7 +207,22 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                       }
                       fit_k = std::min(fit_k, ri % per_level);
                       if (ri == 0) settled = true;
+                      MemoryBytes mem_topk;
+                      bool topk_sized = false;
                       for (const auto& p : policies) {
+                        const MemoryBytes* m = &mem;
+                        if (dense && p.compression == "topk") {
+                          if (!topk_sized) {
+                            c.compression = "topk";
+                            mem_topk = peak_memory(cfg, c);
+                            topk_sized = true;
+                          }
+                          if (mem_topk.total() > cl.usable_memory_bytes()) {
+                            res.pruned_memory += std::int64_t(modes.size());
+                            continue;
+                          }
+                          m = &mem_topk;
+                        }
                         c.precision = p.precision;
                         c.compression = p.compression;
                         c.a2a_compression = p.a2a_compression;
@@ -210,7 +232,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                         c.compress_scope = p.compress_scope;
                         for (const auto& mode : modes) {
                           c.cp_mode = mode;
-                          ranked.push_back({c, predict(cfg, c, cl, &mem, opt.predict)});
+                          ranked.push_back({c, predict(cfg, c, cl, m, opt.predict)});
                         }
                       }
                     }

@@ -369,6 +369,26 @@ TEST(Plan, SearchReturnsDecksThatLoad) {
   }
 }
 
+TEST(Plan, EachPlansMemoryIsItsOwn) {
+  // Top-k's residuals are memory the dense wire formats do not need: every
+  // plan's memory is the memory model's for that plan, whatever the other
+  // policies searched with it.
+  const auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
+  const auto base = deck::Config::from_text(kDeck, "plan-test.toml", {}, 1);
+  const auto cfg = model::ModelConfig::from_deck(base);
+  plan::SearchOptions o;
+  o.world = 4;
+  o.top = 1000;
+  o.compressions = {"none", "topk", "int8"};
+  const auto r = plan::search(base, cluster, o);
+  bool topk = false;
+  for (const auto& t : r.top) {
+    topk = topk || t.candidate.compression == "topk";
+    EXPECT_EQ(t.cost.memory.total(), plan::peak_memory(cfg, t.candidate).total()) << t.candidate.describe();
+  }
+  EXPECT_TRUE(topk);
+}
+
 TEST(Plan, NothingFitsNamesTheSmallest) {
   auto cluster = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
   cluster.memory_gib = 1e-4;
