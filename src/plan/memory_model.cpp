@@ -79,7 +79,7 @@ StageElements stage_elements(const model::ModelConfig& cfg, const model::StagePl
 }
 
 MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& plan, int zero, int data_size,
-                        int expert_data_size) {
+                        int expert_data_size, bool deferred) {
   // Each engine's units cut into parts as the run cuts them (block =
   // ceil(numel / parts), part 0 the first block).
   double local = 0, trainable = 0, params = 0, grads = 0;
@@ -105,7 +105,7 @@ MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& p
     if (zero == 1 || zero == 2) params += double(padded_total);
     if (e.frozen) continue;
     trainable += mine;
-    if (zero >= 2) grads += slots;
+    if (zero >= 2) grads += slots + (deferred && !e.experts ? 2.0 * double(alternating) : 0.0);
     if (zero == 1) grads += double(padded_total);
   }
   MemoryBytes m;
@@ -263,7 +263,7 @@ OffloadedBytes offloaded_bytes(const model::ModelConfig& cfg, const Candidate& c
 MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int stage) {
   const auto plan = stage_plan(cfg, c, stage);
   const int data = c.grid.dp * c.grid.cp;
-  MemoryBytes m = state_bytes(cfg, plan, c.zero, data, data / c.grid.ep);
+  MemoryBytes m = state_bytes(cfg, plan, c.zero, data, data / c.grid.ep, c.schedule == "zb" && c.grid.pp > 1);
   const int chunks = c.schedule == "interleaved" && c.grid.pp > 1 ? c.virtual_stages : 1;
   int alive = 1;
   if (c.grid.pp > 1) {

@@ -25,9 +25,11 @@ struct MemoryBytes {
 
 // The parameters, gradients and optimizer bytes of a rank holding `plan`
 // whose data group has `data_size` ranks and expert-data group
-// `expert_data_size`, part 0 of each (the largest part).
+// `expert_data_size`, part 0 of each (the largest part); `deferred`: the
+// zb schedule's weight gradients are deferred (ZeRO 2/3 then keep two more
+// unit gradient buffers in each trainable Data-group engine).
 MemoryBytes state_bytes(const model::ModelConfig& cfg, const model::StagePlan& plan, int zero, int data_size,
-                        int expert_data_size);
+                        int expert_data_size, bool deferred = false);
 
 // The elements of a rank holding `plan` by the group that reduces their
 // gradients and gathers them under ZeRO: the Data group's engines (what

@@ -147,7 +147,6 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                   // dominated ones are counted, not evaluated).
                   bool settled = false;
                   for (int zero = 0; zero <= (data > 1 ? 3 : 0); ++zero) {
-                    if (sched == "zb" && pp > 1 && zero > 1) continue;
                     c.zero = zero;
                     // Memory policies, cheapest first: the recompute
                     // policies, then the same with the experts offloaded

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "harness/splitmix_noise.hpp"
+#include "harness/noise_matrix.hpp"
 #include "kernels/gemm.hpp"
 #include "parallel/tensor/parallel_linear.hpp"
 
@@ -27,12 +27,7 @@ using Wt = Linear::Wt;                                          // unmanaged
 using Own = Kokkos::View<double**, exa::Layout, exa::Device>;  // allocates
 
 Own cpo_random(const char* name, std::size_t rows, std::size_t cols, std::uint64_t seed) {
-  Own v(std::string(name), rows, cols);
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < cols; ++j) h(i, j) = exa::test::splitmix_noise(seed, i * cols + j);
-  Kokkos::deep_copy(v, h);
-  return v;
+  return exa::test::noise_matrix<double>(name, rows, cols, seed);
 }
 
 template <class V>

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-#include "harness/splitmix_noise.hpp"
+#include "harness/noise_matrix.hpp"
 #include "kernels/gemm.hpp"
 #include "parallel/pipeline/deferred_weights.hpp"
 #include "parallel/tensor/parallel_linear.hpp"
@@ -31,12 +31,7 @@ using Wt = WeightGradQueue::Wt;
 using Own = Kokkos::View<float**, exa::Layout, exa::Device>;
 
 Own dsp_random(const char* name, std::size_t rows, std::size_t cols, std::uint64_t seed) {
-  Own v(std::string(name), rows, cols);
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < cols; ++j) h(i, j) = float(exa::test::splitmix_noise(seed, i * cols + j));
-  Kokkos::deep_copy(v, h);
-  return v;
+  return exa::test::noise_matrix<float>(name, rows, cols, seed);
 }
 
 void expect_same_product(const Own& got, const Own& dy, const Own& x, const char* what) {

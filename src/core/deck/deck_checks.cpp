@@ -682,15 +682,6 @@ void check_combinations(const Config& c) {
   const auto tp = c.get_int("parallel.tp"), cp = c.get_int("parallel.cp"), pp = c.get_int("parallel.pp");
   const auto zero = c.get_int("parallel.zero");
   const bool zb = pp > 1 && c.get_string("pipeline.schedule") == "zb";
-  // zb defers weight gradients past a micro-batch's backward; ZeRO 2/3
-  // reduce each unit's gradient right after it.
-  if (zb && zero > 1) {
-    fail(c, {"pipeline.schedule", "parallel.zero"},
-         fmt::format("pipeline.schedule = \"zb\" needs parallel.zero <= 1 (got {}): ZeRO 2/3 reduce each layer's "
-                     "gradient before the deferred weight gradients are done; use parallel.zero = 0 or 1, or "
-                     "pipeline.schedule = \"1f1b\"",
-                     zero));
-  }
   // zb's deferred weight gradients read the layers' saved inputs after the
   // layer's backward; full recompute keeps those only while it runs.
   if (zb && c.get_string("memory.recompute") == "full") {

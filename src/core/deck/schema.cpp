@@ -101,7 +101,7 @@ std::vector<KeySpec> build() {
       S("parallel", "cluster", "calibrate", {}, "with parallel.auto: the cluster file to plan for (input/clusters/*.toml), or \"calibrate\": measure this machine at start-up"),
       S("parallel", "cp_mode", "ring", {"ring", "a2a"}, "context-parallel attention: ring (K/V blocks circulate, zigzag causal balance) or a2a (all-to-all to head-sharded, DeepSpeed-Ulysses; cp must divide n_kv_heads/tp)"),
 
-      S("pipeline", "schedule", "1f1b", {"gpipe", "1f1b", "zb", "interleaved"}, "pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), 1f1b (at most pp - stage micro-batches alive), zb (1f1b with weight gradients deferred into the bubbles, ZB-H1; parallel.zero <= 1) or interleaved (Megatron's interleaved 1F1B over pipeline.virtual_stages chunks per stage; micro-batches per round (parallel.microbatches) a multiple of pp)"),
+      S("pipeline", "schedule", "1f1b", {"gpipe", "1f1b", "zb", "interleaved"}, "pipeline schedule with parallel.pp > 1: gpipe (all forwards, then all backwards), 1f1b (at most pp - stage micro-batches alive), zb (1f1b with weight gradients deferred into the bubbles, ZB-H1) or interleaved (Megatron's interleaved 1F1B over pipeline.virtual_stages chunks per stage; micro-batches per round (parallel.microbatches) a multiple of pp)"),
       S("pipeline", "layers_per_stage", "auto", {}, "layers of each pipeline stage, e.g. \"3,1\" (pp counts summing to n_layers); \"auto\" = balance counted FLOPs and parameter bytes"),
       I("pipeline", "virtual_stages", 1, 1, 4096, "model chunks per pipeline stage (schedule \"interleaved\", >= 2): chunk c of stage r holds layer block c*pp + r of n_layers/(pp*v); bubble about 1/v of 1f1b's"),
 

@@ -80,6 +80,17 @@ std::vector<std::vector<model::ParamSpec>> engine_specs(const model::ModelConfig
   return out;
 }
 
+namespace {
+
+// The engines that get buffers for the zb schedule's deferred products
+// under zero 2/3: the routed experts' products stay in B.
+template <class Engine>
+bool deferred_here(const DataParallelOptions& o, const Engine& e) {
+  return o.deferred_weights && o.zero >= 2 && !e.frozen && !e.experts;
+}
+
+}  // namespace
+
 DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg,
                                         const model::StagePlan& plan, const DataParallelOptions& opt) {
   EXA_REQUIRE(opt.zero >= 0 && opt.zero <= 3, "parallel.zero = {} does not exist; use 0, 1, 2 or 3", opt.zero);
@@ -90,7 +101,7 @@ DataParallel::Split DataParallel::split(const comm::ProcessGrid& grid, const mod
     const bool hier = !e.experts && opt.hierarchical;
     // Inter-node only: a flat group has no inter-node stage to compress.
     const bool exact = opt.inter_node_only && !hier;
-    DataGroup group(grid, hier, ZeroEngine::kChannels, opt.backend, over, exact ? kernels::WireCodec() : opt.compression,
+    DataGroup group(grid, hier, ZeroEngine::channels(deferred_here(opt, e)), opt.backend, over, exact ? kernels::WireCodec() : opt.compression,
                     exact ? kernels::WireCodec() : opt.weight_compression, exact ? kernels::TopkCodec() : opt.topk, opt.topk_warmup,
                     opt.inter_node_only && hier);
     std::vector<model::Box> boxes;
@@ -113,8 +124,25 @@ model::ParameterStore::Offload DataParallel::offload_of(const DataParallelOption
   return {std::make_shared<OffloadFile>(opt.offload_dir, world_rank), model::is_routed_expert};
 }
 
+namespace {
+
+DataParallelOptions with_deferred(DataParallelOptions o, bool deferred) {
+  o.deferred_weights = deferred;
+  return o;
+}
+
+}  // namespace
+
 DataParallel::DataParallel(const ParallelLayout& layout)
-    : DataParallel(layout.grid(), layout.model(), layout.plan(), layout.options().data) {}
+    : DataParallel(layout.grid(), layout.model(), layout.plan(),
+                   with_deferred(layout.options().data, layout.deferred_weights() != nullptr)) {
+  // ZeRO 2/3 reuse a unit's gradient buffer before the zb schedule's
+  // deferred products run: they go through this object's buffers.
+  if (opt_.zero >= 2 && layout.deferred_weights()) {
+    deferred_ = layout.deferred_weights();
+    deferred_->set_home(this);
+  }
+}
 
 DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, const model::StagePlan& plan,
                            DataParallelOptions opt)
@@ -135,6 +163,7 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
     for (const auto& s : e.layout.specs()) embed = embed || model::unit_of(s.name, mcfg.n_layers) == 0;
     ZeroEngineConfig zc{opt_.zero, opt_.overlap, opt_.bucket_bytes, embed && mcfg.tie_embeddings,
                         double(data_size_), e.frozen, embed && !e.frozen && mcfg.lora.targets.embeddings};
+    zc.deferred = deferred_here(opt_, e);
     zc.embedding_here = plan_.has_embedding();
     zc.head_here = plan_.has_head();
     engines_.push_back(std::make_unique<ZeroEngine>(std::move(e.group), std::move(e.layout), store_, e.base, zc));
@@ -186,7 +215,26 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
               expert_engine_->group().size(), expert_engine_->group().describe());
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  if (deferred_ && deferred_->home() == this) deferred_->set_home(nullptr);
+}
+
+pipeline::GradientHome::Place DataParallel::locate(const float* grad) const {
+  Place p;
+  for (std::size_t i = 0; i < engines_.size(); ++i) {
+    if (!engines_[i]->locate_grad(grad, p.unit, p.offset)) continue;
+    EXA_REQUIRE(engines_[i]->deferred(),
+                "DataParallel: a deferred weight gradient in the routed experts' ZeRO buffers (their products "
+                "are not deferred)");
+    p.owner = int(i);
+    return p;
+  }
+  return {};
+}
+
+float* DataParallel::open_deferred(int owner, int unit) { return engines_[std::size_t(owner)]->open_deferred(unit); }
+
+void DataParallel::close_deferred(int owner, int unit) { engines_[std::size_t(owner)]->close_deferred(unit); }
 
 ZeroEngine& DataParallel::engine_of(const std::string& name) const {
   for (const auto& e : engines_)

@@ -50,6 +50,8 @@
 #include "parallel/data/data_parallel_options.hpp"
 #include "parallel/tensor/replicated_grads.hpp"
 #include "parallel/data/zero_engine.hpp"
+#include "parallel/pipeline/deferred_weights.hpp"
+#include "parallel/pipeline/gradient_home.hpp"
 
 namespace exa::parallel::data {
 
@@ -78,7 +80,7 @@ struct EngineSpecs {
 std::vector<EngineSpecs> engine_groups(const model::ModelConfig& mcfg, const model::StagePlan& plan);
 std::vector<std::vector<model::ParamSpec>> engine_specs(const model::ModelConfig& mcfg, const model::StagePlan& plan);
 
-class DataParallel final : public model::UnitHooks {
+class DataParallel final : public model::UnitHooks, public pipeline::GradientHome {
  public:
   using Flat = View1<float>;
 
@@ -166,6 +168,12 @@ class DataParallel final : public model::UnitHooks {
   void before_backward(int unit) override;
   void after_backward(int unit) override;
 
+  // pipeline::GradientHome: under zero 2/3 with the zb schedule, the
+  // deferred weight gradients' buffers (owner: the engine's index).
+  Place locate(const float* grad) const override;
+  float* open_deferred(int owner, int unit) override;
+  void close_deferred(int owner, int unit) override;
+
  private:
   DataParallel(const comm::ProcessGrid& grid, const model::ModelConfig& mcfg, const model::StagePlan& plan,
                DataParallelOptions opt);
@@ -207,6 +215,7 @@ class DataParallel final : public model::UnitHooks {
   std::unique_ptr<tensor::ReplicatedGradients> tp_grads_;     // tp > 1: the replicated tensors' reduction over Tp
   model::Weights<float, Device> w_, g_;
   std::unique_ptr<model::ExpertOffload> offload_;
+  std::shared_ptr<pipeline::WeightGradQueue> deferred_;  // the layout's queue, when this is its home
 };
 
 }  // namespace exa::parallel::data

@@ -37,6 +37,10 @@ struct DataParallelOptions {
   bool offload_experts = false;
   std::string offload_dir;
   int offload_prefetch = 2;
+  // The layout defers weight gradients (pipeline.schedule = "zb"): under
+  // zero 2/3 the engines keep buffers for them. Set from the layout, not
+  // the deck.
+  bool deferred_weights = false;
   // parallel.zero, parallel.hierarchical, comm.overlap, comm.bucket_mb, comm.backend,
   // comm.compression, comm.topk_ratio, comm.topk_warmup, comm.compress_scope, comm.weight_compression,
   // comm.quant_block,

@@ -65,6 +65,13 @@ ZeroEngine::ZeroEngine(DataGroup group, ShardLayout layout, model::ParameterStor
     for (int s = 0; s < kSlots; ++s)
       if (grad_slot_[s].extent(0) > 0) recv_[s] = alloc("exa::dp::recv", layout_.max_block());
   }
+  if (z >= 2 && !cfg_.frozen && cfg_.deferred) {
+    // Any unit but the tied embedding (no Linear seam writes it).
+    for (int d = 0; d < kDeferred; ++d) {
+      deferred_slot_[std::size_t(d)] = alloc("exa::dp::deferred_grad", alternating);
+      deferred_recv_[std::size_t(d)] = alloc("exa::dp::deferred_recv", layout_.max_block());
+    }
+  }
   if (z == 3) {
     param_slot_ = unit_slots("exa::dp::param_slot");
     for (int s = 0; s < kSlots; ++s)
@@ -107,6 +114,7 @@ ZeroEngine::~ZeroEngine() {
   try {
     for (auto& r : gather_req_) r.wait();
     for (auto& r : reduce_req_) r.wait();
+    for (auto& r : deferred_req_) r.wait();
     for (auto& r : buckets_) r.wait();
     for (auto& r : replica_req_) r.wait();
   } catch (...) {
@@ -165,6 +173,7 @@ Flat ZeroEngine::slot_range(const Flat& slot, int unit) const { return range(slo
 void ZeroEngine::progress() {
   for (auto& r : gather_req_) DataGroup::test(r);
   for (auto& r : reduce_req_) DataGroup::test(r);
+  for (auto& r : deferred_req_) DataGroup::test(r);
   for (auto& r : buckets_) DataGroup::test(r);
   for (int u = replica_done_; u < replica_next_; ++u) DataGroup::test(replica_req_[std::size_t(u)]);
 }
@@ -251,6 +260,46 @@ void ZeroEngine::prepare_grads(int unit) {
   const int s = slot_of(unit);
   DataGroup::wait(reduce_req_[s]);  // the slot's previous unit must be reduced before it is reused
   Kokkos::deep_copy(slot_range(grad_slot_[s], unit), 0.0f);
+  grad_unit_[std::size_t(s)] = unit;
+}
+
+bool ZeroEngine::locate_grad(const float* grad, int& unit, std::ptrdiff_t& offset) const {
+  if (grad == nullptr) return false;
+  for (int s = 0; s < kSlots; ++s) {
+    const Flat& b = grad_slot_[std::size_t(s)];
+    if (b.extent(0) == 0 || grad < b.data() || grad >= b.data() + b.extent(0)) continue;
+    unit = grad_unit_[std::size_t(s)];
+    offset = grad - b.data();
+    EXA_ASSERT(unit >= 0 && slot_of(unit) == s);
+    return true;
+  }
+  return false;
+}
+
+float* ZeroEngine::open_deferred(int unit) {
+  EXA_REQUIRE(deferred_slot_[0].extent(0) > 0,
+              "ZeroEngine: a deferred weight gradient in an engine built without deferred buffers");
+  const int d = deferred_next_;
+  deferred_next_ = (d + 1) % kDeferred;
+  DataGroup::wait(deferred_req_[std::size_t(d)]);  // its previous unit's reduction reads it
+  EXA_ASSERT(layout_.unit(unit).padded <= std::int64_t(deferred_slot_[std::size_t(d)].extent(0)));
+  Kokkos::deep_copy(slot_range(deferred_slot_[std::size_t(d)], unit), 0.0f);
+  deferred_unit_[std::size_t(d)] = unit;
+  return deferred_slot_[std::size_t(d)].data();
+}
+
+void ZeroEngine::close_deferred(int unit) {
+  // The buffer opened last for the unit.
+  const int d = (deferred_next_ + kDeferred - 1) % kDeferred;
+  EXA_ASSERT(deferred_unit_[std::size_t(d)] == unit);
+  const Flat recv = range(deferred_recv_[std::size_t(d)], 0, layout_.unit(unit).block);
+  auto& req = deferred_req_[std::size_t(d)];
+  req = group_.ireduce_scatter(slot_range(deferred_slot_[std::size_t(d)], unit), recv, kChannels + d,
+                               residual_of(unit));
+  const Flat dst = part_grads(unit);
+  req.then([dst, recv]() { accumulate(dst, recv); });
+  deferred_unit_[std::size_t(d)] = -1;
+  if (!cfg_.overlap) DataGroup::wait(req);
 }
 
 void ZeroEngine::reduce_grads(int unit) {
@@ -375,6 +424,7 @@ void ZeroEngine::finish_gradients() {
   const float inv = float(1.0 / cfg_.grad_divisor);
   if (cfg_.zero >= 2) {
     for (auto& r : reduce_req_) DataGroup::wait(r);
+    for (auto& r : deferred_req_) DataGroup::wait(r);
     if (cfg_.grad_divisor != 1.0) scale(own(store_.grads()), inv);
     Kokkos::fence();
     return;
@@ -399,6 +449,7 @@ double ZeroEngine::buffer_bytes() const {
   for (int s = 0; s < kSlots; ++s)
     b += bytes(param_slot_[s]) + bytes(grad_slot_[s]) + bytes(recv_[s]) + bytes(staging_[s]);
   for (const auto& x : bulk_block_) b += bytes(x);
+  for (int d = 0; d < kDeferred; ++d) b += bytes(deferred_slot_[std::size_t(d)]) + bytes(deferred_recv_[std::size_t(d)]);
   b += bytes(residual_);
   return b;
 }

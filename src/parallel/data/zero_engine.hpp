@@ -33,6 +33,7 @@
 // baseline for the overlap benchmark. Time spent launching, polling and
 // waiting is charged to the "comm/" phase timers (exposed communication).
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -66,6 +67,10 @@ struct ZeroEngineConfig {
   // for its embedding only: the embedding's backward is the first to write
   // its gradient.
   bool head_here = true;
+  // zero 2/3 under the zb schedule: weight gradients deferred past a unit's
+  // backward get buffers of their own (two, alternating, and a channel
+  // each), reduce-scattered into the part when W is done with them.
+  bool deferred = false;
 };
 
 class ZeroEngine {
@@ -83,6 +88,7 @@ class ZeroEngine {
   DataGroup& group() { return group_; }
   const ShardLayout& layout() const { return layout_; }
   bool frozen() const { return cfg_.frozen; }
+  bool deferred() const { return deferred_slot_[0].extent(0) > 0; }
   bool holds(const std::string& name) const { return spec_of_.count(name) != 0; }
   // Where the model reads tensor `name`'s working copy / writes its gradient
   // (zero >= 1; zero 0 binds the store itself; null for a frozen engine's
@@ -112,6 +118,14 @@ class ZeroEngine {
   void before_backward(int unit);
   void after_backward(int unit);
 
+  // Deferred weight gradients (cfg.deferred; parallel/pipeline/
+  // gradient_home.hpp). Whether `grad` lies in a unit gradient buffer, and
+  // then the unit in it now and the offset; a zeroed buffer for a run of
+  // the unit's deferred products; that run reduce-scattered into the part.
+  bool locate_grad(const float* grad, int& unit, std::ptrdiff_t& offset) const;
+  float* open_deferred(int unit);
+  void close_deferred(int unit);
+
  private:
   static constexpr int kSlots = 3;  // two alternating unit buffers, and the tied embedding's own
   // DataGroup channels (one operation in flight each): gathers into slot s
@@ -122,6 +136,8 @@ class ZeroEngine {
 
  public:
   static constexpr int kChannels = kFirstBulkChannel + kInFlight;
+  static constexpr int kDeferred = 2;  // cfg.deferred's buffers, and their channels after kChannels
+  static int channels(bool deferred) { return kChannels + (deferred ? kDeferred : 0); }
 
  private:
   bool empty(int unit) const { return layout_.unit(unit).numel == 0; }
@@ -171,6 +187,13 @@ class ZeroEngine {
   // pads a short part in it).
   std::array<Flat, kInFlight> bulk_block_;
   std::array<int, kSlots> slot_unit_{{-1, -1, -1}};
+  std::array<int, kSlots> grad_unit_{{-1, -1, -1}};  // zero 2/3: the unit whose gradient the slot holds
+  // cfg.deferred: W's buffers, their receive blocks and reductions, the
+  // unit each holds, and the one to open next.
+  std::array<Flat, kDeferred> deferred_slot_, deferred_recv_;
+  std::array<comm::Request, kDeferred> deferred_req_;
+  std::array<int, kDeferred> deferred_unit_{{-1, -1}};
+  int deferred_next_ = 0;
   std::array<comm::Request, kSlots> gather_req_, reduce_req_;
   std::vector<comm::Request> buckets_;
   std::int64_t bucket_hi_ = 0;  // zero 0: grads at [bucket_hi_, end) are launched

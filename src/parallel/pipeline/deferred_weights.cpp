@@ -1,5 +1,8 @@
 #include "parallel/pipeline/deferred_weights.hpp"
 
+#include <initializer_list>
+#include <vector>
+
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 
@@ -40,13 +43,80 @@ void WeightGradQueue::push(const void* seam, const L& inner, const Act& x, const
   b.last_cols = x.extent(1);
   Act dyc("exa::pipeline::deferred_dy", wdy.extent(0), wdy.extent(1));
   Kokkos::deep_copy(dyc, wdy);
-  b.entries.push_back(Entry{&inner, xc, dyc, dw, accumulate, ad});
+  Entry e{&inner, xc, dyc, dw, accumulate, ad, {}, {}, {}};
+  if (home_ != nullptr) {
+    e.dw_at = home_->locate(dw.data());
+    if (ad) {
+      e.da_at = home_->locate(ad.da.data());
+      e.db_at = home_->locate(ad.db.data());
+      // The adapter's factors are small next to the operands.
+      auto keep = [](const Wt& v) {
+        Act c(Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::pipeline::deferred_adapter"), v.extent(0),
+              v.extent(1));
+        Kokkos::deep_copy(c, v);
+        return c;
+      };
+      e.kept = {keep(ad.a), keep(ad.b)};
+      e.ad.a = e.kept[0];
+      e.ad.b = e.kept[1];
+    }
+  }
+  b.entries.push_back(std::move(e));
+}
+
+void WeightGradQueue::set_home(GradientHome* home) {
+  EXA_REQUIRE(batches_.empty() && !deferring_, "WeightGradQueue: the gradient home changed with W outstanding");
+  home_ = home;
+}
+
+void WeightGradQueue::run(const Batch& b) {
+  // The home's buffers open while consecutive products write a unit and are
+  // handed back for reduction as soon as a product writes elsewhere (a
+  // unit's products are consecutive: the backward goes unit by unit).
+  struct Open {
+    GradientHome::Place at;
+    float* base;
+  };
+  std::vector<Open> open;
+  auto same = [](const GradientHome::Place& a, const GradientHome::Place& b) {
+    return a.owner == b.owner && a.unit == b.unit;
+  };
+  auto close_except = [&](std::initializer_list<GradientHome::Place> keep) {
+    for (std::size_t i = open.size(); i-- > 0;) {
+      bool kept = false;
+      for (const auto& k : keep) kept = kept || (k && same(k, open[i].at));
+      if (kept) continue;
+      home_->close_deferred(open[i].at.owner, open[i].at.unit);
+      open.erase(open.begin() + std::ptrdiff_t(i));
+    }
+  };
+  auto target = [&](const Wt& recorded, const GradientHome::Place& at) -> Wt {
+    if (!at) return recorded;
+    for (const auto& o : open)
+      if (same(o.at, at)) return Wt(o.base + at.offset, recorded.extent(0), recorded.extent(1));
+    open.push_back({at, home_->open_deferred(at.owner, at.unit)});
+    return Wt(open.back().base + at.offset, recorded.extent(0), recorded.extent(1));
+  };
+  for (const auto& e : b.entries) {
+    if (home_ == nullptr) {
+      e.inner->backward_weight(e.x, e.dy, e.dw, e.accumulate, e.ad);
+      continue;
+    }
+    close_except({e.dw_at, e.da_at, e.db_at});
+    L::Adapter ad = e.ad;
+    if (ad) {
+      ad.da = target(ad.da, e.da_at);
+      ad.db = target(ad.db, e.db_at);
+    }
+    e.inner->backward_weight(e.x, e.dy, target(e.dw, e.dw_at), e.accumulate, ad);
+  }
+  if (home_ != nullptr) close_except({});
 }
 
 void WeightGradQueue::run_oldest() {
   if (batches_.empty()) return;
   ScopedRegion region("compute/backward_weight");
-  for (const auto& e : batches_.front().entries) e.inner->backward_weight(e.x, e.dy, e.dw, e.accumulate, e.ad);
+  run(batches_.front());
   batches_.pop_front();
 }
 
@@ -57,7 +127,10 @@ void WeightGradQueue::run_all() {
 std::size_t WeightGradQueue::bytes() const {
   std::size_t n = 0;
   for (const auto& b : batches_) {
-    for (const auto& e : b.entries) n += e.dy.span() * sizeof(float);
+    for (const auto& e : b.entries) {
+      n += e.dy.span() * sizeof(float);
+      for (const auto& k : e.kept) n += k.span() * sizeof(float);
+    }
     for (const auto& in : b.inputs) n += in.span() * sizeof(float);
   }
   return n;

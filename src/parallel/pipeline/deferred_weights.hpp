@@ -18,6 +18,12 @@
 // that the data-parallel reduction hooks see complete gradients. The
 // routed experts' and the LM head's weight gradients are not Linear seams
 // here and stay in B.
+//
+// Under ZeRO 2/3 a unit's gradient buffer is reused before W runs: the
+// queue then has a GradientHome (gradient_home.hpp), records where each
+// product's gradient lives, writes W's into buffers the home gives it,
+// and W runs at fixed points of the schedule (fixed_order()).
+#include <array>
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -25,6 +31,7 @@
 
 #include "model/seams/linear.hpp"
 #include "model/seams/seams.hpp"
+#include "parallel/pipeline/gradient_home.hpp"
 
 namespace exa::parallel::pipeline {
 
@@ -38,6 +45,14 @@ class WeightGradQueue {
   void open(int micro);
   void close() { deferring_ = false; }
   bool deferring() const { return deferring_; }
+  // The buffers W writes into when the recorded ones are reused (null:
+  // none; every gradient buffer outlives its W). Set while nothing is
+  // pending.
+  void set_home(GradientHome* home);
+  GradientHome* home() const { return home_; }
+  // W's reductions are collectives: it must run at the same points on
+  // every data-parallel replica of a stage, not where a wait happens to be.
+  bool fixed_order() const { return home_ != nullptr; }
   // `seam`: the wrapper recording it; only consecutive products of one seam
   // share an input copy.
   void push(const void* seam, const L& inner, const Act& x, const Act& dy, const Wt& dw, bool accumulate,
@@ -55,7 +70,12 @@ class WeightGradQueue {
     Act x, dy;
     Wt dw;
     bool accumulate;
-    L::Adapter ad;  // the adapter's values and gradients (working copies that outlive the W)
+    // The adapter's values and gradients: working copies that outlive the
+    // W, or, with a home, copies of the values (ZeRO 3 gathers them into
+    // reused buffers) and the gradients' places.
+    L::Adapter ad;
+    GradientHome::Place dw_at, da_at, db_at;
+    std::array<Act, 2> kept;  // the adapter's A and B values, with a home
   };
   struct Batch {
     int micro = 0;
@@ -65,8 +85,10 @@ class WeightGradQueue {
     std::size_t last_rows = 0, last_cols = 0;
     const void* last_seam = nullptr;
   };
+  void run(const Batch& b);
   std::deque<Batch> batches_;
   bool deferring_ = false;
+  GradientHome* home_ = nullptr;
 };
 
 class DeferredLinear final : public model::Linear<float, Device> {

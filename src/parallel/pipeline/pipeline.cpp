@@ -137,10 +137,15 @@ comm::Request Pipeline::send(const Link& to, const Model::V2& x, int tag) {
   return to.comm->isend(flat(x), to.peer, tag);
 }
 
-void Pipeline::wait(comm::Request& r, double& waited) {
-  if (r.done()) return;
-  // Deferred weight gradients fill the wait (compute, not idle time).
-  while (deferred_ && !deferred_->empty() && !r.test()) deferred_->run_oldest();
+void Pipeline::wait(comm::Request& r, double& waited, bool receive) {
+  if (deferred_ && deferred_->fixed_order()) {
+    // W's reductions are collectives: one micro-batch's W before each
+    // receive, whether or not it has come, on every replica alike.
+    if (receive) deferred_->run_oldest();
+  } else if (!r.done()) {
+    // Deferred weight gradients fill the wait (compute, not idle time).
+    while (deferred_ && !deferred_->empty() && !r.test()) deferred_->run_oldest();
+  }
   if (r.done()) return;
   ScopedRegion region("comm/pipeline");
   const double t0 = wall_seconds();
@@ -171,7 +176,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         in.chunk = c;
         if (has_prev(c)) {
           if (lazy_) act_recv_[k] = receive_activation(int(k));
-          wait(act_recv_[k], st.wait_s);
+          wait(act_recv_[k], st.wait_s, true);
           in.hidden = act_in_[k];
           in.shape = shape_of(s, j);
         }
@@ -187,7 +192,7 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         const auto k = std::size_t(slot(c, j));
         if (has_next(c)) {
           if (lazy_) grad_recv_[k] = receive_gradient(int(k));
-          wait(grad_recv_[k], st.wait_s);
+          wait(grad_recv_[k], st.wait_s, true);
         }
         // The context's output must have left before backward gives the
         // context back (a later forward would overwrite it).
