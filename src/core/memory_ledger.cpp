@@ -68,6 +68,7 @@ MemCategory MemoryLedger::category_of(const std::string& label) {
       {"exa::params", MemCategory::Parameters},       {"exa::dp::params", MemCategory::Parameters},
       {"exa::dp::param_slot", MemCategory::Parameters}, {"exa::grads", MemCategory::Gradients},
       {"exa::dp::grads", MemCategory::Gradients},       {"exa::dp::grad_slot", MemCategory::Gradients},
+      {"exa::dp::deferred_grad", MemCategory::Gradients},
       {"exa::optim::", MemCategory::Optimizer},         {"exa::model::", MemCategory::Activations},
       {"exa::dp::", MemCategory::Communication},        {"exa::dp_packed", MemCategory::Communication},
       {"exa::pipeline::", MemCategory::Communication},  {"exa::ep::", MemCategory::Communication},
