@@ -10,7 +10,8 @@ layers, heads with GQA, tied or not, dense/MoE mix, shared experts, top-1/2,
 dropless or capacity 1.0 (over the sequence under cp), bf16 products where
 the build has them, expert growth after every step) and a layout over dp,
 zero 0-3, ep, tp (with or without sequence parallelism), cp (ring or a2a),
-pp (gpipe, 1f1b, zb, interleaved), hierarchical collectives on pretend nodes,
+pp (gpipe, 1f1b, zb, interleaved), etp (1, or blocks of half of tp = 4),
+hierarchical collectives on pretend nodes,
 full activation recomputation and top-k gradient compression at ratio 1
 (exact: every value sent), on at most R ranks (default 8). `examoe
 --check` decides whether the deck accepts the layout: a refused one is
@@ -131,6 +132,17 @@ def draw(rng, max_ranks, bf16=False):
         layout.update({"memory.offload_experts": True, "memory.offload_prefetch": rng.choice([1, 2])})
         if rng.random() < 0.5:
             layout["memory.offload_optimizer"] = True
+    # Expert tensor parallelism (drawn last, so that the draws above keep
+    # their cases): whole experts, or tp doubled where the ranks allow, its
+    # experts split over blocks of half the tp ranks (1 < etp < tp).
+    if tp > 1:
+        r = rng.random()
+        if r < 0.25:
+            layout["parallel.etp"] = 1
+        elif r < 0.5 and 2 * ranks <= max_ranks:
+            layout["parallel.tp"] = 2 * tp
+            layout["parallel.etp"] = tp
+            ranks *= 2
     return model, layout, ranks
 
 

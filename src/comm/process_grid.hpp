@@ -37,7 +37,7 @@ struct GridSizes {
   int tp = 1, cp = 1, dp = 0, pp = 1;  // dp = 0: infer world / (tp*cp*pp)
   int ep = 1;
   int ranks_per_node = 0;  // 0 = detect (MPI_Comm_split_type); > 0 = pretend nodes
-  int etp = 0;             // expert tensor parallelism: 0 = tp, else 1 or tp (routed experts' F split etp ways)
+  int etp = 0;             // expert tensor parallelism: 0 = tp, else a divisor of tp (routed experts' F split etp ways)
 };
 
 // Checks `s` (with s.world > 0) and returns it with dp resolved. Throws

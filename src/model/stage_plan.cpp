@@ -67,8 +67,8 @@ StagePlan StagePlan::with_experts(std::int64_t begin, std::int64_t end) const {
 
 StagePlan StagePlan::with_tensor_split(const ModelConfig& cfg, std::int64_t rank, std::int64_t tp,
                                        std::int64_t etp) const {
-  EXA_REQUIRE(tp >= 1 && 0 <= rank && rank < tp && (etp == 1 || etp == tp),
-              "StagePlan: tensor-parallel part {} of {} with etp = {} (etp must be 1 or tp)", rank, tp, etp);
+  EXA_REQUIRE(tp >= 1 && 0 <= rank && rank < tp && etp >= 1 && tp % etp == 0,
+              "StagePlan: tensor-parallel part {} of {} with etp = {} (etp must divide tp)", rank, tp, etp);
   const std::pair<const char*, std::int64_t> split[] = {{"model.n_heads", cfg.n_heads},
                                                         {"model.n_kv_heads", cfg.n_kv_heads},
                                                         {"model.d_ff", cfg.moe_every == 1 ? 0 : cfg.d_ff},
@@ -84,7 +84,9 @@ StagePlan StagePlan::with_tensor_split(const ModelConfig& cfg, std::int64_t rank
   p.tp_rank = rank;
   p.tp = tp;
   p.etp = etp;
-  p.etp_rank = etp == 1 ? 0 : rank;
+  // The Tp group's blocks of etp consecutive ranks each split the experts
+  // (parallel/tensor/expert_tp_group.hpp).
+  p.etp_rank = rank % etp;
   p.heads = cfg.n_heads / tp;
   p.kv_heads = cfg.n_kv_heads / tp;
   p.d_ff = cfg.d_ff / tp;

@@ -26,7 +26,8 @@ struct StagePlan {
   std::int64_t d_shared = 0;                     // shared-expert FFN columns on this rank
   // Tensor parallelism: this rank's part of the tp-way split of heads, dense
   // and shared FFN columns and vocabulary, and of the etp-way split of every
-  // routed expert's F (etp = 1 keeps experts whole).
+  // routed expert's F (etp = 1 keeps experts whole; etp < tp repeats the
+  // split in each block of etp ranks).
   std::int64_t tp_rank = 0, tp = 1, etp_rank = 0, etp = 1;
   // Sequence parallelism (tp > 1): the residual stream, norms and their
   // outputs hold this rank's 1/tp of a micro-batch's rows.
@@ -50,8 +51,9 @@ struct StagePlan {
   StagePlan with_experts(std::int64_t begin, std::int64_t end) const;
   // Tensor parallelism: this plan holding part `rank` of `tp` of every
   // tensor-parallel dimension (ParamSpec::tp_dim), routed experts' F split
-  // etp ways (etp is 1 or tp). exa::Error naming the extent that tp does not
-  // divide.
+  // etp ways (etp divides tp: rank's part rank % etp, the same in each of
+  // the tp/etp blocks of etp consecutive ranks). exa::Error naming the
+  // extent that tp does not divide.
   StagePlan with_tensor_split(const ModelConfig& cfg, std::int64_t rank, std::int64_t tp,
                               std::int64_t etp) const;
 

@@ -273,7 +273,13 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     const double w_deferred = weight_grads * w.linear / mm_rate;
     // Collectives per micro-batch and chunk.
     const double row = N * double(cfg.d_model) * 4;
-    const double tp_f = tp > 1 ? 2 * layers_per_chunk * net.allreduce(row, tp, 1) : 0;
+    // Tensor parallelism: an allreduce over Tp of the attention's output
+    // and of a dense FFN's; an MoE layer's routed output over a block of
+    // etp ranks (none with whole experts), its shared experts' over Tp.
+    const int etp = c.etp();
+    const double tp_row = tp > 1 ? net.allreduce(row, tp, 1) : 0;
+    const double moe_row = (etp > 1 ? net.allreduce(row, etp, 1) : 0) + (cfg.n_shared_experts > 0 ? tp_row : 0);
+    const double tp_f = tp > 1 ? (2 * layers_per_chunk - moe_per_chunk) * tp_row + moe_per_chunk * moe_row : 0;
     const double a2a_rows = N * double(cfg.top_k) * double(cfg.d_model) * a2a_b * ep_load;
     const double a2a_f = ep > 1 ? 2 * moe_per_chunk *
                                       (c.hierarchical_a2a ? net.hierarchical_alltoall(a2a_rows, ep, tp)

@@ -111,8 +111,14 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
         const int data = dp * cp;
         for (int ep : moe ? divisors(data) : std::vector<int>{1}) {
           if (moe && !divides(ep, cfg.n_experts)) continue;
-          for (int etp : tp > 1 && moe ? std::vector<int>{0, 1} : std::vector<int>{0}) {
-            if (moe && etp == 0 && !divides(tp, cfg.d_expert)) continue;
+          // etp: 0 (= tp), or blocks of each smaller divisor of tp (1:
+          // whole experts).
+          std::vector<int> etps{0};
+          if (tp > 1 && moe)
+            for (int e : divisors(tp))
+              if (e < tp) etps.push_back(e);
+          for (int etp : etps) {
+            if (moe && !divides(etp == 0 ? tp : etp, cfg.d_expert)) continue;
             ++res.layouts;
             // Context parallelism's modes hold the same memory: they vary
             // with the policies, past the memory check.

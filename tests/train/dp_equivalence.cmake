@@ -141,6 +141,23 @@ if(EXTRA MATCHES "parallel\\.pp=([0-9]+)")
   endforeach()
 endif()
 
+if(CHECK_NORM)
+  # Every step's gradient norm, which the losses under AdamW hardly show.
+  values_of(${REF}/metrics.jsonl norms_ref grad_norm)
+  values_of(${WORK}/metrics.jsonl norms_run grad_norm)
+  list(LENGTH norms_ref n_ref)
+  list(LENGTH norms_run n_run)
+  if(n_ref EQUAL 0 OR NOT n_ref EQUAL n_run)
+    message(FATAL_ERROR "gradient norms: ${n_ref} in the reference, ${n_run} in the run")
+  endif()
+  foreach(a b IN ZIP_LISTS norms_ref norms_run)
+    string(REGEX REPLACE "^[0-9]+:" "" a "${a}")
+    string(REGEX REPLACE "^[0-9]+:" "" b "${b}")
+    require_close(${a} ${b} "gradient norm: reference vs ${NP} ranks")
+  endforeach()
+  message(STATUS "gradient norms: ${n_run} steps agree")
+endif()
+
 if(CHECK_VAL)
   # The validation loss of the last step: the same global validation batches
   # in every layout.

@@ -186,19 +186,26 @@ void check_parallel(const Config& c) {
                      "micro-batch's tokens over the tp ranks: choose tp from {}",
                      seq, tp, divisors(seq)));
   }
-  if (const auto etp = c.get_int("parallel.etp"); etp != 0 && etp != 1 && etp != tp) {
+  // etp splits each routed expert over blocks of etp consecutive tp ranks.
+  if (const auto etp = c.get_int("parallel.etp"); etp != 0 && tp % etp != 0) {
     fail(c, {"parallel.etp", "parallel.tp"},
-         fmt::format("parallel.etp = {} with parallel.tp = {}: experts are split over all the tp ranks or none; "
-                     "set etp = 0 (= tp), 1 or {}",
-                     etp, tp, tp));
+         fmt::format("parallel.etp = {} does not divide parallel.tp = {}: the routed experts are split over "
+                     "blocks of etp of the tp ranks; set etp = 0 (= tp) or one of {}",
+                     etp, tp, divisors(tp)));
   }
   if (const auto etp = c.get_int("parallel.etp") == 0 ? tp : c.get_int("parallel.etp"),
       f = c.get_int("moe.d_expert");
-      c.get_int("moe.moe_every") != 0 && f % tp != 0 && (etp > 1 || c.get_int("moe.n_shared_experts") > 0)) {
-    fail(c, {"parallel.tp", "moe.d_expert"},
-         fmt::format("moe.d_expert = {} is not divisible by parallel.tp = {}; tensor parallelism splits the "
-                     "experts' FFN width evenly: choose tp from {}",
-                     f, tp, divisors(f)));
+      c.get_int("moe.moe_every") != 0 && tp % etp == 0) {
+    if (c.get_int("moe.n_shared_experts") > 0 && f % tp != 0)
+      fail(c, {"parallel.tp", "moe.d_expert", "moe.n_shared_experts"},
+           fmt::format("moe.d_expert = {} is not divisible by parallel.tp = {}; tensor parallelism splits the "
+                       "shared experts' FFN width evenly: choose tp from {}",
+                       f, tp, divisors(f)));
+    else if (f % etp != 0)
+      fail(c, {"parallel.etp", "moe.d_expert"},
+           fmt::format("moe.d_expert = {} is not divisible by the expert tensor parallelism etp = {}; it splits "
+                       "the routed experts' FFN width evenly: choose etp from {} (dividing parallel.tp = {})",
+                       f, etp, divisors(f), tp));
   }
   const auto seq = c.get_int("model.seq_len");
   if (seq % cp != 0) {

@@ -91,7 +91,7 @@ std::vector<KeySpec> build() {
       I("parallel", "pp", 1, 1, 4096, "pipeline-parallel stages (split the layers)"),
       I("parallel", "cp", 1, 1, 4096, "context-parallel size (splits each sequence)"),
       I("parallel", "ep", 1, 1, kDim, "expert-parallel size, carved out of dp*cp; each EP rank holds n_experts/ep experts"),
-      I("parallel", "etp", 0, 0, 4096, "expert tensor parallelism: routed experts' FFN split over etp of the tp ranks; 0 = tp, 1 = whole experts"),
+      I("parallel", "etp", 0, 0, 4096, "expert tensor parallelism: routed experts' FFN split over blocks of etp consecutive tp ranks (etp divides tp; the tp/etp blocks compute alike); 0 = tp, 1 = whole experts"),
       B("parallel", "sequence_parallel", false, "with tp > 1: norms and residuals on seq_len/tp of each sequence per rank (allgather before, reduce-scatter after the split matrices)"),
       I("parallel", "zero", 0, 0, 3, "ZeRO stage over dp: 1 shards optimizer state, 2 also gradients, 3 also parameters"),
       I("parallel", "ranks_per_node", 0, 0, 4096, "ranks sharing a node; 0 = detect (MPI_Comm_split_type)"),

@@ -5,6 +5,7 @@
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
 #include "parallel/data/flat_buffer.hpp"
+#include "parallel/tensor/expert_tp_group.hpp"
 #include "core/log.hpp"
 #include "core/offload_tier.hpp"
 #include "kernels/topk_codec.hpp"
@@ -178,8 +179,11 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
   split_ = Split{};
   if (expert_parallel() && opt_.zero == 0) ep_sum_ = comm::make_mpi_communicator(grid.comm(comm::Group::Ep));
   if (grid.size(comm::Group::Tp) > 1)
-    tp_grads_ = std::make_unique<tensor::ReplicatedGradients>(comm::make_mpi_communicator(grid.comm(comm::Group::Tp)), store_,
-                                                      plan_);
+    tp_grads_ = std::make_unique<tensor::ReplicatedGradients>(
+        comm::make_mpi_communicator(grid.comm(comm::Group::Tp)),
+        plan_.etp > 1 && plan_.etp < plan_.tp ? tensor::make_expert_tp_comm(grid, int(plan_.etp), comm::Backend::Mpi)
+                                              : nullptr,
+        store_, plan_);
   if (opt_.zero == 0) {
     w_ = model::bind_values(mcfg_, plan_, store_);
     g_ = model::bind_grads(mcfg_, plan_, store_);
@@ -302,12 +306,24 @@ Reduction DataParallel::norm_reduction() {
   if (!tp_grads_) return data;
   // Tensor parallelism: the split tensors' elements are spread over the Tp
   // group, the replicated ones are the same on every Tp rank: sum the first
-  // over Tp and count the second once.
+  // over Tp and count the second once. Each part is summed as `all` sums
+  // it: the ZeRO parts over the Data group, and at zero 0 the experts over
+  // Ep. Under 1 < etp < tp the experts' split tensors repeat in tp/etp
+  // blocks: the Tp sum takes etp/tp of each.
   return [this, data](double x) {
     const double all = data ? data(x) : x;
-    double rep = tp_grads_->sq_norm(store_);
-    if (opt_.zero > 0) rep = data_engine_->group().sum(rep);
-    double split = all - rep;
+    const auto n = tp_grads_->sq_norms(store_);
+    double rep = n.data_whole + n.expert_whole, repeats = n.expert_repeats;
+    if (opt_.zero > 0) {
+      rep = data_engine_->group().sum(rep);
+      repeats = data_engine_->group().sum(repeats);
+    } else if (expert_parallel()) {
+      double experts[2] = {n.expert_whole, repeats};
+      ep_sum_->allreduce(experts, experts, 2);
+      rep = n.data_whole + experts[0];
+      repeats = experts[1];
+    }
+    double split = all - rep - repeats;
     tp_grads_->comm().allreduce(&split, &split, 1);
     return split + rep;
   };

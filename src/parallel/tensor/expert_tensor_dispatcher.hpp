@@ -1,16 +1,19 @@
 #pragma once
 // The routed experts under tensor parallelism. With expert tensor
-// parallelism (parallel.etp = tp) every expert's F is split over the TP
-// group in the column/row scheme (w1/w3 [E,F/etp,d], w2 [E,d,F/etp]): the
-// wrapped dispatcher (local, or the all-to-all of expert parallelism) runs
+// parallelism (parallel.etp > 1) every expert's F is split over a block of
+// etp TP ranks (all of them when etp = tp; expert_tp_group.hpp) in the
+// column/row scheme (w1/w3 [E,F/etp,d], w2 [E,d,F/etp]): the wrapped
+// dispatcher (local, or the all-to-all of expert parallelism) runs
 // unchanged on the local columns, and its output and its input and gate
-// gradients are partial sums over the group, reduced here. The routing is
-// the same on every TP rank (same tokens, replicated router).
+// gradients are partial sums over the block, reduced here. The routing is
+// the same on every TP rank (same tokens, replicated router), and each of
+// the tp/etp blocks computes the same sums.
 //
 // Under sequence parallelism the block's input and output hold this rank's
 // rows only: the input is allgathered before dispatch and the output
-// reduce-scattered (split experts) or cut to the own rows (whole experts),
-// and the other way round in the backward.
+// reduce-scattered (etp = tp), or summed over the block (1 < etp < tp) and
+// cut to the own rows (also whole experts, etp = 1), and the other way
+// round in the backward.
 #include <memory>
 
 #include "model/seams/token_dispatcher.hpp"
@@ -24,11 +27,12 @@ class ExpertTensorParallelDispatcher final : public model::TokenDispatcher<T, D>
  public:
   using typename model::TokenDispatcher<T, D>::V2;
 
-  // split_experts: etp = tp (else experts are whole and only sequence
-  // parallelism brings this wrapper in).
+  // etp: the block of ranks splitting the experts (tp itself when etp =
+  // tp); null when experts are whole and only sequence parallelism brings
+  // this wrapper in.
   ExpertTensorParallelDispatcher(std::shared_ptr<model::TokenDispatcher<T, D>> inner, std::shared_ptr<const TpComm> tp,
-                                 bool split_experts)
-      : inner_(std::move(inner)), tp_(std::move(tp)), split_(split_experts) {}
+                                 std::shared_ptr<const TpComm> etp)
+      : inner_(std::move(inner)), tp_(std::move(tp)), etp_(std::move(etp)) {}
 
   using typename model::TokenDispatcher<T, D>::Meanwhile;
 
@@ -48,7 +52,7 @@ class ExpertTensorParallelDispatcher final : public model::TokenDispatcher<T, D>
     const V2 gdxn = dxn.extent(0) == n ? dxn : scratch(gdxn_, n, dxn.extent(1));
     inner_->backward(c, w, g, gdy, gdxn, dgates, meanwhile);
     to_local(gdxn, dxn);
-    if (split_) tp_->allreduce(dgates);  // each rank's part of every expert's output
+    if (etp_) etp_->allreduce(dgates);  // each rank's part of every expert's output
   }
   std::size_t scratch_bytes() const override {
     return inner_->scratch_bytes() + (gx_.span() + gy_.span() + gdy_.span() + gdxn_.span()) * sizeof(T);
@@ -69,21 +73,21 @@ class ExpertTensorParallelDispatcher final : public model::TokenDispatcher<T, D>
   // is full itself or this rank's rows.
   void to_local(const V2& full, const V2& local) {
     if (local.extent(0) == full.extent(0)) {
-      if (split_) tp_->allreduce(local);
+      if (etp_) etp_->allreduce(local);
       return;
     }
-    if (split_) {
+    if (etp_ && etp_->size() == tp_->size()) {
       auto r = tp_->ireduce_scatter_rows(full, local);
       TpComm::wait(r);
       return;
     }
+    if (etp_) etp_->allreduce(full);
     const std::size_t r0 = local.extent(0) * std::size_t(tp_->rank());
     Kokkos::deep_copy(local, Kokkos::subview(full, Kokkos::make_pair(r0, r0 + local.extent(0)), Kokkos::ALL));
   }
 
   std::shared_ptr<model::TokenDispatcher<T, D>> inner_;
-  std::shared_ptr<const TpComm> tp_;
-  bool split_;
+  std::shared_ptr<const TpComm> tp_, etp_;
   V2 gx_, gy_, gdy_, gdxn_;
 };
 
