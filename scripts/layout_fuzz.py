@@ -85,11 +85,11 @@ def draw(rng, max_ranks, bf16=False):
     if dp > 1 and rng.random() < 0.25:
         layout["parallel.hierarchical"] = True
         layout["parallel.ranks_per_node"] = rng.choice([r for r in (1, 2) if ranks % r == 0])
-    # Activation recomputation, full (not with zb, which the deck refuses)
-    # or selective: the same losses as the reference, which stores its
-    # activations. One draw for both, so other draws keep their cases.
+    # Activation recomputation, full or selective: the same losses as the
+    # reference, which stores its activations. One draw for both, so other
+    # draws keep their cases.
     r = rng.random()
-    if r < 0.3 and layout.get("pipeline.schedule") != "zb":
+    if r < 0.3:
         layout["memory.recompute"] = "full"
     elif r < 0.5:
         layout["memory.recompute"] = "selective"

@@ -216,6 +216,30 @@ ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, co
   return b;
 }
 
+// zb's deferred weight gradients (parallel/pipeline/deferred_weights.hpp):
+// a pending micro-batch keeps, per Linear product of the stage's layers, a
+// copy of its output gradient and of its input (one per input and seam:
+// wq/wk/wv share one, w1/w3 another), whole rows (gathered under sequence
+// parallelism), in fp32. After a backward at most pp - stage micro-batches
+// stay pending, so with the one just recorded pp - stage + 1 are held at
+// once, and never all m: the last backward runs whole (on the d = 64 pp 2
+// test deck the run held 2 on each stage, 466944 B against 1f1b's
+// activation bytes; stage 0's W went into its waits before a third was
+// recorded). The ledger counts them as communication (exa::pipeline::).
+double deferred_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan, int stage) {
+  if (c.schedule != "zb" || c.grid.pp < 2) return 0;
+  const auto [N, Nr, n_moe, n_dense] = stage_rows(cfg, c, plan);
+  const double d = double(cfg.d_model), hd = double(cfg.head_dim()), H = double(plan.heads),
+               Hkv = double(plan.kv_heads), E = double(cfg.n_experts), Fd = double(plan.d_ff),
+               Fs = double(plan.d_shared) * double(cfg.n_shared_experts);
+  const double attn = N * d + N * (H + 2 * Hkv) * hd + N * H * hd + N * d;
+  const double ffn = N * d + 3 * N * Fd + N * d;
+  const double moe = N * d + N * E + (Fs > 0 ? N * d + 3 * N * Fs + N * d : 0);
+  const double per_micro = double(n_moe) * (attn + moe) + double(n_dense) * (attn + ffn);
+  const int held = std::min(c.grid.pp - stage + 1, std::max(0, int(c.micro_per_round()) - 1));
+  return 4 * double(held) * per_micro;
+}
+
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                      std::int64_t layers) {
   const auto [N, Nr, n_moe, n_dense] = stage_rows(cfg, c, plan);
@@ -309,7 +333,7 @@ MemoryBytes stage_memory(const model::ModelConfig& cfg, const Candidate& c, int 
   }
   const ScratchBytes sb = scratch_bytes(cfg, c, plan);
   m.activations += sb.activations;
-  m.communication += sb.communication;
+  m.communication += sb.communication + deferred_bytes(cfg, c, plan, stage);
   return m;
 }
 

@@ -68,6 +68,10 @@ struct OffloadedBytes {
 OffloadedBytes offloaded_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
                                int expert_data);
 
+// zb's deferred weight-gradient copies on `stage`, at most pp - stage + 1
+// micro-batches of them (0 under any other schedule).
+double deferred_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan, int stage);
+
 // Activation bytes one micro-batch's context keeps on `plan` (one chunk of
 // an interleaved stage), and those the recomputation's work buffers add.
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,

@@ -526,6 +526,28 @@ TEST(Plan, OffloadIsWeighedAgainstRecomputation) {
   EXPECT_TRUE(offload_alone);
 }
 
+TEST(Plan, ZbCountsItsDeferredCopies) {
+  // The run's pipeline record at pp 2 under zb on this shape (m = 4
+  // micro-batches of 2 sequences) has 466944 B more activation bytes on
+  // each stage than under 1f1b: two micro-batches' copies of the Linear
+  // products' operands. The planner's bound is pp - stage + 1 of them:
+  // stage 1's two, and three on stage 0, where the run's W went into its
+  // waits before the third was recorded.
+  const auto base = deck::Config::from_text(
+      kDeck, "plan-test.toml", {"parallel.pp=2", "pipeline.schedule=zb", "train.grad_accum=4"}, 2);
+  const auto cfg = model::ModelConfig::from_deck(base);
+  plan::Candidate c = plan::Candidate::from_deck(base);
+  plan::Candidate ob = c;
+  ob.schedule = "1f1b";
+  for (int s = 0; s < 2; ++s) {
+    const double held = plan::deferred_bytes(cfg, c, plan::stage_plan(cfg, c, s), s);
+    EXPECT_EQ(held, 466944.0 / 2 * (2 - s + 1)) << "stage " << s;
+    EXPECT_EQ(plan::deferred_bytes(cfg, ob, plan::stage_plan(cfg, ob, s), s), 0.0) << "stage " << s;
+    EXPECT_EQ(plan::stage_memory(cfg, c, s).communication - plan::stage_memory(cfg, ob, s).communication, held)
+        << "stage " << s;
+  }
+}
+
 TEST(Plan, OffloadCountsAnInterleavedStagesOwnLayers) {
   // pp 2 with 2 virtual stages over 4 MoE layers: stage 0 holds layers 0
   // and 2, not the layer between its chunks.

@@ -689,14 +689,6 @@ void check_combinations(const Config& c) {
   const auto tp = c.get_int("parallel.tp"), cp = c.get_int("parallel.cp"), pp = c.get_int("parallel.pp");
   const auto zero = c.get_int("parallel.zero");
   const bool zb = pp > 1 && c.get_string("pipeline.schedule") == "zb";
-  // zb's deferred weight gradients read the layers' saved inputs after the
-  // layer's backward; full recompute keeps those only while it runs.
-  if (zb && c.get_string("memory.recompute") == "full") {
-    fail(c, {"pipeline.schedule", "memory.recompute"},
-         "pipeline.schedule = \"zb\" with memory.recompute = \"full\" is not available: the deferred weight "
-         "gradients need each layer's saved activations after its backward, which full recompute does not keep; "
-         "set pipeline.schedule = \"1f1b\" or memory.recompute = \"none\"");
-  }
   // memory.checkpoint_layers: "all", "sqrt" or a positive integer, and
   // only with full recompute; its segments recompute earlier layers before
   // their backward hooks, which ZeRO 3 needs to gather their weights.
