@@ -514,11 +514,12 @@ void StageModel<T, D>::backward(Context& c, const W& w, const W& g, double loss_
     const bool segment_end = (i + 1) % seg == 0 || i + 1 == c.layers.size();
     if (segment_end && i % seg != 0) {
       // The last layer of a segment: its earlier layers' inputs again,
-      // forward from the segment's first input (weights in place: ZeRO 3
-      // is refused with segments).
+      // forward from the segment's first input (their weights gathered
+      // again under ZeRO 3).
       ScopedRegion region("backward/recompute", opt_.fence_phases);
       for (std::size_t j = i - i % seg; j < i; ++j) {
         const auto& lj = layers_[first + j];
+        hooks_.before_recompute(static_cast<int>(lj.index()) + 1);
         lj.forward(layer_context(c, j, lj), w.layers[std::size_t(lj.index())], c.shape, rope_, layer_input(c, j + 1),
                    s, nullptr);
       }

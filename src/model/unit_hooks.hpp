@@ -31,6 +31,10 @@ class UnitHooks {
   virtual void after_forward(int /*unit*/, const std::vector<std::uint8_t>& /*experts_used*/) {}
   // Before backward reads unit u's weights or accumulates into its gradients.
   virtual void before_backward(int /*unit*/) {}
+  // Before a segment's recomputation (memory.checkpoint_layers) runs unit
+  // u's forward again, ahead of that unit's own backward: its weights must
+  // be in place then too.
+  virtual void before_recompute(int /*unit*/) {}
   // After the backward pass has accumulated unit u's last gradient
   // contribution of this micro-batch.
   virtual void after_backward(int /*unit*/) {}
@@ -58,6 +62,9 @@ class UnitHookList final : public UnitHooks {
   }
   void before_backward(int unit) override {
     for (auto* h : hooks_) h->before_backward(unit);
+  }
+  void before_recompute(int unit) override {
+    for (auto* h : hooks_) h->before_recompute(unit);
   }
   void after_backward(int unit) override {
     for (auto* h : hooks_) h->after_backward(unit);

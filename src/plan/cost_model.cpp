@@ -299,12 +299,13 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
     // ZeRO 3 gathers each unit before its forward and its backward,
     // prefetching the next unit while one computes.
     const auto elements = stage_elements(cfg, plan);
-    double zg_f = 0;
+    double zg_f = 0, zg_whole = 0;
     if (c.zero == 3 && data > 1) {
       GroupElements chunk = elements.parameters;
       chunk.data /= chunks;
       chunk.experts /= chunks;
-      zg_f = std::max(0.0, gather(chunk) - f_compute);
+      zg_whole = gather(chunk);
+      zg_f = std::max(0.0, zg_whole - f_compute);
     }
     const double p2p = pp > 1 ? net.seconds(Nr * double(cfg.d_model) * 4, 1, 2, tp * cp * g.dp) : 0;
     auto& t = times[std::size_t(s)];
@@ -323,7 +324,9 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
                                 : 0;
     const double re = re_factor * (f_compute + fwd_comm) + re_cheap;
     const double bwd_comm = 2 * fwd_comm;  // each forward collective has its transpose, twice the data for cp's dk, dv
-    const double zg_b = c.zero == 3 && data > 1 ? zg_f : 0;
+    // A checkpoint segment's recomputed layers are gathered again, each
+    // just before it runs (no prefetch): (N - 1) / N of a pass, exposed.
+    const double zg_b = c.zero == 3 && data > 1 ? zg_f + (recompute ? (seg - 1) / seg * zg_whole : 0) : 0;
     if (c.schedule == "zb" && pp > 1) {
       t.backward = b_input + b_weight - w_deferred + bwd_comm + re + zg_b;
       t.weight = w_deferred;

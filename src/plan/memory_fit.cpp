@@ -58,7 +58,6 @@ std::vector<std::string> memory_fit_report(const deck::Config& cfg) {
     for (const Offload off : levels) {
       for (const auto& [rc, ckl] : std::vector<std::pair<std::string, std::string>>{
                {"none", "all"}, {"selective", "all"}, {"full", "all"}, {"full", "sqrt"}}) {
-        if (zero == 3 && ckl != "all") continue;  // segments' rebuild needs the weights in place
         Candidate t = c;
         t.zero = zero;
         t.recompute = rc;

@@ -189,7 +189,6 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
                                                    [](const Policy& p) { return p.compression != "topk"; });
                     for (std::size_t ri = 0; ri < recomputes.size(); ++ri) {
                       const auto& [rc, ckl, off_e, off_o] = recomputes[ri];
-                      if (ckl != "all" && zero == 3) continue;
                       const auto n = std::int64_t(policies.size() * modes.size());
                       res.space += n;
                       if (settled || ri % per_level >= fit_k) {

@@ -686,12 +686,8 @@ void check_batching(const Config& c) {
 // Layouts and options that each work alone but not yet together. Each
 // message says which of the keys to change.
 void check_combinations(const Config& c) {
-  const auto tp = c.get_int("parallel.tp"), cp = c.get_int("parallel.cp"), pp = c.get_int("parallel.pp");
-  const auto zero = c.get_int("parallel.zero");
-  const bool zb = pp > 1 && c.get_string("pipeline.schedule") == "zb";
   // memory.checkpoint_layers: "all", "sqrt" or a positive integer, and
-  // only with full recompute; its segments recompute earlier layers before
-  // their backward hooks, which ZeRO 3 needs to gather their weights.
+  // only with full recompute.
   if (const auto cl = c.get_string("memory.checkpoint_layers"); cl != "all") {
     const bool number = cl.find_first_not_of("0123456789") == std::string::npos && cl.size() <= 9 && cl != "0";
     if (cl != "sqrt" && !number) {
@@ -705,13 +701,6 @@ void check_combinations(const Config& c) {
            fmt::format("memory.checkpoint_layers = \"{}\" recomputes segments of layers, which needs "
                        "memory.recompute = \"full\" (got \"{}\"); set it, or checkpoint_layers = \"all\"",
                        cl, c.get_string("memory.recompute")));
-    }
-    if (zero == 3) {
-      fail(c, {"memory.checkpoint_layers", "parallel.zero"},
-           fmt::format("memory.checkpoint_layers = \"{}\" with parallel.zero = 3 is not built yet: a segment's "
-                       "layers are recomputed before ZeRO 3 gathers their weights; use parallel.zero <= 2 or "
-                       "checkpoint_layers = \"all\"",
-                       cl));
     }
   }
   // The hierarchical gradient collectives compress their inter-node stage

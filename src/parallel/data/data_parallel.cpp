@@ -389,6 +389,10 @@ void DataParallel::before_backward(int unit) {
   if (offload_) offload_->before_backward(unit);
 }
 
+void DataParallel::before_recompute(int unit) {
+  for (auto& e : engines_) e->before_recompute(unit);
+}
+
 void DataParallel::after_backward(int unit) {
   for (auto& e : engines_) e->after_backward(unit);
   if (offload_) offload_->after_backward(unit);

@@ -166,6 +166,7 @@ class DataParallel final : public model::UnitHooks, public pipeline::GradientHom
   void before_forward(int unit) override;
   void after_forward(int unit, const std::vector<std::uint8_t>& experts_used) override;
   void before_backward(int unit) override;
+  void before_recompute(int unit) override;
   void after_backward(int unit) override;
 
   // pipeline::GradientHome: under zero 2/3 with the zb schedule, the

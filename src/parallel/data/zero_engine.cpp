@@ -397,6 +397,12 @@ void ZeroEngine::before_backward(int unit) {
   }
 }
 
+void ZeroEngine::before_recompute(int unit) {
+  if (cfg_.zero != 3) return;
+  progress();
+  ensure_params(unit);
+}
+
 void ZeroEngine::after_backward(int unit) {
   if (cfg_.frozen) {
     if (cfg_.zero == 3) progress();

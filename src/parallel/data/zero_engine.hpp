@@ -22,7 +22,8 @@
 //   zero 3  (FSDP) parameters are not whole either: each unit is allgathered
 //           into one of two unit-sized buffers just before use (the next
 //           unit's gather prefetched), in forward and again in backward
-//           (except the untied embedding, whose backward reads no weights).
+//           (except the untied embedding, whose backward reads no weights),
+//           and before a checkpoint segment's recomputed forward.
 // With tie_embeddings under zero 2/3 the embedding, which the head reads
 // too, has buffers of its own that live through the pass. The two
 // alternating buffers go to the engine's non-empty units in turn.
@@ -116,6 +117,10 @@ class ZeroEngine {
 
   void before_forward(int unit);
   void before_backward(int unit);
+  // zero 3: a segment's recomputation reads the unit's weights ahead of its
+  // backward (gathered now, into its slot; its backward gathers it again
+  // if the slot was reused in between).
+  void before_recompute(int unit);
   void after_backward(int unit);
 
   // Deferred weight gradients (cfg.deferred; parallel/pipeline/
