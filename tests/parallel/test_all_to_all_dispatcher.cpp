@@ -8,11 +8,13 @@
 // and a capacity that drops. Each runs in a context that first carried a
 // skewed micro-batch (its buffers and maps keep that size), with the
 // exchange in one piece and cut into parts (moe.a2a_chunks: 3, and 64,
-// more parts than rows between two ranks, so most parts carry nothing).
+// more parts than rows between two ranks, so most parts carry nothing);
+// and the parts under bf16 compression against the compressed whole.
 // Run at 1, 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -22,6 +24,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/process_grid.hpp"
+#include "kernels/wire_codec.hpp"
 #include "model/activation_context.hpp"
 #include "model/seams/local_token_dispatcher.hpp"
 #include "parallel/expert/all_to_all_dispatcher.hpp"
@@ -104,6 +107,24 @@ Weights slice(const Weights& all, index_t begin, index_t end) {
   return w;
 }
 
+// E experts, the same on every rank, and this rank's tokens and output
+// gradients (LayerWeights views are unmanaged: the managed ones live here).
+struct Experts {
+  V3 w1, w3, w2;
+  Weights all;
+  V2 xn, dy;
+  Experts(int E, int rank)
+      : w1(random_view<V3>("w1", {std::size_t(E), std::size_t(kF), std::size_t(kD)}, 1)),
+        w3(random_view<V3>("w3", {std::size_t(E), std::size_t(kF), std::size_t(kD)}, 2)),
+        w2(random_view<V3>("w2", {std::size_t(E), std::size_t(kD), std::size_t(kF)}, 3)),
+        xn(random_view<V2>("xn", {std::size_t(kN), std::size_t(kD)}, 100 + std::uint64_t(rank))),
+        dy(random_view<V2>("dy", {std::size_t(kN), std::size_t(kD)}, 200 + std::uint64_t(rank))) {
+    all.w1 = w1;
+    all.w3 = w3;
+    all.w2 = w2;
+  }
+};
+
 // Zeroed gradients and the managed views behind them.
 struct Grads {
   V3 w1, w3, w2;
@@ -135,30 +156,28 @@ void expect_near(const std::vector<float>& a, const std::vector<float>& b, const
     ASSERT_NEAR(a[i], b[i], 1e-5 + 1e-5 * std::fabs(b[i])) << what << " element " << i;
 }
 
-class AllToAllDispatcher : public ::testing::TestWithParam<std::tuple<Routing, int>> {};
-
-TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
+// Every rank of the world in one EP group.
+exa::comm::ProcessGrid ep_grid() {
   exa::comm::GridSizes sizes;
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   sizes.ep = world;
-  const exa::comm::ProcessGrid grid(sizes);
+  return exa::comm::ProcessGrid(sizes);
+}
+
+class AllToAllDispatcher : public ::testing::TestWithParam<std::tuple<Routing, int>> {};
+
+TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
+  const exa::comm::ProcessGrid grid = ep_grid();
   const int P = grid.size(exa::comm::Group::Ep), rank = grid.rank(exa::comm::Group::Ep);
   const int El = 2, E = El * P;
   const auto [routing, chunks] = GetParam();
   const index_t capacity = routing == Routing::Capacity ? 3 : 0;
 
   // The same experts everywhere; different tokens on every rank.
-  // (LayerWeights views are unmanaged: the managed ones must outlive them.)
-  const V3 w1 = random_view<V3>("w1", {std::size_t(E), std::size_t(kF), std::size_t(kD)}, 1);
-  const V3 w3 = random_view<V3>("w3", {std::size_t(E), std::size_t(kF), std::size_t(kD)}, 2);
-  const V3 w2 = random_view<V3>("w2", {std::size_t(E), std::size_t(kD), std::size_t(kF)}, 3);
-  Weights all;
-  all.w1 = w1;
-  all.w3 = w3;
-  all.w2 = w2;
-  const V2 xn = random_view<V2>("xn", {std::size_t(kN), std::size_t(kD)}, 100 + rank);
-  const V2 dy = random_view<V2>("dy", {std::size_t(kN), std::size_t(kD)}, 200 + rank);
+  const Experts x(E, rank);
+  const Weights& all = x.all;
+  const V2 &xn = x.xn, &dy = x.dy;
 
   exa::model::LocalTokenDispatcher<float> local(E);
   Context one = make_context(E, routing, rank);
@@ -192,6 +211,41 @@ TEST_P(AllToAllDispatcher, MatchesOneRankHoldingEveryExpert) {
                                   sum.begin() + std::ptrdiff_t(per * std::size_t((rank + 1) * El)));
     expect_near(*mine, want, name);
   }
+}
+
+// comm.a2a_compression with the exchange in parts: each part's rows travel
+// encoded in buffers of their own. bf16 rounds each value alone, so the
+// parts give what the whole exchange gives (the same rounding of the same
+// rows), and that differs from the uncompressed exchange (the rows did go
+// through bf16).
+TEST(AllToAllDispatcherParts, CompressedPartsEqualTheCompressedWhole) {
+  const exa::comm::ProcessGrid grid = ep_grid();
+  const int P = grid.size(exa::comm::Group::Ep), rank = grid.rank(exa::comm::Group::Ep);
+  const int El = 2, E = El * P;
+  const Experts x(E, rank);
+  const Weights mine = slice(x.all, rank * El, (rank + 1) * El);
+  const V2 &xn = x.xn, &dy = x.dy;
+  std::shared_ptr<exa::comm::Communicator> ep = exa::comm::make_mpi_communicator(grid.comm(exa::comm::Group::Ep));
+  auto result = [&](int chunks, exa::kernels::WireFormat format) {
+    exa::parallel::expert::AllToAllDispatcher<float> a2a(ep, ep, E);
+    a2a.set_wire_codec(exa::kernels::WireCodec(format));
+    a2a.set_chunks(chunks);
+    Context c = make_context(E, Routing::Balanced, rank);
+    return run(a2a, c, mine, El, 0, xn, dy);
+  };
+  const Result whole = result(1, exa::kernels::WireFormat::BF16);
+  for (int chunks : {3, 64}) {
+    const Result parts = result(chunks, exa::kernels::WireFormat::BF16);
+    expect_near(parts.y, whole.y, "y");
+    expect_near(parts.dxn, whole.dxn, "dxn");
+    expect_near(parts.dgates, whole.dgates, "dgates");
+    expect_near(parts.g1, whole.g1, "dw1");
+    expect_near(parts.g2, whole.g2, "dw2");
+  }
+  const Result exact = result(3, exa::kernels::WireFormat::F32);
+  double diff = 0;
+  for (std::size_t i = 0; i < exact.y.size(); ++i) diff = std::max(diff, double(std::fabs(exact.y[i] - whole.y[i])));
+  EXPECT_GT(diff, 1e-6) << "the compressed exchange moved the rows exactly";
 }
 
 INSTANTIATE_TEST_SUITE_P(Routings, AllToAllDispatcher,

@@ -750,18 +750,11 @@ void check_combinations(const Config& c) {
                      "\"none\"",
                      comp));
   }
-  if (const auto chunks = c.get_int("moe.a2a_chunks"); chunks > 1) {
-    const std::pair<const char*, bool> others[] = {
-        {"comm.hierarchical_a2a", c.get_bool("comm.hierarchical_a2a")},
-        {"comm.a2a_compression", c.get_string("comm.a2a_compression") != "none"}};
-    for (const auto& [key, on] : others) {
-      if (on)
-        fail(c, {"moe.a2a_chunks", key},
-             fmt::format("moe.a2a_chunks = {} with {} is not built yet: the parts overlap the flat, uncompressed "
-                         "all-to-all; set moe.a2a_chunks = 1, or comm.hierarchical_a2a = false and "
-                         "comm.a2a_compression = \"none\"",
-                         chunks, key));
-    }
+  if (const auto chunks = c.get_int("moe.a2a_chunks"); chunks > 1 && c.get_bool("comm.hierarchical_a2a")) {
+    fail(c, {"moe.a2a_chunks", "comm.hierarchical_a2a"},
+         fmt::format("moe.a2a_chunks = {} with comm.hierarchical_a2a = true is not built yet: the parts overlap the "
+                     "flat all-to-all; set moe.a2a_chunks = 1 or comm.hierarchical_a2a = false",
+                     chunks));
   }
   // Tier 1 is written synchronously; it must not overlap a background write.
   if (c.get_int("checkpoint.local_every") > 0 && c.get_bool("checkpoint.async")) {

@@ -172,9 +172,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // uncompressed all-to-all.
   void set_chunks(int chunks) {
     EXA_REQUIRE(chunks >= 1, "moe.a2a_chunks = {} must be at least 1", chunks);
-    EXA_REQUIRE(chunks == 1 || (!hier_ && codec_.format() == kernels::WireFormat::F32),
-                "moe.a2a_chunks = {} overlaps the flat, uncompressed expert all-to-all: set comm.hierarchical_a2a = "
-                "false and comm.a2a_compression = \"none\", or moe.a2a_chunks = 1",
+    EXA_REQUIRE(chunks == 1 || !hier_,
+                "moe.a2a_chunks = {} overlaps the flat expert all-to-all: set comm.hierarchical_a2a = false, or "
+                "moe.a2a_chunks = 1",
                 chunks);
     chunks_ = chunks;
   }
@@ -365,6 +365,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   comm::Request post_part(const V2& from, const std::vector<int>& out, const std::vector<int>& out_at, const V2& to,
                           const std::vector<int>& in, const std::vector<int>& in_at) {
     const std::int64_t d = from.extent(1);
+    if constexpr (kFloatRows) {
+      if (codec_.format() != kernels::WireFormat::F32) return post_part_encoded(from, out, out_at, to, in, in_at);
+    }
     const std::size_t P = out.size();
     std::vector<int> sc(P), sd(P), rc(P), rd(P);
     std::int64_t leaving = 0;
@@ -463,27 +466,78 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
 
   static constexpr bool kFloatRows = std::is_same_v<T, float> && std::is_same_v<D, Device>;
 
+  // comm.a2a_compression: the encoded words going to / coming from each
+  // rank for `out` / `in` rows of `d` values, their displacements and
+  // totals (counted in the traffic ledger).
+  struct EncodedMessages {
+    std::vector<int> sc, sd, rc, rd;
+    std::int64_t so = 0, ro = 0;
+  };
+  EncodedMessages encoded_messages(const std::vector<int>& out, const std::vector<int>& in, std::int64_t d) const {
+    const int P = ranks(), me = rows_->rank();
+    const auto n_ranks = static_cast<std::size_t>(P);
+    EncodedMessages m{std::vector<int>(n_ranks), std::vector<int>(n_ranks), std::vector<int>(n_ranks),
+                      std::vector<int>(n_ranks)};
+    double logical = 0, wire = 0;
+    for (int r = 0; r < P; ++r) {
+      const auto k = std::size_t(r);
+      m.sc[k] = int(codec_.words(std::int64_t(out[k]) * d));
+      m.rc[k] = int(codec_.words(std::int64_t(in[k]) * d));
+      m.sd[k] = int(m.so);
+      m.rd[k] = int(m.ro);
+      m.so += m.sc[k];
+      m.ro += m.rc[k];
+      if (r != me) logical += double(out[k]) * double(d) * sizeof(float), wire += double(m.sc[k]) * 4;
+    }
+    comm::TrafficLedger::add(comm::Traffic::ExpertA2a, logical, wire);
+    return m;
+  }
+
+  // post_part() with comm.a2a_compression: each destination's rows of the
+  // part one encoded payload, as send_encoded(), in buffers of the part's
+  // own that the request keeps until its decode has run (several parts
+  // are in flight at once).
+  comm::Request post_part_encoded(const V2& from, const std::vector<int>& out, const std::vector<int>& out_at,
+                                  const V2& to, const std::vector<int>& in, const std::vector<int>& in_at) {
+    const std::int64_t d = from.extent(1);
+    const EncodedMessages m = encoded_messages(out, in, d);
+    const int P = ranks();
+    const W1 send_words("exa::ep::part_send_words", std::size_t(m.so)),
+        recv_words("exa::ep::part_recv_words", std::size_t(m.ro));
+    using Flat = Kokkos::View<T*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const Flat a(from.data(), from.span()), b(to.data(), to.span());
+    auto chunk = [](const auto& v, std::int64_t at, std::int64_t n) {
+      return Kokkos::subview(v, std::make_pair(at, at + n));
+    };
+    {
+      ScopedRegion region("compress/encode");
+      for (int r = 0; r < P; ++r) {
+        const auto k = std::size_t(r);
+        const std::int64_t n = std::int64_t(out[k]) * d;
+        if (n > 0) codec_.encode(chunk(a, std::int64_t(out_at[k]) * d, n), chunk(send_words, m.sd[k], m.sc[k]));
+      }
+      Kokkos::fence();
+    }
+    comm::Request req = rows_->ialltoallv(send_words, m.sc, m.sd, recv_words, m.rc, m.rd);
+    const kernels::WireCodec codec = codec_;
+    req.then([codec, send_words, recv_words, b, in, in_at, m, d, chunk]() {
+      ScopedRegion region("compress/decode");
+      for (std::size_t k = 0; k < in.size(); ++k) {
+        const std::int64_t n = std::int64_t(in[k]) * d;
+        if (n > 0) codec.decode(chunk(recv_words, m.rd[k], m.rc[k]), n, chunk(b, std::int64_t(in_at[k]) * d, n));
+      }
+      Kokkos::fence();
+    });
+    return req;
+  }
+
   // send() with comm.a2a_compression: each destination's rows one encoded
   // payload, whose size the receiver knows from the row counts.
   template <class Flat>
   void send_encoded(const Flat& a, const std::vector<int>& out, const Flat& b, const std::vector<int>& in,
                     std::int64_t d) {
-    const int P = ranks(), me = rows_->rank();
-    const auto n_ranks = static_cast<std::size_t>(P);
-    std::vector<int> sc(n_ranks), sd(n_ranks), rc(n_ranks), rd(n_ranks);
-    std::int64_t so = 0, ro = 0;
-    double logical = 0, wire = 0;
-    for (int r = 0; r < P; ++r) {
-      const auto k = std::size_t(r);
-      sc[k] = int(codec_.words(std::int64_t(out[k]) * d));
-      rc[k] = int(codec_.words(std::int64_t(in[k]) * d));
-      sd[k] = int(so);
-      rd[k] = int(ro);
-      so += sc[k];
-      ro += rc[k];
-      if (r != me) logical += double(out[k]) * double(d) * sizeof(float), wire += double(sc[k]) * 4;
-    }
-    comm::TrafficLedger::add(comm::Traffic::ExpertA2a, logical, wire);
+    const auto [sc, sd, rc, rd, so, ro] = encoded_messages(out, in, d);
+    const int P = ranks();
     if (std::int64_t(send_words_.extent(0)) < so) send_words_ = W1("exa::ep::send_words", std::size_t(so));
     if (std::int64_t(recv_words_.extent(0)) < ro) recv_words_ = W1("exa::ep::recv_words", std::size_t(ro));
     auto chunk = [](const auto& v, std::int64_t at, std::int64_t n) {
