@@ -69,7 +69,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
   // nodes evenly (flat elsewhere), with the compression scopes the deck
   // allows: gradients compressed over hierarchical collectives on the
   // inter-node stage only, weights on both stages or that one; the
-  // hierarchical all-to-all uncompressed and whole. Without
+  // hierarchical all-to-all whole (not in parts). Without
   // vary_collectives, the deck's own, and nothing where the layout cannot
   // have them.
   auto policies_for = [&](bool reduces, bool all_to_all, bool gathers, bool data_spans, bool data_even,
@@ -89,7 +89,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
               std::vector<std::string> scopes = {"all"};
               if (h && g != "none") scopes = {"inter_node"};
               if (h && g == "none" && w != "none") scopes = {"all", "inter_node"};
-              const bool two_stage_a2a = ep_spans && ep_even && a == "none" && !a2a_in_parts;
+              const bool two_stage_a2a = ep_spans && ep_even && !a2a_in_parts;
               for (const auto& scope : scopes)
                 for (const bool ha : two_stage_a2a ? std::vector<bool>{false, true} : std::vector<bool>{false})
                   out.push_back({p, g, a, w, h, ha, scope});

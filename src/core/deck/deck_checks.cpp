@@ -743,13 +743,6 @@ void check_combinations(const Config& c) {
            "comm.stochastic_rounding = true rounds bf16 or int8 payloads, but comm.compression = \"topk\" sends "
            "the kept values in fp32 and owes the rest exactly; set stochastic_rounding = false");
   }
-  if (const auto comp = c.get_string("comm.a2a_compression"); comp != "none" && c.get_bool("comm.hierarchical_a2a")) {
-    fail(c, {"comm.a2a_compression", "comm.hierarchical_a2a"},
-         fmt::format("comm.a2a_compression = \"{}\" with comm.hierarchical_a2a = true is not built yet (compression "
-                     "runs on the flat all-to-all); set comm.hierarchical_a2a = false or comm.a2a_compression = "
-                     "\"none\"",
-                     comp));
-  }
   if (const auto chunks = c.get_int("moe.a2a_chunks"); chunks > 1 && c.get_bool("comm.hierarchical_a2a")) {
     fail(c, {"moe.a2a_chunks", "comm.hierarchical_a2a"},
          fmt::format("moe.a2a_chunks = {} with comm.hierarchical_a2a = true is not built yet: the parts overlap the "

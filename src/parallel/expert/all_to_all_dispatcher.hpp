@@ -74,11 +74,12 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   // comm.a2a_compression: the token rows (dispatch, combine and their
   // backward) travel encoded (kernels/wire_codec.hpp), each destination's
   // rows as one payload, the rank's own too, so that every row sees the
-  // same rounding wherever its expert sits. Float rows on the default
-  // device only, and not with the hierarchical all-to-all.
+  // same rounding wherever its expert sits; the hierarchical all-to-all
+  // moves the payloads through both its stages. Float rows on the default
+  // device only.
   void set_wire_codec(kernels::WireCodec codec) {
-    EXA_REQUIRE(codec.format() == kernels::WireFormat::F32 || (!hier_ && kFloatRows),
-                "comm.a2a_compression = \"{}\" needs the flat expert all-to-all (comm.hierarchical_a2a = false)",
+    EXA_REQUIRE(codec.format() == kernels::WireFormat::F32 || kFloatRows,
+                "comm.a2a_compression = \"{}\" needs float token rows on the default device",
                 kernels::wire_format_name(codec.format()));
     codec_ = codec;
   }
@@ -553,7 +554,11 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
       }
       Kokkos::fence();
     }
-    rows_->alltoallv(chunk(send_words_, 0, so), sc, sd, chunk(recv_words_, 0, ro), rc, rd);
+    if (hier_) {
+      comm::hierarchical_alltoallv(*hier_, chunk(send_words_, 0, so), sc, sd, chunk(recv_words_, 0, ro), rc, rd);
+    } else {
+      rows_->alltoallv(chunk(send_words_, 0, so), sc, sd, chunk(recv_words_, 0, ro), rc, rd);
+    }
     ScopedRegion region("compress/decode");
     std::int64_t row = 0;
     for (int r = 0; r < P; ++r) {
