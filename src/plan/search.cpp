@@ -61,15 +61,12 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
   const auto weight_formats =
       opt.weight_compressions.empty() ? std::vector<std::string>{deck.weight_compression} : opt.weight_compressions;
   const bool moe = cfg.moe_every > 0 && cfg.n_experts > 0;
-  // The parts of the expert all-to-all travel flat (moe.a2a_chunks).
-  const bool a2a_in_parts = base.get_int("moe.a2a_chunks") > 1;
   // Every combination asked for, each wire format only where its
   // collective exists (data > 1, ep > 1, ZeRO's allgathers); the deck's
   // elsewhere. Flat and hierarchical collectives where the group spans
   // nodes evenly (flat elsewhere), with the compression scopes the deck
   // allows: gradients compressed over hierarchical collectives on the
-  // inter-node stage only, weights on both stages or that one; the
-  // hierarchical all-to-all whole (not in parts). Without
+  // inter-node stage only, weights on both stages or that one. Without
   // vary_collectives, the deck's own, and nothing where the layout cannot
   // have them.
   auto policies_for = [&](bool reduces, bool all_to_all, bool gathers, bool data_spans, bool data_even,
@@ -89,7 +86,7 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
               std::vector<std::string> scopes = {"all"};
               if (h && g != "none") scopes = {"inter_node"};
               if (h && g == "none" && w != "none") scopes = {"all", "inter_node"};
-              const bool two_stage_a2a = ep_spans && ep_even && !a2a_in_parts;
+              const bool two_stage_a2a = ep_spans && ep_even;
               for (const auto& scope : scopes)
                 for (const bool ha : two_stage_a2a ? std::vector<bool>{false, true} : std::vector<bool>{false})
                   out.push_back({p, g, a, w, h, ha, scope});

@@ -743,12 +743,6 @@ void check_combinations(const Config& c) {
            "comm.stochastic_rounding = true rounds bf16 or int8 payloads, but comm.compression = \"topk\" sends "
            "the kept values in fp32 and owes the rest exactly; set stochastic_rounding = false");
   }
-  if (const auto chunks = c.get_int("moe.a2a_chunks"); chunks > 1 && c.get_bool("comm.hierarchical_a2a")) {
-    fail(c, {"moe.a2a_chunks", "comm.hierarchical_a2a"},
-         fmt::format("moe.a2a_chunks = {} with comm.hierarchical_a2a = true is not built yet: the parts overlap the "
-                     "flat all-to-all; set moe.a2a_chunks = 1 or comm.hierarchical_a2a = false",
-                     chunks));
-  }
   // Tier 1 is written synchronously; it must not overlap a background write.
   if (c.get_int("checkpoint.local_every") > 0 && c.get_bool("checkpoint.async")) {
     fail(c, {"checkpoint.local_every", "checkpoint.async"},

@@ -69,7 +69,7 @@ std::vector<KeySpec> build() {
       F("moe", "replace_threshold", 1.2, 1, 1000, O::none, "re-place a layer when its EP-rank load max/mean over the window exceeds this"),
       S("moe", "aux_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens the aux loss's f_e and P_e are taken over: this rank's micro-batch, or (sequence) summed over the cp ranks sharing its sequences, as one rank computes it"),
       S("moe", "capacity_scope", "micro_batch", {"micro_batch", "sequence"}, "tokens a capacity (moe.capacity_factor > 0) is taken over: this rank's micro-batch, or (sequence) the whole sequences the cp ranks share, dropping exactly the assignments one rank drops"),
-      I("moe", "a2a_chunks", 1, 1, 64, "expert parallelism: cut each all-to-all into this many parts, so that a part's dispatch and the previous part's combine travel while a part's experts compute (1 = one blocking exchange; the flat all-to-all, with or without comm.a2a_compression)"),
+      I("moe", "a2a_chunks", 1, 1, 64, "expert parallelism: cut each all-to-all into this many parts, so that a part's dispatch and the previous part's combine travel while a part's experts compute (1 = one blocking exchange; flat or hierarchical, with or without comm.a2a_compression)"),
 
       I("lora", "rank", 0, 0, kDim, "rank r of the low-rank adapters W + (alpha/r) B A that fine-tune a frozen model; 0 = no adapters (every parameter trains)"),
       F("lora", "alpha", 16.0, 0, 1e6, O::lo, "the adapters' output is scaled by alpha/rank"),

@@ -169,14 +169,10 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
 
   // moe.a2a_chunks: the number of parts the exchange is cut into (1: one
   // blocking exchange). Parts overlap the next part's dispatch and the
-  // previous part's combine with this part's experts; they need the flat,
-  // uncompressed all-to-all.
+  // previous part's combine with this part's experts, flat or
+  // hierarchical, compressed or not.
   void set_chunks(int chunks) {
     EXA_REQUIRE(chunks >= 1, "moe.a2a_chunks = {} must be at least 1", chunks);
-    EXA_REQUIRE(chunks == 1 || !hier_,
-                "moe.a2a_chunks = {} overlaps the flat expert all-to-all: set comm.hierarchical_a2a = false, or "
-                "moe.a2a_chunks = 1",
-                chunks);
     chunks_ = chunks;
   }
 
@@ -383,6 +379,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     using Flat = Kokkos::View<T*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     const Flat a(from.data(), from.span()), b(to.data(), to.span());
     Kokkos::fence();  // the rows are written by kernels the host does not wait for otherwise
+    if (hier_) return comm::ihierarchical_alltoallv(*hier_, a, sc, sd, b, rc, rd);
     return rows_->ialltoallv(a, sc, sd, b, rc, rd);
   }
 
@@ -519,7 +516,8 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
       }
       Kokkos::fence();
     }
-    comm::Request req = rows_->ialltoallv(send_words, m.sc, m.sd, recv_words, m.rc, m.rd);
+    comm::Request req = hier_ ? comm::ihierarchical_alltoallv(*hier_, send_words, m.sc, m.sd, recv_words, m.rc, m.rd)
+                              : rows_->ialltoallv(send_words, m.sc, m.sd, recv_words, m.rc, m.rd);
     const kernels::WireCodec codec = codec_;
     req.then([codec, send_words, recv_words, b, in, in_at, m, d, chunk]() {
       ScopedRegion region("compress/decode");
