@@ -619,9 +619,11 @@ void Trainer::move_experts(const parallel::expert::ExpertMove& move) {
   ScopedRegion region("comm/expert_move", true);
   const auto& c = grid_.coords();
   const parallel::expert::MoverRank where{grid_.comm(comm::Group::Data), c.ep, c.expert_data};
+  // AdamW's moments cover the trainable tensors only (under LoRA the
+  // frozen experts have none: their adapters' moments move).
   parallel::expert::move_experts(dp_->store(),
                                  {dp_->store().values(), opt_->adamw().exp_avg(), opt_->adamw().exp_avg_sq()}, where,
-                                 move);
+                                 move, {false, true, true});
   // Top-k's residuals (what each rank still owes of each expert's
   // gradient) go with their experts; each expert's sum of them over the
   // ranks must be the same after the move.

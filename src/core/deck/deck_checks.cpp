@@ -374,10 +374,6 @@ void check_lora(const Config& c) {
            fmt::format("lora.rank = {} exceeds the smallest side ({}) of the {} matrices it adapts; a rank above "
                        "min(d_in, d_out) adds nothing: use lora.rank <= {}", r, smallest, t, smallest));
   }
-  if (c.get_int("moe.replace_every") > 0)
-    fail(c, {"lora.rank", "moe.replace_every"},
-         "expert re-placement (moe.replace_every > 0) with adapters (lora.rank > 0) is not built yet: it moves "
-         "optimizer state the frozen experts do not have; set moe.replace_every = 0");
   if (c.get_int("growth.every") > 0)
     fail(c, {"growth.every", "lora.rank"},
          "expert growth (growth.every > 0) with adapters (lora.rank > 0) is not built: growth adds experts "

@@ -171,47 +171,72 @@ std::vector<std::size_t> layer_to_move(const model::ParameterStore& store, const
 }  // namespace
 
 std::int64_t move_experts(const model::ParameterStore& store, const std::vector<View1<float>>& buffers,
-                          const MoverRank& where, const ExpertMove& move) {
-  const auto tensors = layer_to_move(store, move);
-  if (tensors.empty()) return 0;
-  const int slots = int(store.shard(tensors[0]).box.extent[0]);
-  const auto pieces = plan_pieces(store, tensors, gather_peers(store, tensors, where), move, slots);
+                          const MoverRank& where, const ExpertMove& move, const std::vector<bool>& trainable_only) {
+  const auto all = layer_to_move(store, move);
+  if (all.empty()) return 0;
+  EXA_REQUIRE(trainable_only.empty() || trainable_only.size() == buffers.size(),
+              "move_experts: {} trainable-only flags for {} buffers", trainable_only.size(), buffers.size());
+  // The layer's trainable expert tensors (LoRA: the adapters, not the
+  // frozen experts under them), for the buffers that hold only those.
+  std::vector<std::size_t> trainable;
+  for (const auto i : all)
+    if (store.spec(i).trainable) trainable.push_back(i);
+  const int slots = int(store.shard(all[0]).box.extent[0]);
+  // Each set's pieces once, on every rank in the same order (collective).
+  const auto pieces_all = plan_pieces(store, all, gather_peers(store, all, where), move, slots);
+  std::vector<Piece> pieces_trainable;
+  const bool any_trainable_only =
+      std::find(trainable_only.begin(), trainable_only.end(), true) != trainable_only.end();
+  if (any_trainable_only && !trainable.empty() && trainable.size() < all.size())
+    pieces_trainable = plan_pieces(store, trainable, gather_peers(store, trainable, where), move, slots);
   std::int64_t sent = 0;
-  for (const auto& buffer : buffers) {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), buffer);
+  for (std::size_t b = 0; b < buffers.size(); ++b) {
+    const bool only = !trainable_only.empty() && trainable_only[b];
+    if (only && trainable.empty()) continue;
+    const auto& tensors = only && trainable.size() < all.size() ? trainable : all;
+    const auto& pieces = only && trainable.size() < all.size() ? pieces_trainable : pieces_all;
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), buffers[b]);
     sent = exchange(
         pieces, where.data, move.layer, [&](std::size_t) { return h.data(); },
         [&](std::size_t t, std::int64_t box_elem) {
           return store.local_offset(tensors[t]) + box_elem - store.shard(tensors[t]).offset;
         });
-    Kokkos::deep_copy(buffer, h);
+    Kokkos::deep_copy(buffers[b], h);
   }
   return sent;
 }
 
 std::int64_t move_expert_boxes(const model::ParameterStore& store, const std::vector<View1<float>>& boxes,
                                const MoverRank& where, const ExpertMove& move) {
-  const auto tensors = layer_to_move(store, move);
-  if (tensors.empty()) return 0;
+  const auto all = layer_to_move(store, move);
+  if (all.empty()) return 0;
   EXA_REQUIRE(boxes.size() == store.size(), "move_expert_boxes: {} buffers for {} tensors", boxes.size(),
               store.size());
-  // Checked before any collective: a rank that stopped here would leave
-  // the others waiting in one.
-  std::size_t held = 0;
-  for (const auto i : tensors) held += boxes[i].extent(0) > 0 ? 1 : 0;
-  if (held == 0) return 0;
-  EXA_REQUIRE(held == tensors.size(), "move_expert_boxes: layer {}: {} of its {} expert tensors have buffers",
-              move.layer, held, tensors.size());
+  // The layer's trainable expert tensors hold the state (a frozen one, as
+  // LoRA's experts, has no residual). Checked before any collective: a
+  // rank that stopped here would leave the others waiting in one.
+  std::vector<std::size_t> tensors;
+  std::size_t trainable = 0;
+  for (const auto i : all) {
+    trainable += store.spec(i).trainable ? 1 : 0;
+    if (boxes[i].extent(0) > 0) tensors.push_back(i);
+  }
+  if (tensors.empty()) return 0;
+  for (const auto i : tensors)
+    EXA_REQUIRE(store.spec(i).trainable, "move_expert_boxes: the frozen {} has a buffer", store.spec(i).name);
+  EXA_REQUIRE(tensors.size() == trainable,
+              "move_expert_boxes: layer {}: {} of its {} trainable expert tensors have buffers", move.layer,
+              tensors.size(), trainable);
   // Every rank holds its whole box: the counterpart of the new slot's rank
   // (same expert-data index) covers every piece.
   int n = 0;
   MPI_Comm_size(where.data, &n);
-  std::vector<int> mine{where.ep_rank, where.expert_data}, all(2 * std::size_t(n));
-  MPI_Allgather(mine.data(), 2, MPI_INT, all.data(), 2, MPI_INT, where.data);
+  std::vector<int> mine{where.ep_rank, where.expert_data}, ranks(2 * std::size_t(n));
+  MPI_Allgather(mine.data(), 2, MPI_INT, ranks.data(), 2, MPI_INT, where.data);
   std::vector<Peer> peers(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
-    peers[std::size_t(q)].ep_rank = all[2 * std::size_t(q)];
-    peers[std::size_t(q)].expert_data = all[2 * std::size_t(q) + 1];
+    peers[std::size_t(q)].ep_rank = ranks[2 * std::size_t(q)];
+    peers[std::size_t(q)].expert_data = ranks[2 * std::size_t(q) + 1];
     for (const auto i : tensors) peers[std::size_t(q)].runs.push_back({0, store.shard(i).box.numel()});
   }
   const int slots = int(store.shard(tensors[0]).box.extent[0]);

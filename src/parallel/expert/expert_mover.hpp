@@ -37,14 +37,20 @@ struct MoverRank {
   int ep_rank = 0, expert_data = 0;
 };
 
-// Collective over `where.data`. `buffers` are laid out like store.values().
-// Returns the elements this rank sent per buffer.
+// Collective over `where.data`. `buffers` are laid out like store.values();
+// `trainable_only[b]` (all false when empty) marks a buffer that holds the
+// trainable tensors only (AdamW's moments: under LoRA the frozen experts
+// have none), whose layer's trainable expert tensors move. The flags must
+// be the same on every rank. Returns the elements this rank sent per
+// buffer.
 std::int64_t move_experts(const model::ParameterStore& store, const std::vector<View1<float>>& buffers,
-                          const MoverRank& where, const ExpertMove& move);
+                          const MoverRank& where, const ExpertMove& move,
+                          const std::vector<bool>& trainable_only = {});
 
 // The same for per-rank state of whole boxes (top-k's residuals: each rank
 // holds its own values for every element of its box, ZeRO or not):
-// `boxes[i]` is tensor i's (store order; empty: none), and each expert's
+// `boxes[i]` is tensor i's (store order; empty: none; every trainable
+// expert tensor of the layer has one, or none does), and each expert's
 // rows go from the old slot's rank to the new slot's rank of the same
 // expert-data index. Collective over `where.data`.
 std::int64_t move_expert_boxes(const model::ParameterStore& store, const std::vector<View1<float>>& boxes,
