@@ -17,8 +17,8 @@ std::unique_ptr<model::StageModel<float>> build_model(const ParallelLayout& layo
   tensor::use_tensor_parallel(seams, layout);
   context::use_context_parallel(seams, layout.grid(), layout.options().context, opt.attention_tiles);
   // After the tensor-parallel seams, so that their column/row linears are
-  // the ones deferred (their weight gradients need no TP collective without
-  // sequence parallelism; the deck refuses zb with it).
+  // the ones deferred (under sequence parallelism their operands are
+  // gathered as the products are recorded: Linear::weight_operands).
   pipeline::use_deferred_weights(seams, layout.deferred_weights());
   return std::make_unique<model::StageModel<float>>(cfg, layout.plan(), std::move(seams), opt);
 }

@@ -370,7 +370,13 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       const int reductions = std::max(1, c.projection_tasks);
       dp = reductions * std::max(0.0, reduce(dp_elements) - backward_last) + (c.zero == 1 ? gather(dp_elements) : 0);
     } else {
-      dp = double(c.grad_accum) * std::max(0.0, reduce(dp_elements) - backward_last) +
+      // zb's deferred products reduce-scatter their units once more from
+      // buffers of their own (parallel/data/zero_engine.hpp), the Data
+      // group's whole units again: the experts' products are not deferred.
+      GroupElements again = dp_elements;
+      again.experts = 0;
+      const double deferred = c.schedule == "zb" && pp > 1 ? reduce(again) : 0;
+      dp = double(c.grad_accum) * std::max(0.0, reduce(dp_elements) + deferred - backward_last) +
            (c.zero == 2 ? gather(dp_elements) : 0);
     }
   }

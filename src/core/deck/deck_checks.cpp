@@ -204,8 +204,8 @@ void check_parallel(const Config& c) {
     else if (f % etp != 0)
       fail(c, {"parallel.etp", "moe.d_expert"},
            fmt::format("moe.d_expert = {} is not divisible by the expert tensor parallelism etp = {}; it splits "
-                       "the routed experts' FFN width evenly: choose etp from {} (dividing parallel.tp = {})",
-                       f, etp, divisors(f), tp));
+                       "the routed experts' FFN width evenly: choose etp from {} (dividing it and parallel.tp = {})",
+                       f, etp, divisors(f, [tp](std::int64_t e) { return tp % e == 0; }), tp));
   }
   const auto seq = c.get_int("model.seq_len");
   if (seq % cp != 0) {

@@ -220,7 +220,14 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
 }
 
 DataParallel::~DataParallel() {
-  if (deferred_ && deferred_->home() == this) deferred_->set_home(nullptr);
+  // Unwinding from an error mid-step can leave W pending: set_home then
+  // refuses, and a destructor must not throw (the error would be lost).
+  if (deferred_ && deferred_->home() == this) {
+    try {
+      deferred_->set_home(nullptr);
+    } catch (...) {
+    }
+  }
 }
 
 pipeline::GradientHome::Place DataParallel::locate(const float* grad) const {
@@ -228,8 +235,8 @@ pipeline::GradientHome::Place DataParallel::locate(const float* grad) const {
   for (std::size_t i = 0; i < engines_.size(); ++i) {
     if (!engines_[i]->locate_grad(grad, p.unit, p.offset)) continue;
     EXA_REQUIRE(engines_[i]->deferred(),
-                "DataParallel: a deferred weight gradient in the routed experts' ZeRO buffers (their products "
-                "are not deferred)");
+                "DataParallel: a deferred weight gradient in the ZeRO buffers of an engine without deferred "
+                "buffers (the routed experts', whose products are not deferred, or a frozen one)");
     p.owner = int(i);
     return p;
   }

@@ -20,7 +20,9 @@
 // routing cannot leave a rank out of a collective.
 #include <map>
 #include <memory>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -400,6 +402,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
                       AfterPost&& after_post = {}) {
     const auto& parts = c.exchange.parts;
     const std::size_t n = parts.size();
+    part_words_next_ = 0;
     std::vector<comm::Request> there(n), back(n);
     // When each part was posted: the trace's in-flight intervals.
     std::vector<double> there_at(n), back_at(n);
@@ -500,8 +503,17 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const std::int64_t d = from.extent(1);
     const EncodedMessages m = encoded_messages(out, in, d);
     const int P = ranks();
-    const W1 send_words("exa::ep::part_send_words", std::size_t(m.so)),
-        recv_words("exa::ep::part_recv_words", std::size_t(m.ro));
+    // The call's next pair of pooled buffers (pipeline_parts has waited for
+    // every request of its previous call), grown as needed, never cleared.
+    if (part_words_next_ == part_words_.size()) part_words_.emplace_back();
+    auto& pooled = part_words_[part_words_next_++];
+    auto fit = [](W1& w, std::int64_t n, const char* label) {
+      if (std::int64_t(w.extent(0)) < n)
+        w = W1(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), std::size_t(n));
+    };
+    fit(pooled.first, m.so, "exa::ep::part_send_words");
+    fit(pooled.second, m.ro, "exa::ep::part_recv_words");
+    const W1 send_words = pooled.first, recv_words = pooled.second;
     using Flat = Kokkos::View<T*, Layout, D, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     const Flat a(from.data(), from.span()), b(to.data(), to.span());
     auto chunk = [](const auto& v, std::int64_t at, std::int64_t n) {
@@ -570,6 +582,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   using W1 = Kokkos::View<std::int32_t*, Layout, D>;
   kernels::WireCodec codec_;
   W1 send_words_, recv_words_;  // comm.a2a_compression's payloads
+  // ... and those of the parts (a pair per part and direction in flight).
+  std::vector<std::pair<W1, W1>> part_words_;
+  std::size_t part_words_next_ = 0;
   std::shared_ptr<comm::Communicator> counts_, rows_;
   std::shared_ptr<comm::HierarchicalComms> hier_;
   std::shared_ptr<const ExpertPlacement> placement_;

@@ -137,15 +137,11 @@ comm::Request Pipeline::send(const Link& to, const Model::V2& x, int tag) {
   return to.comm->isend(flat(x), to.peer, tag);
 }
 
-void Pipeline::wait(comm::Request& r, double& waited, bool receive) {
-  if (deferred_ && deferred_->fixed_order()) {
-    // W's reductions are collectives: one micro-batch's W before each
-    // receive, whether or not it has come, on every replica alike.
-    if (receive) deferred_->run_oldest();
-  } else if (!r.done()) {
-    // Deferred weight gradients fill the wait (compute, not idle time).
-    while (deferred_ && !deferred_->empty() && !r.test()) deferred_->run_oldest();
-  }
+void Pipeline::wait(comm::Request& r, double& waited) {
+  if (r.done()) return;
+  // Deferred weight gradients fill the wait (compute, not idle time),
+  // unless they run at fixed points (run_fixed_w).
+  while (deferred_ && !deferred_->fixed_order() && !deferred_->empty() && !r.test()) deferred_->run_oldest();
   if (r.done()) return;
   ScopedRegion region("comm/pipeline");
   const double t0 = wall_seconds();
@@ -163,6 +159,13 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
   // stage's chunks; a message's tag is its receiver's slot (2k forward,
   // 2k + 1 backward).
   auto slot = [n_micro](int c, int j) { return c * n_micro + j; };
+  // W with reductions that are collectives (a GradientHome): one micro-batch's
+  // W ahead of each receive, whether or not it has come, on every replica
+  // alike; before the receive is posted, so that an ordered transport
+  // (NCCL) has no receive in flight while W's collectives run.
+  const auto run_fixed_w = [this] {
+    if (deferred_ && deferred_->fixed_order()) deferred_->run_oldest();
+  };
   for (int c = 0; c < chunks(); ++c)
     for (int j = 0; j < n_micro; ++j)
       if (has_next(c) && !lazy_) grad_recv_[std::size_t(slot(c, j))] = receive_gradient(slot(c, j));
@@ -175,8 +178,9 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         if (s.input_everywhere || !has_prev(c) || !has_next(c)) in = s.input(j);
         in.chunk = c;
         if (has_prev(c)) {
+          run_fixed_w();
           if (lazy_) act_recv_[k] = receive_activation(int(k));
-          wait(act_recv_[k], st.wait_s, true);
+          wait(act_recv_[k], st.wait_s);
           in.hidden = act_in_[k];
           in.shape = shape_of(s, j);
         }
@@ -191,8 +195,9 @@ PipelineStats Pipeline::run(const Step& s, int n_micro) {
         const int j = op.micro, c = op.chunk;
         const auto k = std::size_t(slot(c, j));
         if (has_next(c)) {
+          run_fixed_w();
           if (lazy_) grad_recv_[k] = receive_gradient(int(k));
-          wait(grad_recv_[k], st.wait_s, true);
+          wait(grad_recv_[k], st.wait_s);
         }
         // The context's output must have left before backward gives the
         // context back (a later forward would overwrite it).

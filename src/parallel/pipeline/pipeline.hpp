@@ -161,9 +161,8 @@ class Pipeline {
   bool has_next(int c) const { return stage_ < stages_ - 1 || c < chunks() - 1; }
   int prev_chunk(int c) const { return stage_ > 0 ? c : c - 1; }
   int next_chunk(int c) const { return stage_ < stages_ - 1 ? c : c + 1; }
-  // Waits for r; deferred W runs in the wait (with a fixed order, one
-  // micro-batch's before each `receive`).
-  void wait(comm::Request& r, double& waited, bool receive = false);
+  // Waits for r; deferred W fills the wait unless it runs at fixed points.
+  void wait(comm::Request& r, double& waited);
   // Slot k's receives, and a send of x on a channel (tags: 2k forward, 2k+1 backward).
   comm::Request receive_activation(int k);
   comm::Request receive_gradient(int k);
