@@ -238,8 +238,10 @@ int main(int argc, char** argv) {
     const auto res = plan::search(base, cluster, o);
     const auto mcfg = model::ModelConfig::from_deck(base);
     if (!json) {
-      std::printf("%s on %d of %s (%d nodes x %d): %.3g parameters, %.4g FLOPs/token, global batch %lld sequences\n",
+      std::printf("%s on %d of %s (%d nodes x %d, %s): %.3g parameters, %.4g FLOPs/token, global batch %lld "
+                  "sequences\n",
                   deck_path.c_str(), ranks, cluster.name.c_str(), cluster.nodes, cluster.devices_per_node,
+                  plan::describe(cluster.topology).c_str(),
                   [&] {
                     double n = 0;
                     for (const auto& s : model::parameter_specs(mcfg)) n += double(s.numel());

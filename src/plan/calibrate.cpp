@@ -163,7 +163,7 @@ Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
   Cluster c;
   c.name = "calibrated";
   c.source = "examoe-plan calibrate";
-  c.topology = "flat";
+  c.topology.kind = "flat";
   // Nodes: the ranks sharing memory (or pretend nodes of ranks_per_node
   // consecutive ranks), the same on every node.
   int rpn = opt.ranks_per_node;

@@ -1,8 +1,13 @@
 #include "plan/cluster.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <toml++/toml.h>
+
+#include <algorithm>
+#include <map>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -23,7 +28,7 @@ struct Reader {
   double num(const char* section, const char* key, double lo, double hi, bool required, double fallback) const {
     const auto node = t[section][key];
     if (!node) {
-      EXA_REQUIRE(!required, "{}: [{}] {} is missing; give it (see input/clusters/README.md)", path, section, key);
+      EXA_REQUIRE(!required, "{}: [{}] {} is missing; give it (docs/planner.md lists the keys)", path, section, key);
       return fallback;
     }
     const auto v = node.value<double>();
@@ -40,6 +45,47 @@ struct Reader {
   }
 };
 
+Topology read_topology(const toml::table& t, const Reader& r, int nodes) {
+  const std::string& path = r.path;
+  Topology topo;
+  topo.kind = r.str("cluster", "topology", "fat_tree");
+  EXA_REQUIRE(topo.kind == "flat" || topo.kind == "fat_tree" || topo.kind == "torus",
+              "{}: [cluster] topology = \"{}\"; use flat, fat_tree or torus", path, topo.kind);
+  // A key of another wiring would be ignored: refuse it instead.
+  auto only_for = [&](const char* key, const char* kind) {
+    EXA_REQUIRE(!t["cluster"][key] || topo.kind == kind,
+                "{}: [cluster] {} describes a {} but topology = \"{}\"; remove it, or set topology = \"{}\"", path,
+                key, kind, topo.kind, kind);
+  };
+  only_for("nodes_per_switch", "fat_tree");
+  only_for("oversubscription", "fat_tree");
+  only_for("torus_dims", "torus");
+  only_for("torus_link_gbs", "torus");
+  if (topo.kind == "fat_tree") {
+    topo.nodes_per_switch = int(r.num("cluster", "nodes_per_switch", 0, nodes, false, 0));
+    topo.oversubscription = r.num("cluster", "oversubscription", 1, 1e3, false, 1);
+  }
+  if (topo.kind == "torus") {
+    const auto* dims = t["cluster"]["torus_dims"].as_array();
+    EXA_REQUIRE(dims != nullptr && !dims->empty(),
+                "{}: topology = \"torus\" needs [cluster] torus_dims, the nodes along each dimension (for example "
+                "[8, 8, 4] for 256 nodes)",
+                path);
+    std::int64_t product = 1;
+    for (const auto& d : *dims) {
+      const auto v = d.value<std::int64_t>();
+      EXA_REQUIRE(v.has_value() && *v >= 1, "{}: [cluster] torus_dims must hold whole numbers of nodes, 1 or more",
+                  path);
+      topo.torus_dims.push_back(int(*v));
+      product *= *v;
+    }
+    EXA_REQUIRE(product == nodes, "{}: [cluster] torus_dims multiply to {} nodes, but nodes = {}; make them agree",
+                path, product, nodes);
+    topo.torus_link_gbs = r.num("cluster", "torus_link_gbs", 0, 1e6, false, 0);
+  }
+  return topo;
+}
+
 }  // namespace
 
 Cluster load_cluster(const std::string& path) {
@@ -52,19 +98,37 @@ Cluster load_cluster(const std::string& path) {
   } catch (const std::exception& e) {
     throw Error(fmt::format("cannot read the cluster file {}: {}", path, e.what()));
   }
+  // A misspelt key would otherwise leave its default in place unnoticed.
+  const std::vector<std::string> link_keys{"bandwidth_gbs", "latency_us", "allreduce_gbs", "alltoall_gbs"};
+  const std::map<std::string, std::vector<std::string>> known{
+      {"cluster",
+       {"name", "topology", "nodes", "devices_per_node", "nodes_per_switch", "oversubscription", "torus_dims",
+        "torus_link_gbs"}},
+      {"device",
+       {"fp32_tflops", "bf16_tflops", "fp16_tflops", "matmul_efficiency", "low_precision_efficiency",
+        "attention_efficiency", "gemm_half_rows", "memory_gib", "memory_bandwidth_gbs", "elementwise_passes"}},
+      {"intra_node", link_keys},
+      {"inter_node", link_keys},
+      {"storage", {"write_gbs"}}};
   for (const auto& [k, v] : t) {
     const std::string s(k.str());
-    EXA_REQUIRE(s == "cluster" || s == "device" || s == "intra_node" || s == "inter_node" || s == "storage",
+    const auto keys = known.find(s);
+    EXA_REQUIRE(keys != known.end(),
                 "{}: unknown section [{}]; the sections are cluster, device, intra_node, inter_node, storage", path, s);
+    EXA_REQUIRE(v.is_table(), "{}: [{}] must be a table", path, s);
+    for (const auto& [key, value] : *v.as_table()) {
+      const std::string name(key.str());
+      EXA_REQUIRE(std::find(keys->second.begin(), keys->second.end(), name) != keys->second.end(),
+                  "{}: unknown key [{}] {}; the keys of [{}] are {}", path, s, name, s,
+                  fmt::format("{}", fmt::join(keys->second, ", ")));
+    }
   }
   const Reader r{t, path};
   Cluster c;
   c.source = path;
   c.name = r.str("cluster", "name", path);
-  c.topology = r.str("cluster", "topology", "fat_tree");
-  EXA_REQUIRE(c.topology == "flat" || c.topology == "fat_tree" || c.topology == "torus",
-              "{}: [cluster] topology = \"{}\"; use flat, fat_tree or torus", path, c.topology);
   c.nodes = int(r.num("cluster", "nodes", 1, 1e6, true, 1));
+  c.topology = read_topology(t, r, c.nodes);
   c.devices_per_node = int(r.num("cluster", "devices_per_node", 1, 4096, true, 1));
   c.fp32_tflops = r.num("device", "fp32_tflops", 1e-4, 1e5, true, 0);
   c.bf16_tflops = r.num("device", "bf16_tflops", 0, 1e5, false, 0);
@@ -85,16 +149,30 @@ Cluster load_cluster(const std::string& path) {
   return c;
 }
 
+namespace {
+
+// The keys of the cluster's own wiring, one per line.
+std::string topology_keys(const Topology& t) {
+  if (t.kind == "fat_tree")
+    return fmt::format("nodes_per_switch = {}\noversubscription = {:.6g}\n", t.nodes_per_switch, t.oversubscription);
+  if (t.kind == "torus")
+    return fmt::format("torus_dims = [{}]\ntorus_link_gbs = {:.6g}\n", fmt::join(t.torus_dims, ", "),
+                       t.torus_link_gbs);
+  return "";
+}
+
+}  // namespace
+
 std::string to_toml(const Cluster& c) {
   return fmt::format(
-      "[cluster]\nname = \"{}\"\ntopology = \"{}\"\nnodes = {}\ndevices_per_node = {}\n\n"
+      "[cluster]\nname = \"{}\"\ntopology = \"{}\"\nnodes = {}\ndevices_per_node = {}\n{}\n"
       "[device]\nfp32_tflops = {:.6g}\nbf16_tflops = {:.6g}\nfp16_tflops = {:.6g}\nmatmul_efficiency = {:.4g}\n"
       "low_precision_efficiency = {:.4g}\n"
       "attention_efficiency = {:.4g}\ngemm_half_rows = {:.4g}\nmemory_gib = {:.6g}\nmemory_bandwidth_gbs = {:.6g}\nelementwise_passes = {:.4g}\n\n"
       "[intra_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\nallreduce_gbs = {:.6g}\nalltoall_gbs = {:.6g}\n\n"
       "[inter_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\nallreduce_gbs = {:.6g}\nalltoall_gbs = {:.6g}\n\n"
       "[storage]\nwrite_gbs = {:.6g}\n",
-      c.name, c.topology, c.nodes, c.devices_per_node, c.fp32_tflops, c.bf16_tflops, c.fp16_tflops,
+      c.name, c.topology.kind, c.nodes, c.devices_per_node, topology_keys(c.topology), c.fp32_tflops, c.bf16_tflops, c.fp16_tflops,
       c.matmul_efficiency, c.low_precision_efficiency, c.attention_efficiency, c.gemm_half_rows, c.memory_gib, c.memory_bandwidth_gbs, c.elementwise_passes,
       c.intra.bandwidth_gbs, c.intra.latency_us, c.intra.allreduce_gbs, c.intra.alltoall_gbs, c.inter.bandwidth_gbs,
       c.inter.latency_us, c.inter.allreduce_gbs, c.inter.alltoall_gbs, c.storage_write_gbs);

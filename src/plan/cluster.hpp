@@ -2,10 +2,13 @@
 // Cluster: what the planner knows of the machine a layout will run on
 // (docs/planner.md): nodes and devices, each device's matmul peak per
 // precision with the share of it model-sized products reach, its memory and
-// memory bandwidth, and the links inside a node and between nodes. Loaded
+// memory bandwidth, the links inside a node and between nodes, and how the
+// nodes are wired. Loaded
 // from input/clusters/*.toml; `examoe-plan calibrate` writes one for the
 // machine it runs on.
 #include <string>
+
+#include "plan/topology.hpp"
 
 namespace exa::plan {
 
@@ -22,7 +25,7 @@ struct Link {
 struct Cluster {
   std::string name;
   std::string source;    // file it was read from, or "built-in"
-  std::string topology = "fat_tree";  // flat | fat_tree | torus
+  Topology topology;     // how the nodes are wired (plan/topology.hpp)
   int nodes = 1, devices_per_node = 1;
   // Per device.
   double fp32_tflops = 0, bf16_tflops = 0, fp16_tflops = 0;  // dense matmul peak

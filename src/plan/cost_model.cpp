@@ -51,7 +51,8 @@ double wire_bytes(const std::string& format, std::int64_t quant_block) {
 namespace {
 
 // A collective over a group of `size` ranks at world stride `stride`:
-// inside a node when its span fits one, else over the inter-node link.
+// inside a node when its span fits one, else over the inter-node link,
+// slowed by the links the topology makes its groups share.
 struct Net {
   const Cluster& cl;
   enum class Kind { P2p, Reduce, AllToAll };
@@ -59,7 +60,10 @@ struct Net {
     if (size <= 1 || bytes <= 0) return 0;
     const bool inside = std::int64_t(size) * stride <= cl.devices_per_node;
     const Link& l = inside ? cl.intra : cl.inter;
-    const double bw = kind == Kind::Reduce ? l.allreduce() : kind == Kind::AllToAll ? l.alltoall() : l.bandwidth_gbs;
+    double bw = kind == Kind::Reduce ? l.allreduce() : kind == Kind::AllToAll ? l.alltoall() : l.bandwidth_gbs;
+    if (!inside)
+      bw /= congestion(cl.topology, cl.nodes, cl.devices_per_node, l.bandwidth_gbs, bw,
+                       kind == Kind::AllToAll ? Traffic::AllToAll : Traffic::Ring, size, stride);
     return messages * l.latency_us * 1e-6 + bytes / (bw * 1e9);
   }
   // Ring allreduce, reduce-scatter / allgather, all-to-all: per-rank sends.

@@ -1,0 +1,54 @@
+#pragma once
+// How a cluster's nodes are wired, and what it costs a collective whose
+// group spans nodes (docs/planner.md, "Topology").
+//
+// The cost model charges a collective between nodes at the per-device
+// inter-node bandwidth. That is what it reaches when nothing in the network
+// is shared: one non-blocking switch, or a fat tree with full bisection.
+// Two wirings share links, and `congestion` says by how much the collective
+// slows down when every group of its kind in the world runs it at once, as
+// the layouts' collectives do:
+// - a fat tree whose leaf switches (nodes_per_switch nodes each) have less
+//   bandwidth up to the spine than down to their nodes (oversubscription);
+// - a torus of nodes, where a message travels over the links of every
+//   node between its ends.
+#include <string>
+#include <vector>
+
+namespace exa::plan {
+
+struct Topology {
+  std::string kind = "fat_tree";  // flat | fat_tree | torus
+  // fat_tree: nodes under one leaf switch (0: one switch holds every
+  // node), and the leaf's bandwidth down to its nodes over its bandwidth up
+  // to the spine (1: full bisection).
+  int nodes_per_switch = 0;
+  double oversubscription = 1;
+  // torus: nodes along each dimension (their product is the node count),
+  // node n at coordinates with the first dimension varying fastest; and the
+  // bandwidth of one link in one direction (0: a node's injection, its
+  // devices times the inter-node bandwidth per device).
+  std::vector<int> torus_dims;
+  double torus_link_gbs = 0;
+};
+
+// One line for reports: "fat tree, 4:1 above leaves of 16 nodes", "torus 8 x 8 x 4".
+std::string describe(const Topology& t);
+
+// Neighbour exchanges (ring allreduce, reduce-scatter and allgather, the
+// context-parallel ring, pipeline send/receive: member i sends to member
+// i + 1) against all-to-all (every member sends to every other alike).
+enum class Traffic { Ring, AllToAll };
+
+// At least 1: the factor by which a collective over `size` ranks at world
+// stride `stride` (the group holding rank 0: ranks i * stride) runs slower
+// than at `rate_gbs`, the rate each rank's sends reach in it without
+// congestion. The nodes hold `devices_per_node` devices, each with
+// `device_gbs` of inter-node bandwidth (the fat tree's leaf has that many
+// times its devices down, over the oversubscription up). The groups of one
+// kind are translates of each other, so the group of rank 0 stands for all
+// of them.
+double congestion(const Topology& t, int nodes, int devices_per_node, double device_gbs, double rate_gbs,
+                  Traffic traffic, int size, int stride);
+
+}  // namespace exa::plan
