@@ -109,9 +109,9 @@ def draw(rng, max_ranks, bf16=False):
         model["data.documents"] = "packed"
     elif r < 0.45:
         model["train.batch_tokens"] = 2 * model["model.seq_len"]
-    # LSH attention (not with cp, which the deck refuses), its chunks a
-    # quarter of the sequence, in the reference run too.
-    if cp == 1 and rng.random() < 0.2:
+    # LSH attention (with cp only in the a2a mode, the deck refuses the
+    # ring), its chunks a quarter of the sequence, in the reference run too.
+    if (cp == 1 or layout.get("parallel.cp_mode") == "a2a") and rng.random() < 0.2:
         model.update({"attention.kind": "lsh", "attention.lsh_bucket": model["model.seq_len"] // 4,
                       "attention.lsh_local": rng.random() < 0.5})
     # Top-k gradient compression at ratio 1 (every value sent, nothing

@@ -80,11 +80,15 @@ void check_model(const Config& c) {
 
 void check_attention(const Config& c) {
   if (c.get_string("attention.kind") != "lsh") return;
-  if (const auto cp = c.get_int("parallel.cp"); cp > 1)
-    fail(c, {"attention.kind", "parallel.cp"},
-         fmt::format("attention.kind = \"lsh\" is not built with context parallelism (parallel.cp = {}): the "
-                     "bucket sort needs every key of a sequence on one rank; set parallel.cp = 1 (tp, pp, dp and ep "
-                     "all work with lsh), or attention.kind = \"full\"",
+  // The bucket sort needs every key of a sequence on one rank: the
+  // all-to-all mode gathers whole sequences of a share of the heads; the
+  // ring passes key blocks by and never holds them all.
+  if (const auto cp = c.get_int("parallel.cp"); cp > 1 && c.get_string("parallel.cp_mode") == "ring")
+    fail(c, {"attention.kind", "parallel.cp_mode"},
+         fmt::format("attention.kind = \"lsh\" sorts every key of a sequence into buckets, but parallel.cp_mode = "
+                     "\"ring\" never holds a whole sequence's keys on one rank (parallel.cp = {}); set "
+                     "parallel.cp_mode = \"a2a\", which gathers whole sequences of a share of the heads, or "
+                     "attention.kind = \"full\"",
                      cp));
 }
 

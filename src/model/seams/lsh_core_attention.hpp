@@ -2,8 +2,9 @@
 // The CoreAttention of attention.kind = "lsh": kernels/lsh_attention.hpp on
 // this rank's heads (docs/architecture.md, "LSH attention"). The rotations
 // are keyed by the calling layer and the global kv head, so a tensor-parallel
-// rank's heads hash as the whole model's. It takes whole sequences only: the
-// deck refuses it with context parallelism.
+// rank's heads hash as the whole model's. It takes whole sequences only:
+// under context parallelism the all-to-all mode hands it whole sequences of
+// a share of the heads, and the deck refuses the ring mode.
 #include "core/error.hpp"
 #include "kernels/lsh_attention.hpp"
 #include "model/seams/core_attention.hpp"

@@ -5,8 +5,10 @@
 // every head (zigzag.hpp). One all-to-all turns them into the whole
 // sequences of a share of the heads (query heads [j·H/cp, (j+1)·H/cp) and
 // key/value heads [j·Hkv/cp, ...) on rank j, which keeps GQA's query-to-kv
-// map inside each rank), the local kernel attends over the whole sequence,
-// and one all-to-all brings out (and lse) back to the rows' owners. The
+// map inside each rank), the attention one rank would run (the model's
+// own seam: full causal, or LSH, which needs every key of a sequence to
+// sort its buckets) attends over the whole sequences of those heads, and
+// one all-to-all brings out (and lse) back to the rows' owners. The
 // backward repeats the first exchange for q, k, v, out, dout and lse, runs
 // the local backward and sends dq, dk, dv back. Needs cp | Hkv (the deck
 // check refuses otherwise). Waits are charged to "comm/context/a2a".
@@ -38,8 +40,13 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
   using typename Base::A4;
   using typename Base::Lse;
 
-  AllToAllAttention(std::shared_ptr<comm::Communicator> cp_comm, kernels::AttentionTiles tiles = {})
-      : Base(std::move(cp_comm), tiles) {}
+  // `local`: the attention of whole sequences (the seam the model had
+  // before context parallelism replaced it).
+  AllToAllAttention(std::shared_ptr<comm::Communicator> cp_comm,
+                    std::shared_ptr<const model::CoreAttention<T, D>> local, kernels::AttentionTiles tiles = {})
+      : Base(std::move(cp_comm), tiles), local_(std::move(local)) {
+    EXA_REQUIRE(local_ != nullptr, "AllToAllAttention: no whole-sequence attention given");
+  }
 
   void forward(const A4& q, const A4& k, const A4& v, const A4& out, const Lse& lse,
                model::AttentionPositions at) const override {
@@ -50,7 +57,7 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
     const index_t Tn = s.c * 2 * zz_.cp;
     A4 fo = make(s.B, Tn, s.H / zz_.cp, s.hd);
     const Lse& fl = reuse(lse_full_, "exa::context::a2a_lse", s.B, s.H / zz_.cp, Tn);
-    kernels::attention_forward(full[0], full[1], full[2], fo, fl, tiles_, documents(at));
+    local_->forward(full[0], full[1], full[2], fo, fl, whole(at, s));
     A4 fl4 = make(s.B, Tn, s.H / zz_.cp, 1);
     ops::lse_as_rows(fl, fl4, true);
     A4 l4 = make(s.B, 2 * s.c, s.H, 1);
@@ -70,16 +77,20 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
     const Lse& fl = reuse(lse_full_, "exa::context::a2a_lse", s.B, Hl, Tn);
     ops::lse_as_rows(fl, full[5], false);
     A4 fdq = make(s.B, Tn, Hl, s.hd), fdk = make(s.B, Tn, Hkvl, s.hd), fdv = make(s.B, Tn, Hkvl, s.hd);
-    kernels::attention_backward(full[4], full[0], full[1], full[2], full[3], fl, fdq, fdk, fdv, tiles_,
-                                documents(at));
+    local_->backward(full[4], full[0], full[1], full[2], full[3], fl, fdq, fdk, fdv, whole(at, s));
     to_rows({fdq, fdk, fdv}, {dq, dk, dv}, s);
   }
 
  private:
   // The whole sequences sit at positions 0.. after the exchange: the
-  // documents (packed sequences) apply as they are.
-  static kernels::AttentionOffsets documents(const model::AttentionPositions& at) {
-    return {0, 0, at.doc_start, at.doc_end, at.doc_stride};
+  // documents (packed sequences) apply as they are. This rank's key/value
+  // heads are its share of the caller's, so their global index moves by
+  // that share's first.
+  model::AttentionPositions whole(const model::AttentionPositions& at, const Shape& s) const {
+    model::AttentionPositions w = at;
+    w.q_offset = w.k_offset = 0;
+    w.kv_head_begin = at.kv_head_begin + std::int64_t(zz_.rank) * (s.Hkv / zz_.cp);
+    return w;
   }
   using L4 = Kokkos::View<T****, Layout, D>;
   using Buf = Kokkos::View<T*, Layout, D>;
@@ -184,6 +195,7 @@ class AllToAllAttention final : public ZigzagAttention<T, D> {
   mutable std::size_t used_ = 0;
   mutable Lse lse_full_;
   mutable Buf send_[7], recv_[7];
+  std::shared_ptr<const model::CoreAttention<T, D>> local_;
 };
 
 }  // namespace exa::parallel::context

@@ -31,7 +31,7 @@ void use_context_parallel(model::Seams<float>& s, const comm::ProcessGrid& grid,
   if (opt.mode == "ring") {
     s.attention = std::make_shared<const RingAttention<float>>(c, tiles);
   } else if (opt.mode == "a2a") {
-    s.attention = std::make_shared<const AllToAllAttention<float>>(c, tiles);
+    s.attention = std::make_shared<const AllToAllAttention<float>>(c, s.attention, tiles);
   } else {
     throw Error(fmt::format("parallel.cp_mode = \"{}\" is not one of ring, a2a", opt.mode));
   }
