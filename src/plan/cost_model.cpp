@@ -55,15 +55,18 @@ namespace {
 // slowed by the links the topology makes its groups share.
 struct Net {
   const Cluster& cl;
-  enum class Kind { P2p, Reduce, AllToAll };
+  std::int64_t world;  // the candidate's ranks, filling the cluster's nodes in order
+  // P2p: a ring's neighbour sends; Chain: a pipeline's, whose slowest
+  // stage boundary paces it (inter-node when any boundary is).
+  enum class Kind { P2p, Chain, Reduce, AllToAll };
   double seconds(double bytes, int messages, int size, int stride, Kind kind = Kind::P2p) const {
     if (size <= 1 || bytes <= 0) return 0;
     const bool inside = std::int64_t(size) * stride <= cl.devices_per_node;
     const Link& l = inside ? cl.intra : cl.inter;
     double bw = kind == Kind::Reduce ? l.allreduce() : kind == Kind::AllToAll ? l.alltoall() : l.bandwidth_gbs;
-    if (!inside)
-      bw /= congestion(cl.topology, cl.nodes, cl.devices_per_node, l.bandwidth_gbs, bw,
-                       kind == Kind::AllToAll ? Traffic::AllToAll : Traffic::Ring, size, stride);
+    const Traffic traffic =
+        kind == Kind::AllToAll ? Traffic::AllToAll : kind == Kind::Chain ? Traffic::Chain : Traffic::Ring;
+    if (!inside) bw /= congestion(cl.topology, world, cl.devices_per_node, l.bandwidth_gbs, bw, traffic, size, stride);
     return messages * l.latency_us * 1e-6 + bytes / (bw * 1e9);
   }
   // Ring allreduce, reduce-scatter / allgather, all-to-all: per-rank sends.
@@ -148,7 +151,7 @@ ChunkWork chunk_work(const model::ModelConfig& cfg, const model::StagePlan& plan
 
 StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluster& cl, const MemoryBytes* memory,
                  const PredictOptions& opt) {
-  const Net net{cl};
+  const Net net{cl, c.grid.world > 0 ? std::int64_t(c.grid.world) : std::int64_t(cl.devices())};
   // LoRA: the frozen matrices compute no weight gradients (the adapters'
   // products, rank r against d, are left out), and only the adapters'
   // gradients are reduced.
@@ -311,7 +314,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       zg_whole = gather(chunk);
       zg_f = std::max(0.0, zg_whole - f_compute);
     }
-    const double p2p = pp > 1 ? net.seconds(Nr * double(cfg.d_model) * 4, 1, 2, tp * cp * g.dp) : 0;
+    const double p2p = pp > 1 ? net.seconds(Nr * double(cfg.d_model) * 4, 1, pp, tp * cp * g.dp, Net::Kind::Chain) : 0;
     auto& t = times[std::size_t(s)];
     const double fwd_comm = tp_f + a2a_f + cp_f;
     t.forward = f_compute + fwd_comm + zg_f;

@@ -4,83 +4,137 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
+
+#include "core/error.hpp"
 
 namespace exa::plan {
 
 namespace {
 
-// The node of each member of the group holding rank 0.
-std::vector<std::int64_t> member_nodes(int size, int stride, int devices_per_node) {
-  std::vector<std::int64_t> n(static_cast<std::size_t>(size));
-  for (int i = 0; i < size; ++i) n[std::size_t(i)] = std::int64_t(i) * stride / devices_per_node;
-  return n;
+// Calls f(members) for every group of `size` ranks at stride `stride` in a
+// world of `world` ranks, as the rank order makes them: ranks r0 + i *
+// stride for each r0 whose (r0 / stride) % size is 0. Groups that would run
+// past the world are left out.
+template <class F>
+void for_each_group(std::int64_t world, int size, int stride, F f) {
+  std::vector<std::int64_t> members(static_cast<std::size_t>(size));
+  const std::int64_t period = std::int64_t(size) * stride;
+  for (std::int64_t base = 0; base + period <= world; base += period)
+    for (std::int64_t r0 = base; r0 < base + stride; ++r0) {
+      for (int i = 0; i < size; ++i) members[std::size_t(i)] = r0 + std::int64_t(i) * stride;
+      f(members);
+    }
 }
 
-// Share of the members' traffic that leaves their leaf switch.
-double leaf_share(const std::vector<std::int64_t>& nodes, int per_switch, Traffic traffic) {
-  const std::size_t p = nodes.size();
-  auto leaf = [&](std::size_t i) { return nodes[i] / per_switch; };
-  if (traffic == Traffic::Ring) {
-    std::size_t crossing = 0;
-    for (std::size_t i = 0; i < p; ++i) crossing += leaf(i) != leaf((i + 1) % p) ? 1 : 0;
-    return double(crossing) / double(p);
+// The busiest leaf's share of its devices' traffic that leaves it.
+double leaf_share(const Topology& t, std::int64_t world, int devices_per_node, Traffic traffic, int size,
+                  int stride) {
+  const std::int64_t per_leaf = std::int64_t(t.nodes_per_switch) * devices_per_node;
+  const std::int64_t leaves = (world + per_leaf - 1) / per_leaf;
+  std::vector<double> out(static_cast<std::size_t>(leaves), 0.0);
+  std::map<std::int64_t, double> members_in;
+  for_each_group(world, size, stride, [&](const std::vector<std::int64_t>& m) {
+    const std::size_t p = m.size();
+    if (traffic != Traffic::AllToAll) {
+      const std::size_t edges = traffic == Traffic::Ring ? p : p - 1;
+      for (std::size_t i = 0; i < edges; ++i)
+        if (m[i] / per_leaf != m[(i + 1) % p] / per_leaf) out[std::size_t(m[i] / per_leaf)] += 1;
+      return;
+    }
+    // All-to-all: a member in a leaf of c members sends (p - c) / (p - 1)
+    // of its bytes out of it.
+    members_in.clear();
+    for (const auto r : m) members_in[r / per_leaf] += 1;
+    for (const auto& [leaf, c] : members_in) out[std::size_t(leaf)] += c * (double(p) - c) / double(p - 1);
+  });
+  double worst = 0;
+  for (std::int64_t l = 0; l < leaves; ++l) {
+    const double devices = double(std::min(per_leaf, world - l * per_leaf));
+    worst = std::max(worst, out[std::size_t(l)] / devices);
   }
-  // All-to-all: a member in a leaf of c members sends (p - c) / (p - 1) of
-  // its bytes out; over the members, (p^2 - sum c^2) / (p (p - 1)).
-  std::map<std::int64_t, double> members;
-  for (std::size_t i = 0; i < p; ++i) members[leaf(i)] += 1;
-  double same = 0;
-  for (const auto& [l, c] : members) same += c * c;
-  return (double(p) * double(p) - same) / (double(p) * double(p - 1));
+  return worst;
 }
 
-// Hops a message from node a to node b takes along each dimension and
-// direction of the torus (minimal routing; half the way round goes half
-// each way, except on a dimension of 2, whose two neighbours are one node
-// and one link), added to `hops` times `weight`.
-void add_route(const std::vector<int>& dims, std::int64_t a, std::int64_t b, double weight,
-               std::vector<std::array<double, 2>>& hops) {
-  for (std::size_t k = 0; k < dims.size(); ++k) {
+// Link loads of a torus: [node][dimension][direction], in flows (a
+// device sending at the collective's rate is 1).
+struct TorusLoads {
+  const std::vector<int>& dims;
+  std::vector<double> load;
+  TorusLoads(const std::vector<int>& d, std::int64_t nodes) : dims(d), load(std::size_t(nodes) * d.size() * 2, 0.0) {}
+
+  std::int64_t node_of(const std::vector<std::int64_t>& c) const {
+    std::int64_t n = 0;
+    for (std::size_t k = dims.size(); k-- > 0;) n = n * dims[k] + c[k];
+    return n;
+  }
+  void walk(std::vector<std::int64_t> c, std::size_t k, int dir, std::int64_t hops, double w) {
     const std::int64_t d = dims[k];
-    const std::int64_t ak = a % d, bk = b % d;
-    a /= d;
-    b /= d;
-    const std::int64_t delta = ((bk - ak) % d + d) % d;
-    if (delta == 0) continue;
-    if (2 * delta < d || d == 2) {
-      hops[k][0] += weight * double(delta);
-    } else if (2 * delta > d) {
-      hops[k][1] += weight * double(d - delta);
-    } else {
-      hops[k][0] += weight * double(delta) / 2;
-      hops[k][1] += weight * double(delta) / 2;
+    for (std::int64_t h = 0; h < hops; ++h) {
+      load[(std::size_t(node_of(c)) * dims.size() + k) * 2 + std::size_t(dir)] += w;
+      c[k] = (c[k] + (dir == 0 ? 1 : d - 1)) % d;
     }
   }
-}
-
-// Every node sends devices_per_node members' traffic at rate_gbs; the
-// busiest link direction carries that times its hops per member.
-double torus_factor(const Topology& t, const std::vector<std::int64_t>& nodes, int devices_per_node, double device_gbs,
-                    double rate_gbs, Traffic traffic) {
-  const std::size_t p = nodes.size();
-  std::vector<std::array<double, 2>> hops(t.torus_dims.size(), {0.0, 0.0});
-  if (traffic == Traffic::Ring) {
-    for (std::size_t i = 0; i < p; ++i) add_route(t.torus_dims, nodes[i], nodes[(i + 1) % p], 1.0, hops);
-  } else {
-    std::map<std::int64_t, double> members;
-    for (const auto n : nodes) members[n] += 1;
-    for (const auto& [a, ca] : members)
-      for (const auto& [b, cb] : members)
-        if (a != b) add_route(t.torus_dims, a, b, ca * cb / double(p - 1), hops);
+  // Minimal dimension-ordered route from node a to node b: along the
+  // first dimension, then the next; half way round goes half each way,
+  // except on a dimension of 2, whose two neighbours are one node and one
+  // link.
+  void route(std::int64_t a, std::int64_t b, double w) {
+    std::vector<std::int64_t> ca(dims.size()), cb(dims.size());
+    for (std::size_t k = 0; k < dims.size(); ++k) {
+      ca[k] = a % dims[k];
+      cb[k] = b % dims[k];
+      a /= dims[k];
+      b /= dims[k];
+    }
+    for (std::size_t k = 0; k < dims.size(); ++k) {
+      const std::int64_t d = dims[k];
+      const std::int64_t delta = ((cb[k] - ca[k]) % d + d) % d;
+      if (delta == 0) continue;
+      if (2 * delta < d || d == 2) {
+        walk(ca, k, 0, delta, w);
+      } else if (2 * delta > d) {
+        walk(ca, k, 1, d - delta, w);
+      } else {
+        walk(ca, k, 0, delta, w / 2);
+        walk(ca, k, 1, delta, w / 2);
+      }
+      ca[k] = cb[k];
+    }
   }
-  double busiest = 0;
-  for (const auto& h : hops) busiest = std::max({busiest, h[0], h[1]});
-  const double link = t.torus_link_gbs > 0 ? t.torus_link_gbs : devices_per_node * device_gbs;
-  return std::max(1.0, devices_per_node * rate_gbs * busiest / double(p) / link);
+};
+
+// The busiest link direction's flows.
+double torus_busiest(const Topology& t, std::int64_t world, int devices_per_node, Traffic traffic, int size,
+                     int stride) {
+  std::int64_t nodes = 1;
+  for (const int d : t.torus_dims) nodes *= d;
+  EXA_REQUIRE(world <= nodes * devices_per_node,
+              "a torus of {} nodes ({}) holds {} ranks of {} a node, not {}: describe a torus of at least {} nodes "
+              "(torus_dims and nodes), or plan fewer ranks",
+              nodes, fmt::join(t.torus_dims, " x "), nodes * devices_per_node, devices_per_node, world,
+              (world + devices_per_node - 1) / devices_per_node);
+  TorusLoads loads(t.torus_dims, nodes);
+  std::map<std::int64_t, double> members_on;
+  for_each_group(world, size, stride, [&](const std::vector<std::int64_t>& m) {
+    const std::size_t p = m.size();
+    if (traffic != Traffic::AllToAll) {
+      const std::size_t edges = traffic == Traffic::Ring ? p : p - 1;
+      for (std::size_t i = 0; i < edges; ++i) {
+        const auto a = m[i] / devices_per_node, b = m[(i + 1) % p] / devices_per_node;
+        if (a != b) loads.route(a, b, 1.0);
+      }
+      return;
+    }
+    members_on.clear();
+    for (const auto r : m) members_on[r / devices_per_node] += 1;
+    for (const auto& [a, ca] : members_on)
+      for (const auto& [b, cb] : members_on)
+        if (a != b) loads.route(a, b, ca * cb / double(p - 1));
+  });
+  return *std::max_element(loads.load.begin(), loads.load.end());
 }
 
 }  // namespace
@@ -92,27 +146,32 @@ std::string describe(const Topology& t) {
   return fmt::format("fat tree, {:g}:1 above leaves of {} nodes", t.oversubscription, t.nodes_per_switch);
 }
 
-double congestion(const Topology& t, int nodes, int devices_per_node, double device_gbs, double rate_gbs,
+double congestion(const Topology& t, std::int64_t world, int devices_per_node, double device_gbs, double rate_gbs,
                   Traffic traffic, int size, int stride) {
   if (size <= 1 || t.kind == "flat") return 1;
   const bool tree = t.kind == "fat_tree";
+  const std::int64_t nodes = (world + devices_per_node - 1) / devices_per_node;
   if (tree && (t.oversubscription <= 1 || t.nodes_per_switch <= 0 || t.nodes_per_switch >= nodes)) return 1;
-  // The search asks for the same few groups many times; the torus's
-  // all-to-all is quadratic in the group's nodes.
+  // The search asks for the same few groups many times.
   static std::mutex lock;
   static std::map<std::string, double> seen;
   std::string key = fmt::format("{} {} {} {} {} {} {} {} {} {} {}", t.kind, t.nodes_per_switch, t.oversubscription,
-                                t.torus_link_gbs, nodes, devices_per_node, device_gbs, rate_gbs, int(traffic), size, stride);
+                                t.torus_link_gbs, world, devices_per_node, device_gbs, rate_gbs, int(traffic), size, stride);
   for (const int d : t.torus_dims) key += fmt::format(" {}", d);
   {
     const std::lock_guard<std::mutex> g(lock);
     const auto it = seen.find(key);
     if (it != seen.end()) return it->second;
   }
-  const auto members = member_nodes(size, stride, devices_per_node);
-  const double f =
-      tree ? std::max(1.0, t.oversubscription * leaf_share(members, t.nodes_per_switch, traffic) * rate_gbs / device_gbs)
-           : torus_factor(t, members, devices_per_node, device_gbs, rate_gbs, traffic);
+  double f = 1;
+  if (tree) {
+    // The leaf's uplink has its devices' bandwidth over the oversubscription.
+    f = t.oversubscription * leaf_share(t, world, devices_per_node, traffic, size, stride) * rate_gbs / device_gbs;
+  } else {
+    const double link = t.torus_link_gbs > 0 ? t.torus_link_gbs : devices_per_node * device_gbs;
+    f = torus_busiest(t, world, devices_per_node, traffic, size, stride) * rate_gbs / link;
+  }
+  f = std::max(1.0, f);
   const std::lock_guard<std::mutex> g(lock);
   seen.emplace(std::move(key), f);
   return f;

@@ -12,6 +12,7 @@
 //   bandwidth up to the spine than down to their nodes (oversubscription);
 // - a torus of nodes, where a message travels over the links of every
 //   node between its ends.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,20 +36,24 @@ struct Topology {
 // One line for reports: "fat tree, 4:1 above leaves of 16 nodes", "torus 8 x 8 x 4".
 std::string describe(const Topology& t);
 
-// Neighbour exchanges (ring allreduce, reduce-scatter and allgather, the
-// context-parallel ring, pipeline send/receive: member i sends to member
-// i + 1) against all-to-all (every member sends to every other alike).
-enum class Traffic { Ring, AllToAll };
+// Neighbour exchanges in a ring (ring allreduce, reduce-scatter and
+// allgather, the context-parallel ring: member i sends to member i + 1,
+// the last to the first), in a chain (the pipeline's stages: member i to
+// i + 1, the last to no one; the gradients come back on the links' other
+// direction), and all-to-all (every member sends to every other alike).
+enum class Traffic { Ring, Chain, AllToAll };
 
-// At least 1: the factor by which a collective over `size` ranks at world
-// stride `stride` (the group holding rank 0: ranks i * stride) runs slower
-// than at `rate_gbs`, the rate each rank's sends reach in it without
-// congestion. The nodes hold `devices_per_node` devices, each with
-// `device_gbs` of inter-node bandwidth (the fat tree's leaf has that many
-// times its devices down, over the oversubscription up). The groups of one
-// kind are translates of each other, so the group of rank 0 stands for all
-// of them.
-double congestion(const Topology& t, int nodes, int devices_per_node, double device_gbs, double rate_gbs,
+// At least 1: the factor by which a collective over groups of `size` ranks
+// at world stride `stride` runs slower than at `rate_gbs`, the rate each
+// rank's sends reach in it without congestion, when every such group of
+// `world` ranks (as the rank order makes them, ranks filling nodes in
+// order) runs it at once and the busiest shared link sets the pace. A
+// torus must hold the world (exa::Error otherwise); a fat tree has as many
+// leaves as the world fills. The nodes hold `devices_per_node`
+// devices, each with `device_gbs` of inter-node bandwidth (the fat tree's
+// leaf has that many times its devices down, over the oversubscription
+// up; a torus link, unless given, a node's).
+double congestion(const Topology& t, std::int64_t world, int devices_per_node, double device_gbs, double rate_gbs,
                   Traffic traffic, int size, int stride);
 
 }  // namespace exa::plan

@@ -1,7 +1,8 @@
 // The planner's topology (docs/planner.md, "Topology"): what a fat tree's
 // oversubscribed leaves and a torus's shared links cost the collectives
-// whose groups cross them, worked out by hand on small networks, the cost
-// model charging it, and the cluster file's topology keys.
+// whose groups cross them (every group of a kind at once, the busiest link
+// setting the pace), worked out by hand on small networks, the cost model
+// charging it, and the cluster file's topology keys.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -37,7 +38,7 @@ TEST(Topology, FullBisectionCostsNothing) {
   flat.kind = "flat";
   for (const auto& t : {flat, tree(0, 4), tree(2, 1), tree(8, 4)})
     for (const auto traffic : {Traffic::Ring, Traffic::AllToAll})
-      EXPECT_EQ(plan::congestion(t, 8, 4, 10, 10, traffic, 32, 1), 1.0) << t.kind << " " << t.nodes_per_switch;
+      EXPECT_EQ(plan::congestion(t, 32, 4, 10, 10, traffic, 32, 1), 1.0) << t.kind << " " << t.nodes_per_switch;
 }
 
 TEST(Topology, FatTreeChargesWhatLeavesTheLeaf) {
@@ -45,46 +46,54 @@ TEST(Topology, FatTreeChargesWhatLeavesTheLeaf) {
   const auto t = tree(2, 4);
   // All-to-all over all 32 ranks: each sends 24 of its 31 peers' shares
   // out of its leaf; the uplink carries that at a quarter of the rate.
-  EXPECT_DOUBLE_EQ(plan::congestion(t, 8, 4, 10, 10, Traffic::AllToAll, 32, 1), 4.0 * 24 / 31);
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::AllToAll, 32, 1), 4.0 * 24 / 31);
   // At half the link's rate the uplink is half as loaded.
-  EXPECT_DOUBLE_EQ(plan::congestion(t, 8, 4, 10, 5, Traffic::AllToAll, 32, 1), 2.0 * 24 / 31);
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 5, Traffic::AllToAll, 32, 1), 2.0 * 24 / 31);
   // The ring over the same ranks leaves a leaf on 4 of its 32 edges: an
   // eighth of the traffic, well inside a quarter of the bandwidth.
-  EXPECT_DOUBLE_EQ(plan::congestion(t, 8, 4, 10, 10, Traffic::Ring, 32, 1), 1.0);
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::Ring, 32, 1), 1.0);
   // Pipeline neighbours 8 ranks apart sit on different leaves, all of them
   // at once; 4 apart they share one.
-  EXPECT_DOUBLE_EQ(plan::congestion(t, 8, 4, 10, 10, Traffic::Ring, 2, 8), 4.0);
-  EXPECT_DOUBLE_EQ(plan::congestion(t, 8, 4, 10, 10, Traffic::Ring, 2, 4), 1.0);
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::Ring, 2, 8), 4.0);
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::Ring, 2, 4), 1.0);
   // The ranks of one leaf's node slot: 4 leaves, one member each, so every
   // ring edge crosses.
-  EXPECT_DOUBLE_EQ(plan::congestion(t, 8, 4, 10, 10, Traffic::Ring, 4, 8), 4.0);
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::Ring, 4, 8), 4.0);
+  // A pipeline of 4 stages of one node each (ranks 0-3, 4-7, 8-11,
+  // 12-15; the next pipeline on 16-31): its first and last boundaries
+  // stay in a leaf, the middle one leaves it from half the leaf's devices.
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::Chain, 4, 4), 2.0);
 }
 
 TEST(Topology, TorusChargesTheBusiestLink) {
   // A ring of 8 nodes, one device each at the link's rate.
   // Neighbours along it: one hop each, every link once.
   EXPECT_DOUBLE_EQ(plan::congestion(torus({8}), 8, 1, 10, 10, Traffic::Ring, 8, 1), 1.0);
-  // Pairs 3 apart: 3 hops forward one way, 3 back the other; each
-  // direction's links carry 1.5 messages a node.
-  EXPECT_DOUBLE_EQ(plan::congestion(torus({8}), 8, 1, 10, 10, Traffic::Ring, 2, 3), 1.5);
+  // Pairs 3 apart on a ring of 12 ({0,3}, {1,4}, {2,5}, {6,9}, ...): 3
+  // hops forward one way, 3 back the other; the link from node 2 to 3
+  // carries the messages from 0, 1 and 2.
+  EXPECT_DOUBLE_EQ(plan::congestion(torus({12}), 12, 1, 10, 10, Traffic::Ring, 2, 3), 3.0);
   // Half the link bandwidth: twice the time.
-  EXPECT_DOUBLE_EQ(plan::congestion(torus({8}, 5), 8, 1, 10, 10, Traffic::Ring, 2, 3), 3.0);
+  EXPECT_DOUBLE_EQ(plan::congestion(torus({12}, 5), 12, 1, 10, 10, Traffic::Ring, 2, 3), 6.0);
   // All-to-all over the 8: from node 0, forward 1 + 2 + 3 hops and half of
   // the 4 to the opposite node, 8 hops over 7 peers a direction.
   EXPECT_DOUBLE_EQ(plan::congestion(torus({8}), 8, 1, 10, 10, Traffic::AllToAll, 8, 1), 8.0 / 7);
   // Four devices a node, 32 ranks: 4 x 4 pairs of ranks per node pair over
   // 31 peers, 8 x 8 node pairs' forward hops over 32 members, on a link
   // carrying a node's 4 devices.
-  EXPECT_DOUBLE_EQ(plan::congestion(torus({8}), 8, 4, 10, 10, Traffic::AllToAll, 32, 1), 8.0 * 8 * 16 / 31 / 32);
+  EXPECT_DOUBLE_EQ(plan::congestion(torus({8}), 32, 4, 10, 10, Traffic::AllToAll, 32, 1), 8.0 * 8 * 16 / 31 / 32);
   // A dimension of 2 is one link between its two nodes: the pair on
   // either end of dimension 1 of a 4 x 2 torus sends over it both ways.
   EXPECT_DOUBLE_EQ(plan::congestion(torus({4, 2}), 8, 1, 10, 10, Traffic::Ring, 2, 4), 1.0);
   // 2-D: the 4 x 4 torus's first row rings along dimension 0, one hop.
   EXPECT_DOUBLE_EQ(plan::congestion(torus({4, 4}), 16, 1, 10, 10, Traffic::Ring, 4, 1), 1.0);
-  // Every other node of it: half way round, half each way, 1 hop a
-  // direction per message; the wrap from (2,1) to (0,0) adds one back
-  // along dimension 1, the step from (2,0) to (0,1) one forward.
+  // Every other node of it ({0,2,4,6}, {1,3,5,7}, ...): half way round,
+  // half each way, so each link along dimension 0 carries half a message
+  // of each of the two rings of its row; along dimension 1 the step from
+  // (2,0) to (0,1) and the wrap from (2,1) to (0,0) take one link each.
   EXPECT_DOUBLE_EQ(plan::congestion(torus({4, 4}), 16, 1, 10, 10, Traffic::Ring, 4, 2), 1.0);
+  // More ranks than the torus holds: its shape is fixed, so no guess.
+  EXPECT_THROW((void)plan::congestion(torus({4, 4}), 32, 1, 10, 10, Traffic::Ring, 4, 2), Error);
 }
 
 plan::Cluster four_nodes(const plan::Topology& t) {
@@ -130,6 +139,30 @@ TEST(Topology, CostModelChargesItsCollectives) {
   ASSERT_GT(ring_full.dp, 0);
   EXPECT_DOUBLE_EQ(ring_tapered.dp, ring_full.dp);
   EXPECT_DOUBLE_EQ(ring_tapered.step, ring_full.step);
+}
+
+TEST(Topology, APipelineIsAsSlowAsItsSlowestBoundary) {
+  // pp 4 on 2 nodes of 2: stages 0|1 and 2|3 share a node, 1|2 does not,
+  // and every stage waits for that boundary in the steady state.
+  model::ModelConfig cfg;
+  cfg.vocab_size = 256;
+  cfg.d_model = 64;
+  cfg.n_layers = 4;
+  cfg.n_heads = 4;
+  cfg.seq_len = 32;
+  plan::Candidate c;
+  c.grid = comm::GridSizes{4, 1, 1, 1, 4, 1, 0, 0};
+  c.micro_batch = 1;
+  c.grad_accum = 8;
+  plan::Cluster one = four_nodes(tree(0, 1));
+  one.nodes = 1;
+  one.devices_per_node = 4;
+  plan::Cluster two = one;
+  two.nodes = 2;
+  two.devices_per_node = 2;
+  const auto a = plan::predict(cfg, c, one), b = plan::predict(cfg, c, two);
+  ASSERT_GT(a.pp_p2p, 0);
+  EXPECT_GT(b.pp_p2p, 10 * a.pp_p2p);
 }
 
 std::string write_cluster_file(const std::string& name, const std::string& text) {
