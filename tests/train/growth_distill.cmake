@@ -9,7 +9,9 @@
 #    its gradient changes the next step's (step 5's, as step 3's term and
 #    gradient are 0).
 #  - Negative control: init = random changes the function, and the first
-#    step's term is far from 0 (> 2e-6; measured 1.0e-5).
+#    step's term is far from 0 (> 2e-6; measured 1.0e-5). NO_RANDOM_CONTROL
+#    leaves it out, for decks whose fresh experts take too few tokens at
+#    once to change the function measurably.
 # Every step of the window has a teacher time in its record, the step
 # after it none.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
@@ -21,12 +23,16 @@ set(common ${DECK} ${ARGS} --set train.steps=5 --set checkpoint.every=0 --set gr
 set(kd --set growth.distill_steps=2 --set growth.distill_coef=3 --set growth.distill_temperature=2)
 run_checked(${EXAMOE} ${common} --set output.run_dir=${WORK}/plain)
 run_checked(${EXAMOE} ${common} ${kd} --set output.run_dir=${WORK}/split)
-run_checked(${EXAMOE} ${common} ${kd} --set growth.init=random --set output.run_dir=${WORK}/random)
+if(NOT NO_RANDOM_CONTROL)
+  run_checked(${EXAMOE} ${common} ${kd} --set growth.init=random --set output.run_dir=${WORK}/random)
+  value_at(${WORK}/random 3 r3 distill loss)
+else()
+  set(r3 "not run")
+endif()
 
 value_at(${WORK}/split 3 d3 distill loss)
 value_at(${WORK}/split 4 d4 distill loss)
 value_at(${WORK}/split 5 d5 distill loss)
-value_at(${WORK}/random 3 r3 distill loss)
 message(STATUS "distillation term: split steps 3, 4: ${d3}, ${d4}; random step 3: ${r3}")
 if(d3 STREQUAL "" OR d4 STREQUAL "" OR r3 STREQUAL "")
   message(FATAL_ERROR "steps 3 and 4 (the window of the event after step 2) have no distill record")
@@ -36,7 +42,9 @@ if(NOT d5 STREQUAL "")
 endif()
 require_abs(${d3} <= 5e-7 "a split of noise 0 keeps the function: the first step's term")
 require_abs(${d4} > 1e-5 "after an update the student differs from the teacher: the second step's term")
-require_abs(${r3} > 2e-6 "init = random changes the function: the first step's term (negative control)")
+if(NOT NO_RANDOM_CONTROL)
+  require_abs(${r3} > 2e-6 "init = random changes the function: the first step's term (negative control)")
+endif()
 
 foreach(step 3 4)
   value_at(${WORK}/split ${step} loss loss)

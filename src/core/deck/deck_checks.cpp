@@ -642,10 +642,6 @@ void check_projection(const Config& c) {
     fail(c, {"train.grad_projection", "comm.compression"},
          "train.grad_projection = \"pcgrad\" with comm.compression = \"topk\" is not built yet: top-k's residuals "
          "carry one gradient from step to step, not one per task; choose another comm.compression");
-  if (c.get_int("growth.distill_steps") > 0)
-    fail(c, {"train.grad_projection", "growth.distill_steps"},
-         "train.grad_projection = \"pcgrad\" with growth.distill_steps > 0 is not built yet (the teacher runs on "
-         "the step's micro-batches in one order); set growth.distill_steps = 0");
 }
 
 // train.batch_tokens: the data it needs, and the layouts its micro-batches'
