@@ -359,7 +359,8 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
   // The timeline of the steady state, then each further micro-batch adds
   // the slowest stage's forward and backward.
   const int sim = steady_micro(n_micro, pp, chunks);
-  const Timeline tl = simulate_pipeline(c.schedule, times, sim, chunks);
+  // ZeRO 2/3 give zb's W a home in their buffers, and W then runs at fixed points.
+  const Timeline tl = simulate_pipeline(c.schedule, times, sim, chunks, c.zero >= 2);
   double slowest = 0;
   for (const auto& t : times) slowest = std::max(slowest, t.forward + t.backward + t.weight);
   const double round_span = tl.span + double(n_micro - sim) * chunks * slowest;

@@ -10,7 +10,8 @@
 
 namespace exa::plan {
 
-Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTimes>& times, int n_micro, int chunks) {
+Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTimes>& times, int n_micro, int chunks,
+                           bool fixed_w) {
   using Op = parallel::MicroBatchOp;
   const int pp = int(times.size());
   EXA_REQUIRE(pp >= 1, "simulate_pipeline: no stages");
@@ -44,7 +45,9 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
   // The input an operation waits for: the previous stage's forward (chunk
   // c - 1 of the last stage for a later chunk's first stage), the next
   // stage's backward, or on the model's last chunk its own forward.
-  auto input = [&](int s, const Op& op, bool& known) -> double {
+  // `received`: it comes from another stage.
+  auto input = [&](int s, const Op& op, bool& known, bool& received) -> double {
+    received = true;
     int ps = s, pc = op.chunk;
     Op::Kind pk = op.kind;
     double link = 0;
@@ -58,6 +61,7 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
         link = times[std::size_t(ps)].p2p;
       } else {
         known = true;
+        received = false;
         return 0;
       }
     } else {
@@ -70,6 +74,7 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
         link = times[0].p2p;
       } else {
         pk = Op::Kind::Forward;
+        received = false;
       }
     }
     const double t = done[key(ps, pk, pc, op.micro)];
@@ -87,27 +92,32 @@ Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTime
       auto& i = next[std::size_t(s)];
       while (i < ops[std::size_t(s)].size()) {
         const Op& op = ops[std::size_t(s)][i];
-        bool known = false;
-        const double ready = input(s, op, known);
+        bool known = false, received = false;
+        const double ready = input(s, op, known, received);
         if (!known) break;
         double& t = free_at[std::size_t(s)];
         const auto& tm = times[std::size_t(s)];
         // ZB-H1: a deferred weight gradient runs where the stage would
-        // wait; the stage's last backward runs undeferred, after every W
-        // still waiting, so that the data-parallel reductions see whole
-        // gradients.
+        // wait (or at the fixed points); the stage's last backward runs
+        // undeferred, after every W still waiting, so that the
+        // data-parallel reductions see whole gradients.
         const bool last = deferred && i + 1 == ops[std::size_t(s)].size();
         auto& queue = pending[std::size_t(s)];
-        while (!queue.empty() && (last || t < ready)) {
+        auto run_oldest = [&] {
           t += queue.front();
           busy[std::size_t(s)] += queue.front();
           queue.pop_front();
-        }
+        };
+        if (fixed_w && received && !queue.empty()) run_oldest();
+        while (!queue.empty() && (last || (!fixed_w && t < ready))) run_oldest();
         const double d = op.kind == Op::Kind::Forward ? tm.forward : tm.backward + (last ? tm.weight : 0.0);
         t = std::max(t, ready) + d;
         busy[std::size_t(s)] += d;
         done[key(s, op.kind, op.chunk, op.micro)] = t;
-        if (deferred && !last && op.kind == Op::Kind::Backward) pending[std::size_t(s)].push_back(tm.weight);
+        if (deferred && !last && op.kind == Op::Kind::Backward) {
+          queue.push_back(tm.weight);
+          while (queue.size() > std::size_t(pp - s)) run_oldest();
+        }
         ++i;
         --left;
         progress = true;

@@ -24,7 +24,13 @@ struct Timeline {
 };
 
 // `times[s]` for each of the stages; chunks > 1 with "interleaved".
+// zb's deferred weight gradients (parallel/pipeline/pipeline.cpp) fill a
+// stage's waits for its input, or, with `fixed_w` (ZeRO 2/3, whose W
+// enters collectives that every replica must enter alike), one runs before
+// each operation that receives, whether or not its input has come. Either
+// way a stage keeps at most pp - stage of them waiting, and runs every one
+// left before its last backward.
 Timeline simulate_pipeline(const std::string& schedule, const std::vector<OpTimes>& times, int n_micro,
-                           int chunks = 1);
+                           int chunks = 1, bool fixed_w = false);
 
 }  // namespace exa::plan
