@@ -220,7 +220,9 @@ ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, co
 // a pending micro-batch keeps, per Linear product of the stage's layers, a
 // copy of its output gradient and of its input (one per input and seam:
 // wq/wk/wv share one, w1/w3 another), whole rows (gathered under sequence
-// parallelism), in fp32. After a backward at most pp - stage micro-batches
+// parallelism), in fp32, or in bf16 under bf16 products (those round them
+// anyway; not under LoRA dropout) with one fp32 scratch of the largest
+// input and output gradient that W widens them into. After a backward at most pp - stage micro-batches
 // stay pending, so with the one just recorded pp - stage + 1 are held at
 // once, and never all m: the last backward runs whole (on the d = 64 pp 2
 // test deck the run held 2 on each stage, 466944 B against 1f1b's
@@ -237,7 +239,13 @@ double deferred_bytes(const model::ModelConfig& cfg, const Candidate& c, const m
   const double moe = N * d + N * E + (Fs > 0 ? N * d + 3 * N * Fs + N * d : 0);
   const double per_micro = double(n_moe) * (attn + moe) + double(n_dense) * (attn + ffn);
   const int held = std::min(c.grid.pp - stage + 1, std::max(0, int(c.micro_per_round()) - 1));
-  return 4 * double(held) * per_micro;
+  const bool half = c.precision == "bf16" && !(cfg.lora.enabled() && cfg.lora.dropout > 0);
+  if (!half || held == 0) return 4 * double(held) * per_micro;
+  // One product's width: a dense FFN's d_ff, one shared expert's.
+  const double Fl = n_dense > 0 ? Fd : 0.0, Fs1 = Fs > 0 ? double(plan.d_shared) : 0.0;
+  const double widest_x = N * std::max({d, H * hd, Fl, Fs1});
+  const double widest_dy = N * std::max({d, H * hd, Fl, Fs1, n_moe > 0 ? E : 0.0});
+  return 2 * double(held) * per_micro + 4 * (widest_x + widest_dy);
 }
 
 double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,

@@ -556,6 +556,16 @@ TEST(Plan, ZbCountsItsDeferredCopies) {
     EXPECT_EQ(plan::deferred_bytes(cfg, ob, plan::stage_plan(cfg, ob, s), s), 0.0) << "stage " << s;
     EXPECT_EQ(plan::stage_memory(cfg, c, s).communication - plan::stage_memory(cfg, ob, s).communication, held)
         << "stage " << s;
+    // bf16 products: bf16 copies, and one fp32 scratch W widens them into,
+    // the widest input (64 rows of d = 64) and output gradient (64 of d).
+    // (On the d = 64 test deck of tests/train the run's bf16 pipeline
+    // record held half the fp32 copies' bytes plus 524288 B on stage 0,
+    // whose dense FFN's 1024 columns are the widest, and 32768 B on
+    // stage 1: these widths.)
+    plan::Candidate half = c;
+    half.precision = "bf16";
+    EXPECT_EQ(plan::deferred_bytes(cfg, half, plan::stage_plan(cfg, half, s), s), held / 2 + 4.0 * 64 * (64 + 64))
+        << "stage " << s;
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include "core/error.hpp"
 #include "core/profiling.hpp"
+#include "kernels/convert.hpp"
+#include "kernels/matmul_precision.hpp"
 
 namespace exa::parallel::pipeline {
 
@@ -14,36 +16,66 @@ void WeightGradQueue::open(int micro) {
   deferring_ = true;
 }
 
+WeightGradQueue::Copy WeightGradQueue::copy_of(const Act& v, bool half, const char* label) {
+  Copy c;
+  if (half) {
+    c.half = decltype(c.half)(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), v.extent(0),
+                              v.extent(1));
+    kernels::fp32_to_bf16(v, c.half);
+  } else {
+    c.f32 = Act(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), v.extent(0), v.extent(1));
+    Kokkos::deep_copy(c.f32, v);
+  }
+  return c;
+}
+
+WeightGradQueue::Act WeightGradQueue::widened(const Copy& c, Kokkos::View<float*, Layout, Device>& buf) const {
+  if (c.half.data() == nullptr) return c.f32;
+  const std::size_t n = c.half.span();
+  if (buf.extent(0) < n) buf = Kokkos::View<float*, Layout, Device>(
+                             Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::pipeline::deferred_widened"), n);
+  const Act out(buf.data(), c.half.extent(0), c.half.extent(1));
+  kernels::bf16_to_fp32(c.half, out);
+  return out;
+}
+
 void WeightGradQueue::push(const void* seam, const L& inner, const Act& x, const Act& dy, const Wt& dw,
                            bool accumulate, const L::Adapter& ad) {
   auto& b = batches_.back();
+  // The product rounds x and dy to bf16 itself; LoRA's dropout scales the
+  // adapter's input first, so its operands stay fp32.
+  const bool half = kernels::matmul_precision() == kernels::MatmulPrecision::bf16 && !(ad && ad.drops());
   // Only the previous entry's copy can be shared, and only through the same
   // seam: between two products a buffer may be written again (selective
   // recomputation's norm output is the shared input of both sub-blocks of
   // every layer: the next layer's wv and this layer's router read it with
   // other values), so an older copy of the same address can hold other
   // values; and another seam may want its operand in another form.
-  Act xc;
+  Copy xc;
+  bool shared = false;
   if (!b.entries.empty() && b.last_seam == seam && b.last == x.data() && b.last_rows == x.extent(0) &&
-      b.last_cols == x.extent(1))
+      b.last_cols == x.extent(1) && (b.entries.back().x.half.data() != nullptr) == half) {
     xc = b.entries.back().x;
+    shared = true;
+  }
   // The operands in the form the product needs no collective on (gathered
   // over the Tp group under sequence parallelism), taken now, while every
-  // TP rank runs the same B; a shared copy is gathered already. The same
-  // decisions on every rank, so the same collectives.
-  const auto [wx, wdy] = inner.weight_operands(xc.data() != nullptr ? xc : x, dy);
-  if (xc.data() == nullptr) {
-    xc = Act("exa::pipeline::deferred_x", wx.extent(0), wx.extent(1));
-    Kokkos::deep_copy(xc, wx);
+  // TP rank runs the same B; a shared copy is gathered already (only its
+  // shape matters here: weight_operands returns an x of the gathered shape
+  // as it is). The same decisions on every rank, so the same collectives.
+  const Act xs = !shared                      ? x
+                 : xc.half.data() == nullptr ? xc.f32
+                                             : Act(static_cast<float*>(nullptr), xc.half.extent(0), xc.half.extent(1));
+  const auto [wx, wdy] = inner.weight_operands(xs, dy);
+  if (!shared) {
+    xc = copy_of(wx, half, "exa::pipeline::deferred_x");
     b.inputs.push_back(xc);
   }
   b.last = x.data();
   b.last_seam = seam;
   b.last_rows = x.extent(0);
   b.last_cols = x.extent(1);
-  Act dyc("exa::pipeline::deferred_dy", wdy.extent(0), wdy.extent(1));
-  Kokkos::deep_copy(dyc, wdy);
-  Entry e{&inner, xc, dyc, dw, accumulate, ad, {}, {}, {}};
+  Entry e{&inner, xc, copy_of(wdy, half, "exa::pipeline::deferred_dy"), dw, accumulate, ad, {}, {}, {}};
   if (home_ != nullptr) {
     e.dw_at = home_->locate(dw.data());
     if (ad) {
@@ -97,9 +129,18 @@ void WeightGradQueue::run(const Batch& b) {
     open.push_back({at, home_->open_deferred(at.owner, at.unit)});
     return Wt(open.back().base + at.offset, recorded.extent(0), recorded.extent(1));
   };
+  // bf16 copies are widened for the product (which rounds them back,
+  // exactly); a shared input once for its products.
+  const void* widened_x = nullptr;
+  Act x;
   for (const auto& e : b.entries) {
+    if (e.x.data() != widened_x) {
+      x = widened(e.x, x_buf_);
+      widened_x = e.x.data();
+    }
+    const Act dy = widened(e.dy, dy_buf_);
     if (home_ == nullptr) {
-      e.inner->backward_weight(e.x, e.dy, e.dw, e.accumulate, e.ad);
+      e.inner->backward_weight(x, dy, e.dw, e.accumulate, e.ad);
       continue;
     }
     close_except({e.dw_at, e.da_at, e.db_at});
@@ -108,7 +149,7 @@ void WeightGradQueue::run(const Batch& b) {
       ad.da = target(ad.da, e.da_at);
       ad.db = target(ad.db, e.db_at);
     }
-    e.inner->backward_weight(e.x, e.dy, target(e.dw, e.dw_at), e.accumulate, ad);
+    e.inner->backward_weight(x, dy, target(e.dw, e.dw_at), e.accumulate, ad);
   }
   if (home_ != nullptr) close_except({});
 }
@@ -125,13 +166,13 @@ void WeightGradQueue::run_all() {
 }
 
 std::size_t WeightGradQueue::bytes() const {
-  std::size_t n = 0;
+  std::size_t n = (x_buf_.span() + dy_buf_.span()) * sizeof(float);
   for (const auto& b : batches_) {
     for (const auto& e : b.entries) {
-      n += e.dy.span() * sizeof(float);
+      n += e.dy.bytes();
       for (const auto& k : e.kept) n += k.span() * sizeof(float);
     }
-    for (const auto& in : b.inputs) n += in.span() * sizeof(float);
+    for (const auto& in : b.inputs) n += in.bytes();
   }
   return n;
 }

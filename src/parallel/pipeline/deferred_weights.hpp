@@ -19,6 +19,12 @@
 // routed experts' and the LM head's weight gradients are not Linear seams
 // here and stay in B.
 //
+// Under bf16 products (precision.compute = "bf16") the copies are bf16:
+// every product rounds its inputs to bf16, so W computes from them exactly
+// what it would from fp32 copies, in half the memory. LoRA's dropout
+// scales the adapter's input before it is rounded, so an adapter with
+// dropout keeps fp32 copies.
+//
 // Under ZeRO 2/3 a unit's gradient buffer is reused before W runs: the
 // queue then has a GradientHome (gradient_home.hpp), records where each
 // product's gradient lives, writes W's into buffers the home gives it,
@@ -29,6 +35,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "model/seams/linear.hpp"
 #include "model/seams/seams.hpp"
 #include "parallel/pipeline/gradient_home.hpp"
@@ -62,12 +69,23 @@ class WeightGradQueue {
   std::size_t pending() const { return batches_.size(); }  // micro-batches whose W is outstanding
   void run_oldest();  // one micro-batch's W
   void run_all();
-  std::size_t bytes() const;  // the copies held
+  std::size_t bytes() const;  // the copies held, and the fp32 scratch bf16 copies are widened into
 
  private:
+  // An operand's copy: fp32, or bf16 (`half`) when the product rounds it
+  // to bf16 anyway.
+  struct Copy {
+    Act f32;
+    Kokkos::View<bf16**, Layout, Device> half;
+    const void* data() const { return half.data() != nullptr ? static_cast<const void*>(half.data()) : f32.data(); }
+    std::size_t bytes() const { return f32.span() * sizeof(float) + half.span() * sizeof(bf16); }
+  };
+  static Copy copy_of(const Act& v, bool half, const char* label);
+  // `c` as fp32: itself, or widened into `buf` (grown as needed).
+  Act widened(const Copy& c, Kokkos::View<float*, Layout, Device>& buf) const;
   struct Entry {
     const L* inner;
-    Act x, dy;
+    Copy x, dy;
     Wt dw;
     bool accumulate;
     // The adapter's values and gradients: working copies that outlive the
@@ -80,13 +98,14 @@ class WeightGradQueue {
   struct Batch {
     int micro = 0;
     std::vector<Entry> entries;
-    std::vector<Act> inputs;        // the input copies
+    std::vector<Copy> inputs;       // the input copies
     const float* last = nullptr;    // the data the last entry's x copies, its shape and seam
     std::size_t last_rows = 0, last_cols = 0;
     const void* last_seam = nullptr;
   };
   void run(const Batch& b);
   std::deque<Batch> batches_;
+  Kokkos::View<float*, Layout, Device> x_buf_, dy_buf_;  // W's fp32 operands of bf16 copies
   bool deferring_ = false;
   GradientHome* home_ = nullptr;
 };
