@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
+#include <tuple>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -152,13 +154,19 @@ double congestion(const Topology& t, std::int64_t world, int devices_per_node, d
   const bool tree = t.kind == "fat_tree";
   const std::int64_t nodes = (world + devices_per_node - 1) / devices_per_node;
   if (tree && (t.oversubscription <= 1 || t.nodes_per_switch <= 0 || t.nodes_per_switch >= nodes)) return 1;
-  // The search asks for the same few groups many times.
+  // The search asks for the same few groups millions of times: a key of
+  // plain numbers (no allocation), the torus's dimensions in a fixed array
+  // (a torus of more dimensions is computed every time).
+  using Key = std::tuple<bool, int, double, double, std::array<int, 6>, std::int64_t, int, double, double, int, int,
+                         int>;
+  std::array<int, 6> dims{};
+  const bool cacheable = t.torus_dims.size() <= dims.size();
+  for (std::size_t k = 0; k < t.torus_dims.size() && cacheable; ++k) dims[k] = t.torus_dims[k];
+  const Key key{tree, t.nodes_per_switch, t.oversubscription, t.torus_link_gbs, dims, world, devices_per_node,
+                device_gbs, rate_gbs, int(traffic), size, stride};
   static std::mutex lock;
-  static std::map<std::string, double> seen;
-  std::string key = fmt::format("{} {} {} {} {} {} {} {} {} {} {}", t.kind, t.nodes_per_switch, t.oversubscription,
-                                t.torus_link_gbs, world, devices_per_node, device_gbs, rate_gbs, int(traffic), size, stride);
-  for (const int d : t.torus_dims) key += fmt::format(" {}", d);
-  {
+  static std::map<Key, double> seen;
+  if (cacheable) {
     const std::lock_guard<std::mutex> g(lock);
     const auto it = seen.find(key);
     if (it != seen.end()) return it->second;
@@ -172,8 +180,10 @@ double congestion(const Topology& t, std::int64_t world, int devices_per_node, d
     f = torus_busiest(t, world, devices_per_node, traffic, size, stride) * rate_gbs / link;
   }
   f = std::max(1.0, f);
-  const std::lock_guard<std::mutex> g(lock);
-  seen.emplace(std::move(key), f);
+  if (cacheable) {
+    const std::lock_guard<std::mutex> g(lock);
+    seen.emplace(key, f);
+  }
   return f;
 }
 
