@@ -700,7 +700,11 @@ model::ParameterStore::Flat Trainer::trainable_values() {
   return Kokkos::subview(s.values(), Kokkos::make_pair(std::int64_t(0), s.trainable_numel()));
 }
 
-void Trainer::masters_replaced() { dp_->params_updated(); }
+void Trainer::masters_replaced() {
+  dp_->params_updated();
+  // Writing them paged the offloaded experts in: out again, as a step leaves them.
+  if (const auto& file = dp_->store().offload_file()) file->release_all();
+}
 
 double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");

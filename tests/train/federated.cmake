@@ -7,6 +7,10 @@
 #   MODE=layout: two sites of one rank against two sites of two ranks each
 #     (tp 2 + sequence parallelism): the same per-site losses (1e-5), as a
 #     site's layout does not change what it trains.
+#   MODE=offload: two sites of one rank, with the routed experts and their
+#     optimizer state offloaded (memory.offload_experts) and without: the
+#     same losses bit for bit, as the average reads and writes the
+#     offloaded values like the others.
 #   -DEXAMOE -DMPIEXEC -DWORK -DARGS -DSITES2 -DSITES3 (site_data values)
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
@@ -60,6 +64,27 @@ elseif(MODE STREQUAL "layout")
   foreach(k 0 1)
     compare_steps(${WORK}/one_rank/site${k}/metrics.jsonl ${WORK}/tp2/site${k}/metrics.jsonl 4 "tp2 site ${k}")
   endforeach()
+elseif(MODE STREQUAL "offload")
+  set(fed --set federated.sites=2 --set federated.site_data=${SITES2})
+  run(2 resident ${fed})
+  run(2 offloaded ${fed} --set memory.offload_experts=true --set memory.offload_optimizer=true)
+  set(LOSS_TOL 0)
+  foreach(k 0 1)
+    compare_steps(${WORK}/resident/site${k}/metrics.jsonl ${WORK}/offloaded/site${k}/metrics.jsonl 4 "offloaded site ${k}")
+    ledger_peak_sum(${WORK}/offloaded/site${k} 4 paged offload)
+    if(NOT paged GREATER 0)
+      message(FATAL_ERROR "site ${k}: no offloaded bytes resident at any time: nothing was offloaded")
+    endif()
+    round_records(${WORK}/resident/site${k} a)
+    round_records(${WORK}/offloaded/site${k} b)
+    list(GET a 1 ra)
+    list(GET b 1 rb)
+    string(JSON va GET "${ra}" val_global)
+    string(JSON vb GET "${rb}" val_global)
+    if(NOT va STREQUAL vb)
+      message(FATAL_ERROR "site ${k}: round 2's global validation loss ${vb} offloaded against ${va}")
+    endif()
+  endforeach()
 else()
-  message(FATAL_ERROR "federated.cmake: MODE must be secure_plain or layout, not '${MODE}'")
+  message(FATAL_ERROR "federated.cmake: MODE must be secure_plain, layout or offload, not '${MODE}'")
 endif()

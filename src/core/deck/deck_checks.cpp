@@ -574,7 +574,6 @@ void check_federated(const Config& c) {
       {"parallel.auto", "the planner plans one job's layout, not a site's"},
       {"growth.every", "grown experts would differ between sites"},
       {"moe.replace_every", "re-placed experts would sit on different ranks at each site"},
-      {"memory.offload_experts", "the offloaded experts' values are not in the parts the sites average"},
   };
   for (const auto& [key, why] : refused) {
     const auto& s = c.setting(key);
