@@ -218,8 +218,9 @@ int main(int argc, char** argv) {
         }
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf("%s on %d ranks of %s:\n  step %.4g s, %.4g tokens/s, MFU %.1f%%, %s\n  %s\n  memory: %s\n",
-                    c.describe().c_str(), ranks, cluster.name.c_str(), r.step, r.tokens_per_s, 100 * r.mfu,
+        std::printf("%s on %d ranks of %s (%s):\n  step %.4g s, %.4g tokens/s, MFU %.1f%%, %s\n  %s\n  memory: %s\n",
+                    c.describe().c_str(), ranks, cluster.name.c_str(), plan::describe(cluster.topology).c_str(),
+                    r.step, r.tokens_per_s, 100 * r.mfu,
                     r.reason.c_str(), breakdown(r).c_str(), memory_line(r.memory).c_str());
       }
       return 0;
