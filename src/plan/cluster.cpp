@@ -62,7 +62,10 @@ Topology read_topology(const toml::table& t, const Reader& r, int nodes) {
   only_for("torus_dims", "torus");
   only_for("torus_link_gbs", "torus");
   if (topo.kind == "fat_tree") {
-    topo.nodes_per_switch = int(r.num("cluster", "nodes_per_switch", 0, nodes, false, 0));
+    const double per_switch = r.num("cluster", "nodes_per_switch", 0, nodes, false, 0);
+    EXA_REQUIRE(per_switch == double(std::int64_t(per_switch)),
+                "{}: [cluster] nodes_per_switch = {} is not a whole number of nodes", path, per_switch);
+    topo.nodes_per_switch = int(per_switch);
     topo.oversubscription = r.num("cluster", "oversubscription", 1, 1e3, false, 1);
   }
   if (topo.kind == "torus") {

@@ -247,13 +247,12 @@ SearchResult search(const deck::Config& base, const Cluster& cl, const SearchOpt
   }
   // Ties (policies that change nothing the model sees, e.g. compressing
   // gradients whose reduction is hidden anyway) go to the least memory,
-  // then to the shorter description, the one with fewer options, so that
-  // the order does not depend on how many candidates the search met.
-  std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+  // then keep the order the candidates were made in (each policy's list
+  // starts with "none"), so that the order does not depend on how many
+  // candidates the search met.
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
     if (a.cost.step != b.cost.step) return a.cost.step < b.cost.step;
-    if (a.cost.memory.total() != b.cost.memory.total()) return a.cost.memory.total() < b.cost.memory.total();
-    const std::string da = a.candidate.describe(), db = b.candidate.describe();
-    return da.size() != db.size() ? da.size() < db.size() : da < db;
+    return a.cost.memory.total() < b.cost.memory.total();
   });
   for (const auto& r : ranked) {
     if (int(res.top.size()) >= opt.top) break;

@@ -41,9 +41,14 @@ double leaf_share(const Topology& t, std::int64_t world, int devices_per_node, T
   for_each_group(world, size, stride, [&](const std::vector<std::int64_t>& m) {
     const std::size_t p = m.size();
     if (traffic != Traffic::AllToAll) {
+      // A chain's gradients come back up the receiving leaf's own uplink.
       const std::size_t edges = traffic == Traffic::Ring ? p : p - 1;
-      for (std::size_t i = 0; i < edges; ++i)
-        if (m[i] / per_leaf != m[(i + 1) % p] / per_leaf) out[std::size_t(m[i] / per_leaf)] += 1;
+      for (std::size_t i = 0; i < edges; ++i) {
+        const std::int64_t from = m[i] / per_leaf, to = m[(i + 1) % p] / per_leaf;
+        if (from == to) continue;
+        out[std::size_t(from)] += 1;
+        if (traffic == Traffic::Chain) out[std::size_t(to)] += 1;
+      }
       return;
     }
     // All-to-all: a member in a leaf of c members sends (p - c) / (p - 1)
@@ -52,12 +57,8 @@ double leaf_share(const Topology& t, std::int64_t world, int devices_per_node, T
     for (const auto r : m) members_in[r / per_leaf] += 1;
     for (const auto& [leaf, c] : members_in) out[std::size_t(leaf)] += c * (double(p) - c) / double(p - 1);
   });
-  double worst = 0;
-  for (std::int64_t l = 0; l < leaves; ++l) {
-    const double devices = double(std::min(per_leaf, world - l * per_leaf));
-    worst = std::max(worst, out[std::size_t(l)] / devices);
-  }
-  return worst;
+  // A leaf's uplink is its switch's, however many of its devices the world uses.
+  return *std::max_element(out.begin(), out.end()) / double(per_leaf);
 }
 
 // Link loads of a torus: [node][dimension][direction], in flows (a
@@ -150,6 +151,8 @@ std::string describe(const Topology& t) {
 
 double congestion(const Topology& t, std::int64_t world, int devices_per_node, double device_gbs, double rate_gbs,
                   Traffic traffic, int size, int stride) {
+  EXA_REQUIRE(t.kind == "flat" || t.kind == "fat_tree" || t.kind == "torus",
+              "topology \"{}\" is not flat, fat_tree or torus", t.kind);
   if (size <= 1 || t.kind == "flat") return 1;
   const bool tree = t.kind == "fat_tree";
   const std::int64_t nodes = (world + devices_per_node - 1) / devices_per_node;

@@ -39,8 +39,9 @@ std::string describe(const Topology& t);
 // Neighbour exchanges in a ring (ring allreduce, reduce-scatter and
 // allgather, the context-parallel ring: member i sends to member i + 1,
 // the last to the first), in a chain (the pipeline's stages: member i to
-// i + 1, the last to no one; the gradients come back on the links' other
-// direction), and all-to-all (every member sends to every other alike).
+// i + 1, the last to no one, and the gradients back from i + 1 to i: on a
+// torus the links' other direction, on a fat tree the receiving leaf's
+// uplink too), and all-to-all (every member sends to every other alike).
 enum class Traffic { Ring, Chain, AllToAll };
 
 // At least 1: the factor by which a collective over groups of `size` ranks
@@ -49,7 +50,7 @@ enum class Traffic { Ring, Chain, AllToAll };
 // `world` ranks (as the rank order makes them, ranks filling nodes in
 // order) runs it at once and the busiest shared link sets the pace. A
 // torus must hold the world (exa::Error otherwise); a fat tree has as many
-// leaves as the world fills. The nodes hold `devices_per_node`
+// leaves as the world fills, each with its whole switch's uplink. The nodes hold `devices_per_node`
 // devices, each with `device_gbs` of inter-node bandwidth (the fat tree's
 // leaf has that many times its devices down, over the oversubscription
 // up; a torus link, unless given, a node's).

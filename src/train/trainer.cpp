@@ -700,11 +700,7 @@ model::ParameterStore::Flat Trainer::trainable_values() {
   return Kokkos::subview(s.values(), Kokkos::make_pair(std::int64_t(0), s.trainable_numel()));
 }
 
-void Trainer::masters_replaced() {
-  dp_->params_updated();
-  // Writing them paged the offloaded experts in: out again, as a step leaves them.
-  if (const auto& file = dp_->store().offload_file()) file->release_all();
-}
+void Trainer::masters_replaced() { dp_->params_updated(); }
 
 double Trainer::run() {
   const std::int64_t log_every = cfg_.get_int("train.log_every");

@@ -63,6 +63,15 @@ TEST(Topology, FatTreeChargesWhatLeavesTheLeaf) {
   // 12-15; the next pipeline on 16-31): its first and last boundaries
   // stay in a leaf, the middle one leaves it from half the leaf's devices.
   EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::Chain, 4, 4), 2.0);
+  // A pipeline of one leaf a stage: a middle leaf sends its activations
+  // up to the next leaf and its gradients up to the one before, two
+  // flows a device through its uplink.
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 32, 4, 10, 10, Traffic::Chain, 4, 8), 8.0);
+  // 12 ranks, leaf 1 half used (ranks 8-11): a partly used leaf keeps its
+  // switch's uplink. Pairs 6 apart ({0,6} ... {5,11}): 2-5 send across to
+  // 8-11 and get their gradients back, 4 flows on each leaf's 8 devices'
+  // uplink.
+  EXPECT_DOUBLE_EQ(plan::congestion(t, 12, 4, 10, 10, Traffic::Chain, 2, 6), 2.0);
 }
 
 TEST(Topology, TorusChargesTheBusiestLink) {
@@ -198,6 +207,8 @@ TEST(Topology, ClusterFileKeysAreCheckedAndKept) {
   EXPECT_NE(error_of("[cluster]\nnodes = 16\ndevices_per_node = 4\noversubscription = 0.5\n").find("oversubscription"),
             std::string::npos);
   EXPECT_NE(error_of("[cluster]\nnodes = 16\ndevices_per_node = 4\nnodes_per_switch = 17\n").find("nodes_per_switch"),
+            std::string::npos);
+  EXPECT_NE(error_of("[cluster]\nnodes = 16\ndevices_per_node = 4\nnodes_per_switch = 2.5\n").find("whole number"),
             std::string::npos);
   // What to_toml writes, load_cluster reads back, wiring included.
   const auto t = plan::load_cluster(write_cluster_file(

@@ -18,6 +18,7 @@ void WeightGradQueue::open(int micro) {
 
 WeightGradQueue::Copy WeightGradQueue::copy_of(const Act& v, bool half, const char* label) {
   Copy c;
+  c.is_half = half;
   if (half) {
     c.half = decltype(c.half)(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), v.extent(0),
                               v.extent(1));
@@ -30,7 +31,7 @@ WeightGradQueue::Copy WeightGradQueue::copy_of(const Act& v, bool half, const ch
 }
 
 WeightGradQueue::Act WeightGradQueue::widened(const Copy& c, Kokkos::View<float*, Layout, Device>& buf) const {
-  if (c.half.data() == nullptr) return c.f32;
+  if (!c.is_half) return c.f32;
   const std::size_t n = c.half.span();
   if (buf.extent(0) < n) buf = Kokkos::View<float*, Layout, Device>(
                              Kokkos::view_alloc(Kokkos::WithoutInitializing, "exa::pipeline::deferred_widened"), n);
@@ -54,7 +55,7 @@ void WeightGradQueue::push(const void* seam, const L& inner, const Act& x, const
   Copy xc;
   bool shared = false;
   if (!b.entries.empty() && b.last_seam == seam && b.last == x.data() && b.last_rows == x.extent(0) &&
-      b.last_cols == x.extent(1) && (b.entries.back().x.half.data() != nullptr) == half) {
+      b.last_cols == x.extent(1) && b.entries.back().x.is_half == half) {
     xc = b.entries.back().x;
     shared = true;
   }
@@ -63,9 +64,9 @@ void WeightGradQueue::push(const void* seam, const L& inner, const Act& x, const
   // TP rank runs the same B; a shared copy is gathered already (only its
   // shape matters here: weight_operands returns an x of the gathered shape
   // as it is). The same decisions on every rank, so the same collectives.
-  const Act xs = !shared                      ? x
-                 : xc.half.data() == nullptr ? xc.f32
-                                             : Act(static_cast<float*>(nullptr), xc.half.extent(0), xc.half.extent(1));
+  const Act xs = !shared        ? x
+                 : !xc.is_half ? xc.f32
+                               : Act(static_cast<float*>(nullptr), xc.half.extent(0), xc.half.extent(1));
   const auto [wx, wdy] = inner.weight_operands(xs, dy);
   if (!shared) {
     xc = copy_of(wx, half, "exa::pipeline::deferred_x");

@@ -77,7 +77,8 @@ class WeightGradQueue {
   struct Copy {
     Act f32;
     Kokkos::View<bf16**, Layout, Device> half;
-    const void* data() const { return half.data() != nullptr ? static_cast<const void*>(half.data()) : f32.data(); }
+    bool is_half = false;
+    const void* data() const { return is_half ? static_cast<const void*>(half.data()) : f32.data(); }
     std::size_t bytes() const { return f32.span() * sizeof(float) + half.span() * sizeof(bf16); }
   };
   static Copy copy_of(const Act& v, bool half, const char* label);
