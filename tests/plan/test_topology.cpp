@@ -118,20 +118,29 @@ plan::Cluster four_nodes(const plan::Topology& t) {
   return c;
 }
 
+// d 64, 4 heads, sequences of 32; `experts` routed experts of F 48, top 2
+// (0: the model's own default).
+model::ModelConfig small_model(std::int64_t layers, std::int64_t experts) {
+  model::ModelConfig cfg;
+  cfg.vocab_size = 256;
+  cfg.d_model = 64;
+  cfg.n_layers = layers;
+  cfg.n_heads = 4;
+  cfg.seq_len = 32;
+  if (experts > 0) {
+    cfg.n_experts = experts;
+    cfg.top_k = 2;
+    cfg.d_expert = 48;
+  }
+  return cfg;
+}
+
 TEST(Topology, CostModelChargesItsCollectives) {
   // ep 8 over 4 nodes of 2, leaves of 2 nodes at 4:1: the all-to-all
   // sends 4 of 7 peers' shares out of the leaf, so it takes 16/7 as long;
   // the data-parallel ring crosses leaves on 2 of 8 edges and keeps its
   // time.
-  model::ModelConfig cfg;
-  cfg.vocab_size = 256;
-  cfg.d_model = 64;
-  cfg.n_layers = 2;
-  cfg.n_heads = 4;
-  cfg.seq_len = 32;
-  cfg.n_experts = 8;
-  cfg.top_k = 2;
-  cfg.d_expert = 48;
+  const auto cfg = small_model(2, 8);
   plan::Candidate c;
   c.grid = comm::GridSizes{8, 1, 1, 8, 1, 8, 0, 0};
   c.micro_batch = 1;
@@ -153,12 +162,7 @@ TEST(Topology, CostModelChargesItsCollectives) {
 TEST(Topology, APipelineIsAsSlowAsItsSlowestBoundary) {
   // pp 4 on 2 nodes of 2: stages 0|1 and 2|3 share a node, 1|2 does not,
   // and every stage waits for that boundary in the steady state.
-  model::ModelConfig cfg;
-  cfg.vocab_size = 256;
-  cfg.d_model = 64;
-  cfg.n_layers = 4;
-  cfg.n_heads = 4;
-  cfg.seq_len = 32;
+  const auto cfg = small_model(4, 0);
   plan::Candidate c;
   c.grid = comm::GridSizes{4, 1, 1, 1, 4, 1, 0, 0};
   c.micro_batch = 1;

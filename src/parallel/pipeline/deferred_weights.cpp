@@ -30,7 +30,7 @@ WeightGradQueue::Copy WeightGradQueue::copy_of(const Act& v, bool half, const ch
   return c;
 }
 
-WeightGradQueue::Act WeightGradQueue::widened(const Copy& c, Kokkos::View<float*, Layout, Device>& buf) const {
+WeightGradQueue::Act WeightGradQueue::widened(const Copy& c, Kokkos::View<float*, Layout, Device>& buf) {
   if (!c.is_half) return c.f32;
   const std::size_t n = c.half.span();
   if (buf.extent(0) < n) buf = Kokkos::View<float*, Layout, Device>(

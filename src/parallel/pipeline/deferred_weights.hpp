@@ -83,7 +83,7 @@ class WeightGradQueue {
   };
   static Copy copy_of(const Act& v, bool half, const char* label);
   // `c` as fp32: itself, or widened into `buf` (grown as needed).
-  Act widened(const Copy& c, Kokkos::View<float*, Layout, Device>& buf) const;
+  static Act widened(const Copy& c, Kokkos::View<float*, Layout, Device>& buf);
   struct Entry {
     const L* inner;
     Copy x, dy;
