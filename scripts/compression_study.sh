@@ -10,7 +10,10 @@
 #     --set k=v  deck overrides for every run (repeatable)
 #   MODES="none bf16 int8 ..."  what to compare (default below); each is
 #              none | bf16 | int8 | bf16_sr | int8_sr (stochastic rounding)
-#              | topk:RATIO
+#              | topk:RATIO | topk:RATIO:W (1-bit Adam's recipe: W dense
+#              steps, then top-k with AdamW's second moment frozen:
+#              comm.topk_warmup = optim.freeze_variance_step = W)
+#              | freeze:W (uncompressed, the second moment frozen after W)
 #   SEEDS="1 2 3"   train.seed of each run
 #   NP=n       ranks (default 4); EXAMOE, MPIEXEC as for bench_layouts.sh
 #   EVAL_BATCHES=n  validation batches per evaluation (default 16: the
@@ -51,8 +54,13 @@ mode_sets() {
   case $1 in
     none|bf16|int8) echo "--set comm.compression=$1" ;;
     bf16_sr|int8_sr) echo "--set comm.compression=${1%_sr} --set comm.stochastic_rounding=true" ;;
+    topk:*:*) local r=${1#topk:}
+      echo "--set comm.compression=topk --set comm.topk_ratio=${r%%:*} --set comm.topk_warmup=${r#*:}" \
+           "--set optim.freeze_variance_step=${r#*:}" ;;
     topk:*) echo "--set comm.compression=topk --set comm.topk_ratio=${1#topk:}" ;;
-    *) echo "compression_study.sh: unknown mode '$1' (none, bf16, int8, bf16_sr, int8_sr, topk:RATIO)" >&2; return 1 ;;
+    freeze:*) echo "--set optim.freeze_variance_step=${1#freeze:}" ;;
+    *) echo "compression_study.sh: unknown mode '$1' (none, bf16, int8, bf16_sr, int8_sr, topk:RATIO[:W]," \
+            "freeze:W)" >&2; return 1 ;;
   esac
 }
 
@@ -64,7 +72,7 @@ runs=()
 for mode in $modes; do
   msets=$(mode_sets "$mode")
   for seed in $seeds; do
-    dir=$work/${mode/:/_}/seed_$seed
+    dir=$work/${mode//:/_}/seed_$seed
     runs+=("$mode=$dir")
     if finished "$dir"; then echo "[study] $mode seed $seed: done before, kept"; continue; fi
     rm -rf "$dir"; mkdir -p "$dir"

@@ -143,6 +143,11 @@ def draw(rng, max_ranks, bf16=False):
             layout["parallel.tp"] = 2 * tp
             layout["parallel.etp"] = tp
             ranks *= 2
+    # AdamW's second moment frozen after the first update (1-bit Adam's
+    # recipe for top-k), in the reference run too: every layout's optimizer
+    # shards keep it alike.
+    if rng.random() < 0.2:
+        model["optim.freeze_variance_step"] = 1
     return model, layout, ranks
 
 

@@ -2,7 +2,8 @@
 """Report of scripts/compression_study.sh: per mode, the final validation
 loss of each seed, their mean and standard deviation, the mean's change
 against the mode "none", and the data-parallel gradients' wire bytes as a
-share of the logical ones; with --plot, the mean validation curves.
+share of the logical ones (over the run, and at the last step: after a
+dense warm-up); with --plot, the mean validation curves.
 
   compression_study_report.py [--plot FILE] MODE=RUN_DIR ...
 
@@ -19,9 +20,10 @@ import sys
 
 
 def read_run(run_dir):
-    """Returns (final val loss, [(step, val)], wire / logical over the run)."""
+    """Returns (final val loss, [(step, val)], wire / logical over the run,
+    wire / logical of the last step record)."""
     path = os.path.join(run_dir, "metrics.jsonl")
-    curve, final, logical, wire = [], None, 0.0, 0.0
+    curve, final, logical, wire, last = [], None, 0.0, 0.0, float("nan")
     with open(path) as f:
         for line in f:
             rec = json.loads(line)
@@ -33,9 +35,11 @@ def read_run(run_dir):
                 grads = rec.get("comm", {}).get("dp_grads", {})
                 logical += grads.get("logical_bytes", 0.0)
                 wire += grads.get("wire_bytes", 0.0)
+                if grads.get("logical_bytes"):
+                    last = grads.get("wire_bytes", 0.0) / grads["logical_bytes"]
     if final is None:
         sys.exit(f"compression_study_report.py: {path} has no end record (the run did not finish)")
-    return final, curve, (wire / logical if logical > 0 else float("nan"))
+    return final, curve, (wire / logical if logical > 0 else float("nan")), last
 
 
 def main():
@@ -51,7 +55,8 @@ def main():
         modes.setdefault(mode, []).append(read_run(run_dir))
     base = modes.get("none")
     base_mean = statistics.mean(r[0] for r in base) if base else None
-    print("| mode | seeds | dp_grads wire / logical | final validation loss per seed | mean | std | mean vs none |")
+    print("| mode | seeds | dp_grads wire / logical (run; last step) | final validation loss per seed | mean | std "
+          "| mean vs none |")
     print("|---|---|---|---|---|---|---|")
     for mode, runs in modes.items():
         finals = [r[0] for r in runs]
@@ -59,7 +64,9 @@ def main():
         std = statistics.stdev(finals) if len(finals) > 1 else 0.0
         rel = f"{100 * (mean / base_mean - 1):+.2f}%" if base_mean and mode != "none" else ""
         wire = statistics.mean(r[2] for r in runs)
-        print(f"| {mode} | {len(runs)} | {100 * wire:.1f}% | {', '.join(f'{v:.4f}' for v in finals)} | "
+        last = statistics.mean(r[3] for r in runs)
+        print(f"| {mode} | {len(runs)} | {100 * wire:.1f}%; {100 * last:.1f}% | "
+              f"{', '.join(f'{v:.4f}' for v in finals)} | "
               f"{mean:.4f} | {std:.4f} | {rel} |")
     if not args.plot:
         return

@@ -12,6 +12,14 @@
 //   denom = sqrt(v) / sqrt(1 - beta2^step) + eps
 //   p     = p - (lr / (1 - beta1^step)) * (m / denom)
 //
+// With `variance_frozen_at` = N > 0 and step > N (optim.freeze_variance_step,
+// 1-bit Adam's variance freeze), v keeps its value after update N and its
+// bias correction is N's: the update becomes linear in the gradient, so a
+// gradient that arrives late (top-k's error feedback) moves the weight as
+// far as it would have on time. An element whose v is still exactly 0 (it
+// never had a gradient) keeps updating v until it has one, so that its first
+// gradient is not divided by eps alone.
+//
 // Scalar coefficients are formed on the host in double (as PyTorch does with
 // its Python-float hyper-parameters) and applied in the tensor's precision.
 // `step` is 1-based: the number of updates including this one.
@@ -39,6 +47,7 @@ struct AdamWHyper {
   double weight_decay = 1e-2;
   std::int64_t step = 1;    // 1-based, for bias correction
   double grad_scale = 1.0;  // multiplies the gradient first
+  std::int64_t variance_frozen_at = 0;  // 0: v updates every step
 };
 
 namespace adamw_detail {
@@ -71,6 +80,7 @@ inline void check_hyper(const AdamWHyper& h) {
   EXA_REQUIRE(h.eps > 0.0, "adamw: eps must be > 0, got {}", h.eps);
   EXA_REQUIRE(h.lr >= 0.0, "adamw: lr must be >= 0, got {}", h.lr);
   EXA_REQUIRE(h.weight_decay >= 0.0, "adamw: weight_decay must be >= 0, got {}", h.weight_decay);
+  EXA_REQUIRE(h.variance_frozen_at >= 0, "adamw: variance_frozen_at must be >= 0, got {}", h.variance_frozen_at);
 }
 
 }  // namespace adamw_detail
@@ -90,7 +100,8 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
   adamw_detail::check_like(param, exp_avg_sq, "exp_avg_sq");
 
   const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
+  const bool frozen = h.variance_frozen_at > 0 && h.step > h.variance_frozen_at;
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(frozen ? h.variance_frozen_at : h.step));
   const T gs = static_cast<T>(h.grad_scale);
   const T decay = static_cast<T>(1.0 - h.lr * h.weight_decay);
   const T b1 = static_cast<T>(h.beta1), omb1 = static_cast<T>(1.0 - h.beta1);
@@ -111,7 +122,7 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
                                 const T gi = static_cast<T>(pg[i]) * gs;
                                 const T pi = pp[i] * decay;
                                 const T mi = pm[i] * b1 + omb1 * gi;
-                                const T vi = pv[i] * b2 + (omb2 * gi) * gi;
+                                const T vi = frozen && pv[i] > T(0) ? pv[i] : pv[i] * b2 + (omb2 * gi) * gi;
                                 const T denom = kx::sqrt(vi) / bc2_sqrt + eps;
                                 pm[i] = mi;
                                 pv[i] = vi;
@@ -129,7 +140,7 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
         const T gi = static_cast<T>(g(i)) * gs;
         const T pi = p(i) * decay;
         const T mi = m(i) * b1 + omb1 * gi;
-        const T vi = v(i) * b2 + (omb2 * gi) * gi;
+        const T vi = frozen && v(i) > T(0) ? v(i) : v(i) * b2 + (omb2 * gi) * gi;
         const T denom = kx::sqrt(vi) / bc2_sqrt + eps;
         m(i) = mi;
         v(i) = vi;

@@ -18,6 +18,7 @@ AdamWConfig AdamWConfig::from_deck(const deck::Config& c) {
   a.eps = c.get_float("optim.eps");
   a.weight_decay = c.get_float("optim.weight_decay");
   a.offload_state = c.get_bool("memory.offload_optimizer");
+  a.freeze_variance_step = c.get_int("optim.freeze_variance_step");
   return a;
 }
 
@@ -26,6 +27,8 @@ AdamW::AdamW(const model::ParameterStore& store, AdamWConfig cfg) : cfg_(cfg) {
   EXA_REQUIRE(cfg.beta2 >= 0.0 && cfg.beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got {}", cfg.beta2);
   EXA_REQUIRE(cfg.eps > 0.0, "AdamW: eps must be > 0, got {}", cfg.eps);
   EXA_REQUIRE(cfg.weight_decay >= 0.0, "AdamW: weight_decay must be >= 0, got {}", cfg.weight_decay);
+  EXA_REQUIRE(cfg.freeze_variance_step >= 0, "AdamW: freeze_variance_step must be >= 0, got {}",
+              cfg.freeze_variance_step);
   // State for the trainable tensors only (the store's head); a frozen
   // tensor's is empty.
   store.require_trainable_first();
@@ -97,6 +100,7 @@ void AdamW::step(model::ParameterStore& store, double lr, double grad_scale) {
   h.eps = cfg_.eps;
   h.step = step_;
   h.grad_scale = grad_scale;
+  h.variance_frozen_at = cfg_.freeze_variance_step;
   const Flat& p = store.values();
   const Flat& g = store.grads();
   for (const auto& s : segments_) {

@@ -41,8 +41,12 @@ struct AdamWConfig {
   // memory.offload_optimizer: the moments of the store's offloaded tensors
   // live in its offload file too (core/offload_tier.hpp).
   bool offload_state = false;
+  // optim.freeze_variance_step: exp_avg_sq stops updating after this many
+  // updates (kernels/adamw.hpp); 0 = never.
+  std::int64_t freeze_variance_step = 0;
 
-  // optim.beta1, optim.beta2, optim.eps, optim.weight_decay.
+  // optim.beta1, optim.beta2, optim.eps, optim.weight_decay,
+  // optim.freeze_variance_step.
   static AdamWConfig from_deck(const deck::Config& cfg);
 };
 

@@ -35,12 +35,15 @@ struct Ref {
 void ref_step(Ref& r, const std::vector<long double>& grad, const AdamWHyper& h) {
   const long double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay;
   const long double bc1 = 1.0L - std::pow(b1, static_cast<long double>(h.step));
-  const long double bc2 = 1.0L - std::pow(b2, static_cast<long double>(h.step));
+  // A frozen second moment (variance_frozen_at = N, step > N) keeps its
+  // value and N's bias correction, unless it is still 0.
+  const bool frozen = h.variance_frozen_at > 0 && h.step > h.variance_frozen_at;
+  const long double bc2 = 1.0L - std::pow(b2, static_cast<long double>(frozen ? h.variance_frozen_at : h.step));
   for (std::size_t i = 0; i < r.p.size(); ++i) {
     const long double g = grad[i] * static_cast<long double>(h.grad_scale);
     r.p[i] *= 1.0L - lr * wd;
     r.m[i] = b1 * r.m[i] + (1.0L - b1) * g;
-    r.v[i] = b2 * r.v[i] + (1.0L - b2) * g * g;
+    if (!frozen || r.v[i] == 0) r.v[i] = b2 * r.v[i] + (1.0L - b2) * g * g;
     const long double mhat = r.m[i] / bc1, vhat = r.v[i] / bc2;
     r.p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
   }
@@ -74,10 +77,12 @@ void run_against_reference(const AdamWHyper& base, int steps, double tol, const 
   double worst_p = 0, worst_m = 0, worst_v = 0;
   for (int s = 1; s <= steps; ++s) {
     fill_uniform(g, 100 + s, -2.0, 2.0);
-    // A few exact zeros and tiny gradients: the eps branch.
+    // A few exact zeros and tiny gradients: the eps branch. Element 2's
+    // first gradient comes at step 5, after a variance freeze at 3.
     auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
     hg(0) = 0;
     hg(1) = T(1e-9);
+    if (s < 5) hg(2) = 0;
     Kokkos::deep_copy(g, hg);
     AdamWHyper h = base;
     h.step = s;
@@ -137,6 +142,47 @@ TEST(AdamW, FloatMatchesReferenceWithDecay) { run_against_reference<float>(hyper
 TEST(AdamW, FloatMatchesReferenceNoDecay) { run_against_reference<float>(hyper(0.05, 0.0), 8, 2e-6, "float wd=0"); }
 TEST(AdamW, FloatMatchesReferenceGradScale) {
   run_against_reference<float>(hyper(0.02, 0.01, 1.0 / 1024), 8, 2e-6, "float wd=0.01 grad_scale=2^-10");
+}
+
+TEST(AdamW, FrozenVarianceMatchesReference) {
+  AdamWHyper h = hyper(0.05, 0.1);
+  h.variance_frozen_at = 3;
+  run_against_reference<double>(h, 8, 1e-13, "double v frozen at 3");
+  run_against_reference<float>(h, 8, 2e-6, "float v frozen at 3");
+}
+
+TEST(AdamW, FrozenVarianceMovesLateGradientsAsFar) {
+  // Error feedback delays a gradient; it does not lose it. With the second
+  // moment frozen the update is linear in the gradient, so a gradient x at
+  // step 210 and y at step 240 move a weight as far, once the momentum has
+  // decayed, as x + y at step 240 alone. With v still updating they do not:
+  // the late sum is divided by its own larger root.
+  const std::size_t n = 3;
+  auto travel = [&](std::int64_t frozen_at, bool late) {
+    V1<double> p("p", n), g("g", n), m("m", n), v("v", n);
+    auto hg = Kokkos::create_mirror_view(g);
+    for (std::int64_t s = 1; s <= 700; ++s) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const double x = 0.5 + double(i), y = -0.2 + 0.3 * double(i);
+        double gi = s <= 200 ? std::sin(double(s + 7 * i)) : 0.0;  // a history for v
+        if (s == 210) gi = late ? 0.0 : x;
+        if (s == 240) gi = late ? x + y : y;
+        hg(i) = gi;
+      }
+      Kokkos::deep_copy(g, hg);
+      AdamWHyper h = hyper(1e-3, 0.0);
+      h.step = s;
+      h.variance_frozen_at = frozen_at;
+      exa::kernels::adamw_step(p, g, m, v, h);
+    }
+    return to_host(p);
+  };
+  const auto on_time = travel(200, false), delayed = travel(200, true);
+  const auto live_on_time = travel(0, false), live_delayed = travel(0, true);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(double(delayed[i]), double(on_time[i]), 1e-12) << i;
+    EXPECT_GT(std::fabs(double(live_delayed[i] - live_on_time[i])), 1e-5) << i;
+  }
 }
 
 TEST(AdamW, FirstStepMovesEachWeightByAboutLr) {
@@ -237,6 +283,9 @@ TEST(AdamW, RejectsBadInput) {
   h.beta2 = 1.0;
   EXPECT_THROW(exa::kernels::adamw_step(p, g, m, v, h), exa::Error);
   h.beta2 = 0.999;
+  h.variance_frozen_at = -1;
+  EXPECT_THROW(exa::kernels::adamw_step(p, g, m, v, h), exa::Error);
+  h.variance_frozen_at = 0;
   EXPECT_THROW(exa::kernels::adamw_step(p, short_g, m, v, h), exa::Error);
   EXPECT_NO_THROW(exa::kernels::adamw_step(p, g, m, v, h));
 }

@@ -2,7 +2,7 @@
 # "topk") and the compression scope of hierarchical collectives.
 #
 #   cmake -DMPIEXEC=... -DNP_FLAG=... -DEXAMOE=... -DDECK=... -DWORK=... "-DARGS=..."
-#         -DCASE=topk_ratio_one|topk_reshard|inter_node|hierarchical_weights|topk_growth[_ep4]
+#         -DCASE=topk_ratio_one|topk_reshard|inter_node|hierarchical_weights|topk_growth[_ep4]|freeze_variance
 #         -P compression.cmake
 #
 # topk_ratio_one: at dp 2, top-k with ratio 1 sends every value unchanged and
@@ -21,7 +21,7 @@
 #   Nodes of one rank with compress_scope = "all": the gather is its
 #   inter-node stage alone, so the losses are the flat int8 gathers', digit
 #   for digit, and the log shows their 25.4%.
-# topk_growth, topk_growth_ep4: see the case below.
+# topk_growth, topk_growth_ep4, freeze_variance: see the cases below.
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/compare_losses.cmake)
 separate_arguments(ARGS)
@@ -158,7 +158,32 @@ elseif(CASE MATCHES "^topk_growth")
     endif()
     message(STATUS "${np} ranks, ep ${ep}: residual checksum ${CMAKE_MATCH_1} before and after the growth event")
   endforeach()
+elseif(CASE STREQUAL "freeze_variance")
+  # optim.freeze_variance_step = 2 with top-k after 2 dense steps (1-bit
+  # Adam's recipe): updates 1 and 2 are AdamW's, so the losses of steps 1 to
+  # 3 are the unfrozen run's digit for digit; update 3 keeps the second
+  # moment, so step 4's loss differs.
+  set(topk --set comm.compression=topk --set comm.topk_ratio=0.05 --set comm.topk_warmup=2 --set train.steps=4)
+  run(2 ${WORK}/live ${topk})
+  run(2 ${WORK}/frozen ${topk} --set optim.freeze_variance_step=2)
+  losses_of(${WORK}/live/metrics.jsonl live)
+  losses_of(${WORK}/frozen/metrics.jsonl frozen)
+  message(STATUS "v live:          ${live}")
+  message(STATUS "v frozen after 2: ${frozen}")
+  list(LENGTH frozen n)
+  if(NOT n EQUAL 4)
+    message(FATAL_ERROR "expected 4 step records, got ${n}")
+  endif()
+  foreach(i 0 1 2 3)
+    list(GET live ${i} a)
+    list(GET frozen ${i} b)
+    if(i LESS 3 AND NOT a STREQUAL b)
+      message(FATAL_ERROR "step ${i}+1 differs before the freeze could act: ${a} live, ${b} frozen")
+    elseif(i EQUAL 3 AND a STREQUAL b)
+      message(FATAL_ERROR "step 4's loss is the same with the second moment frozen: the key did not reach AdamW")
+    endif()
+  endforeach()
 else()
-  message(FATAL_ERROR "CASE must be topk_ratio_one, topk_reshard, inter_node, hierarchical_weights, topk_growth "
-                      "or topk_growth_ep4")
+  message(FATAL_ERROR "CASE must be topk_ratio_one, topk_reshard, inter_node, hierarchical_weights, topk_growth, "
+                      "topk_growth_ep4 or freeze_variance")
 endif()

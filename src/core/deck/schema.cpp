@@ -124,6 +124,9 @@ std::vector<KeySpec> build() {
       F("optim", "beta2", 0.95, 0, 1, O::hi, "AdamW second-moment decay"),
       F("optim", "eps", 1e-8, 0, 1, O::lo, "AdamW denominator epsilon"),
       F("optim", "weight_decay", 0.1, 0, 10, O::none, "decoupled (AdamW) weight decay"),
+      I("optim", "freeze_variance_step", 0, 0, kCount,
+        "AdamW's second moment stops updating after this many updates (1-bit Adam's variance freeze: with "
+        "comm.compression = \"topk\", late gradients then move the weights as far as on-time ones); 0 = never"),
       F("optim", "grad_clip", 1.0, 0, 1e6, O::none, "clip the global gradient norm to this; 0 = no clipping"),
 
       S("data", "path", "data/corpus.txt", {}, "training data file; the default is the bundled English corpus"),
