@@ -146,6 +146,16 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
               "from a trained model: set train.init_from to its checkpoint");
   }
   ckpt_->resume();
+  if (comm_rank(world) == 0 && cfg.get_string("comm.compression") == "topk" && dp_->size() > 1) {
+    const auto freeze = cfg.get_int("optim.freeze_variance_step"), warmup = cfg.get_int("comm.topk_warmup");
+    if (freeze == 0)
+      log::warn("comm.compression = \"topk\" with AdamW's second moment live: a gradient that error feedback "
+                "delays moves its weight less than on time, and the loss lags; set comm.topk_warmup and "
+                "optim.freeze_variance_step to the same dense warm-up (docs/parallel.md, \"Top-k\")");
+    else if (freeze > warmup)
+      log::warn("optim.freeze_variance_step = {} is after comm.topk_warmup = {}: the frozen second moment holds "
+                "top-k's sparse gradients; set them equal (docs/parallel.md, \"Top-k\")", freeze, warmup);
+  }
   // One thread pool per rank: say what oversubscribes, and count MFU
   // against the cores this rank computes on (core/thread_check.hpp).
   const ThreadSetup threads = comm::probe_node_threads(world);
