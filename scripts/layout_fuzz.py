@@ -12,8 +12,10 @@ the build has them, expert growth after every step) and a layout over dp,
 zero 0-3, ep, tp (with or without sequence parallelism), cp (ring or a2a),
 pp (gpipe, 1f1b, zb, interleaved), etp (1, or blocks of half of tp = 4),
 hierarchical collectives on pretend nodes,
-full activation recomputation and top-k gradient compression at ratio 1
-(exact: every value sent), on at most R ranks (default 8). `examoe
+full activation recomputation, top-k gradient compression at ratio 1
+(exact: every value sent) and AdamW's second moment frozen after the first
+update (with eps 1e-4, so that a first gradient that is rounding noise does
+not scale the next steps), on at most R ranks (default 8). `examoe
 --check` decides whether the deck accepts the layout: a refused one is
 counted as refused, not run. An accepted one trains K steps (default 3) and
 must give the single-rank run's loss at every step to 1e-5 relative
@@ -132,8 +134,8 @@ def draw(rng, max_ranks, bf16=False):
         layout.update({"memory.offload_experts": True, "memory.offload_prefetch": rng.choice([1, 2])})
         if rng.random() < 0.5:
             layout["memory.offload_optimizer"] = True
-    # Expert tensor parallelism (drawn last, so that the draws above keep
-    # their cases): whole experts, or tp doubled where the ranks allow, its
+    # Expert tensor parallelism (drawn after the others, so that the draws
+    # above keep their cases): whole experts, or tp doubled where the ranks allow, its
     # experts split over blocks of half the tp ranks (1 < etp < tp).
     if tp > 1:
         r = rng.random()

@@ -16,9 +16,12 @@
 // 1-bit Adam's variance freeze), v keeps its value after update N and its
 // bias correction is N's: the update becomes linear in the gradient, so a
 // gradient that arrives late (top-k's error feedback) moves the weight as
-// far as it would have on time. An element whose v is still exactly 0 (it
-// never had a gradient) keeps updating v until it has one, so that its first
-// gradient is not divided by eps alone.
+// far as it would have on time (clipping and weight decay aside). An
+// element whose v is still exactly 0 (it never had a gradient: an expert no
+// token reached, a token not yet seen) takes its first gradient as Adam's
+// first step does, v = (1 - beta2^N) g * g so that the corrected v is g * g,
+// and keeps that: it is not divided by eps alone, nor by a v that one step
+// of (1 - beta2) left far below its gradients' size.
 //
 // Scalar coefficients are formed on the host in double (as PyTorch does with
 // its Python-float hyper-parameters) and applied in the tensor's precision.
@@ -107,6 +110,7 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
   const T b1 = static_cast<T>(h.beta1), omb1 = static_cast<T>(1.0 - h.beta1);
   const T b2 = static_cast<T>(h.beta2), omb2 = static_cast<T>(1.0 - h.beta2);
   const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+  const T first = static_cast<T>(bc2);  // frozen, v == 0: v = bc2 g^2
   const T eps = static_cast<T>(h.eps);
   const T step_size = static_cast<T>(h.lr / bc1);
 
@@ -122,7 +126,7 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
                                 const T gi = static_cast<T>(pg[i]) * gs;
                                 const T pi = pp[i] * decay;
                                 const T mi = pm[i] * b1 + omb1 * gi;
-                                const T vi = frozen && pv[i] > T(0) ? pv[i] : pv[i] * b2 + (omb2 * gi) * gi;
+                                const T vi = !frozen ? pv[i] * b2 + (omb2 * gi) * gi : pv[i] > T(0) ? pv[i] : (first * gi) * gi;
                                 const T denom = kx::sqrt(vi) / bc2_sqrt + eps;
                                 pm[i] = mi;
                                 pv[i] = vi;
@@ -140,7 +144,7 @@ void adamw_step(const P& param, const G& grad, const M& exp_avg, const S& exp_av
         const T gi = static_cast<T>(g(i)) * gs;
         const T pi = p(i) * decay;
         const T mi = m(i) * b1 + omb1 * gi;
-        const T vi = frozen && v(i) > T(0) ? v(i) : v(i) * b2 + (omb2 * gi) * gi;
+        const T vi = !frozen ? v(i) * b2 + (omb2 * gi) * gi : v(i) > T(0) ? v(i) : (first * gi) * gi;
         const T denom = kx::sqrt(vi) / bc2_sqrt + eps;
         m(i) = mi;
         v(i) = vi;

@@ -156,6 +156,13 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
       log::warn("optim.freeze_variance_step = {} is after comm.topk_warmup = {}: the frozen second moment holds "
                 "top-k's sparse gradients; set them equal (docs/parallel.md, \"Top-k\")", freeze, warmup);
   }
+  if (comm_rank(world) == 0) {
+    const auto freeze = cfg.get_int("optim.freeze_variance_step"), lr_warmup = cfg.get_int("optim.warmup_steps");
+    if (freeze > 0 && freeze <= lr_warmup)
+      log::warn("optim.freeze_variance_step = {} is within the learning-rate warm-up (optim.warmup_steps = {}), "
+                "while gradients are still large: the frozen second moment then divides every later step by "
+                "too much; freeze well after it (docs/parallel.md, \"Top-k\")", freeze, lr_warmup);
+  }
   // One thread pool per rank: say what oversubscribes, and count MFU
   // against the cores this rank computes on (core/thread_check.hpp).
   const ThreadSetup threads = comm::probe_node_threads(world);

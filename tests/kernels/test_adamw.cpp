@@ -36,14 +36,16 @@ void ref_step(Ref& r, const std::vector<long double>& grad, const AdamWHyper& h)
   const long double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay;
   const long double bc1 = 1.0L - std::pow(b1, static_cast<long double>(h.step));
   // A frozen second moment (variance_frozen_at = N, step > N) keeps its
-  // value and N's bias correction, unless it is still 0.
+  // value and N's bias correction; one still 0 takes (1 - b2^N) g^2, whose
+  // corrected value is g^2 (Adam's first step), and keeps that.
   const bool frozen = h.variance_frozen_at > 0 && h.step > h.variance_frozen_at;
   const long double bc2 = 1.0L - std::pow(b2, static_cast<long double>(frozen ? h.variance_frozen_at : h.step));
   for (std::size_t i = 0; i < r.p.size(); ++i) {
     const long double g = grad[i] * static_cast<long double>(h.grad_scale);
     r.p[i] *= 1.0L - lr * wd;
     r.m[i] = b1 * r.m[i] + (1.0L - b1) * g;
-    if (!frozen || r.v[i] == 0) r.v[i] = b2 * r.v[i] + (1.0L - b2) * g * g;
+    if (!frozen) r.v[i] = b2 * r.v[i] + (1.0L - b2) * g * g;
+    else if (r.v[i] == 0) r.v[i] = bc2 * g * g;
     const long double mhat = r.m[i] / bc1, vhat = r.v[i] / bc2;
     r.p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
   }
@@ -154,19 +156,20 @@ TEST(AdamW, FrozenVarianceMatchesReference) {
 TEST(AdamW, FrozenVarianceMovesLateGradientsAsFar) {
   // Error feedback delays a gradient; it does not lose it. With the second
   // moment frozen the update is linear in the gradient, so a gradient x at
-  // step 210 and y at step 240 move a weight as far, once the momentum has
-  // decayed, as x + y at step 240 alone. With v still updating they do not:
-  // the late sum is divided by its own larger root.
+  // step 310 and y at step 340 move a weight as far, once the momentum has
+  // decayed, as x + y at step 340 alone (the momentum's bias correction,
+  // 1 - 0.9^310, differs from 1 by 6e-15). With v still updating they do
+  // not: v moves with what arrives (and decays between the two steps).
   const std::size_t n = 3;
   auto travel = [&](std::int64_t frozen_at, bool late) {
     V1<double> p("p", n), g("g", n), m("m", n), v("v", n);
     auto hg = Kokkos::create_mirror_view(g);
-    for (std::int64_t s = 1; s <= 700; ++s) {
+    for (std::int64_t s = 1; s <= 800; ++s) {
       for (std::size_t i = 0; i < n; ++i) {
         const double x = 0.5 + double(i), y = -0.2 + 0.3 * double(i);
-        double gi = s <= 200 ? std::sin(double(s + 7 * i)) : 0.0;  // a history for v
-        if (s == 210) gi = late ? 0.0 : x;
-        if (s == 240) gi = late ? x + y : y;
+        double gi = s <= 300 ? std::sin(double(s + 7 * i)) : 0.0;  // a history for v
+        if (s == 310) gi = late ? 0.0 : x;
+        if (s == 340) gi = late ? x + y : y;
         hg(i) = gi;
       }
       Kokkos::deep_copy(g, hg);
@@ -177,7 +180,7 @@ TEST(AdamW, FrozenVarianceMovesLateGradientsAsFar) {
     }
     return to_host(p);
   };
-  const auto on_time = travel(200, false), delayed = travel(200, true);
+  const auto on_time = travel(300, false), delayed = travel(300, true);
   const auto live_on_time = travel(0, false), live_delayed = travel(0, true);
   for (std::size_t i = 0; i < n; ++i) {
     EXPECT_NEAR(double(delayed[i]), double(on_time[i]), 1e-12) << i;

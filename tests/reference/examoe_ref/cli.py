@@ -65,6 +65,11 @@ def main(argv=None):
     with open(a.config) as f:
         deck = json.load(f)
     cfg = Config.from_dict(deck)
+    # torch.optim.AdamW has no variance freeze: comparing against it would
+    # silently differ after the freeze.
+    if int(deck.get("optim", {}).get("freeze_variance_step", 0)) > 0:
+        raise SystemExit(f"{a.config}: optim.freeze_variance_step > 0 has no torch.optim.AdamW counterpart; "
+                         "compare with it at 0")
     hp = dict(_OPTIM_DEFAULTS)
     hp.update({k: float(v) for k, v in deck.get("optim", {}).items() if k in hp})
     hp.update({k: getattr(a, k) for k in hp if getattr(a, k) is not None})
