@@ -146,18 +146,18 @@ Trainer::Trainer(const deck::Config& cfg, MPI_Comm world)
               "from a trained model: set train.init_from to its checkpoint");
   }
   ckpt_->resume();
-  if (comm_rank(world) == 0 && cfg.get_string("comm.compression") == "topk" && dp_->size() > 1) {
-    const auto freeze = cfg.get_int("optim.freeze_variance_step"), warmup = cfg.get_int("comm.topk_warmup");
-    if (freeze == 0)
-      log::warn("comm.compression = \"topk\" with AdamW's second moment live: a gradient that error feedback "
-                "delays moves its weight less than on time, and the loss lags; set comm.topk_warmup and "
-                "optim.freeze_variance_step to the same dense warm-up (docs/parallel.md, \"Top-k\")");
-    else if (freeze > warmup)
-      log::warn("optim.freeze_variance_step = {} is after comm.topk_warmup = {}: the frozen second moment holds "
-                "top-k's sparse gradients; set them equal (docs/parallel.md, \"Top-k\")", freeze, warmup);
-  }
   if (comm_rank(world) == 0) {
-    const auto freeze = cfg.get_int("optim.freeze_variance_step"), lr_warmup = cfg.get_int("optim.warmup_steps");
+    const auto freeze = cfg.get_int("optim.freeze_variance_step"), warmup = cfg.get_int("comm.topk_warmup"),
+               lr_warmup = cfg.get_int("optim.warmup_steps");
+    if (cfg.get_string("comm.compression") == "topk" && dp_->size() > 1) {
+      if (freeze == 0)
+        log::warn("comm.compression = \"topk\" with AdamW's second moment live: a gradient that error feedback "
+                  "delays moves its weight less than on time, and the loss lags; set comm.topk_warmup and "
+                  "optim.freeze_variance_step to the same dense warm-up (docs/parallel.md, \"Top-k\")");
+      else if (freeze > warmup)
+        log::warn("optim.freeze_variance_step = {} is after comm.topk_warmup = {}: the frozen second moment holds "
+                  "top-k's sparse gradients; set them equal (docs/parallel.md, \"Top-k\")", freeze, warmup);
+    }
     if (freeze > 0 && freeze <= lr_warmup)
       log::warn("optim.freeze_variance_step = {} is within the learning-rate warm-up (optim.warmup_steps = {}), "
                 "while gradients are still large: the frozen second moment then divides every later step by "
