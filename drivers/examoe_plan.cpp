@@ -16,8 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/mpi_env.hpp"
+#include "comm/node_threads.hpp"
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/thread_check.hpp"
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
 #include "model/model_config.hpp"
@@ -137,6 +140,13 @@ int main(int argc, char** argv) {
   if (const int rc = exa::driver::parse(app, argc, argv, mpi.rank(), "examoe-plan"); rc >= 0) return rc;
   try {
     if (cal->parsed()) {
+      // A rank measures what a run's rank gets only with the run's
+      // threads: more BLAS threads than its share of the cores would
+      // measure an oversubscribed core.
+      const ThreadSetup threads = comm::probe_node_threads(MPI_COMM_WORLD);
+      if (mpi.rank() == 0)
+        for (const auto& w : thread_warnings(threads))
+          log::warn("examoe-plan calibrate: {}; otherwise the rates measured are those of shared cores", w);
       plan::CalibrateOptions o;
       o.nodes = cal_nodes;
       o.ranks_per_node = cal_rpn;
@@ -151,9 +161,11 @@ int main(int argc, char** argv) {
                     c.nodes, c.devices_per_node, c.inter.bandwidth_gbs, c.inter.latency_us, c.inter.allreduce_gbs,
                     c.inter.alltoall_gbs);
         std::printf("calibrated: fp32 %.3f TFLOP/s (half rate at %.0f rows), bf16 %.3f, memory %.1f GB/s, link %.2f GB/s "
-                    "%.1f us (allreduce %.2f, all-to-all %.2f GB/s per rank), write %.2f GB/s -> %s\n",
+                    "%.1f us (allreduce %.2f, at 256 MiB %.2f, all-to-all %.2f GB/s per rank; %.0f%% of a nonblocking "
+                    "allreduce under compute), write %.2f GB/s -> %s\n",
                     c.fp32_tflops, c.gemm_half_rows, c.bf16_tflops, c.memory_bandwidth_gbs, c.intra.bandwidth_gbs,
-                    c.intra.latency_us, c.intra.allreduce_gbs, c.intra.alltoall_gbs, c.storage_write_gbs, cal_out.c_str());
+                    c.intra.latency_us, c.intra.allreduce_gbs, c.intra.allreduce_large_gbs, c.intra.alltoall_gbs,
+                    100 * c.intra.overlap, c.storage_write_gbs, cal_out.c_str());
       }
       return 0;
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/thread_check.hpp"
 #include "core/types.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/onednn_matmul.hpp"
@@ -45,6 +46,9 @@ double best_seconds(MPI_Comm comm, double seconds, F&& f) {
 
 double bf16_tflops(double seconds) {
   if (!kernels::onednn_available()) return 0;
+  // oneDNN's threads as a run's (model/precision.cpp): left at its default,
+  // every rank of a node would start a thread per core.
+  if (const ThreadSetup t = probe_threads(); !t.host_openmp) kernels::onednn_set_threads(std::max(1, t.blas_threads));
   const int n = 1024;
   std::vector<float> a(std::size_t(n) * n, 0.5f), b(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
   const double t = best_seconds(MPI_COMM_SELF, seconds, [&] {
@@ -116,6 +120,48 @@ std::pair<double, double> collective_gbs(MPI_Comm comm, int size, double seconds
   const double ar = 2 * (p - 1) / p * bytes / transfer_seconds(allreduce(big), allreduce(small));
   const double a2a = (p - 1) / p * bytes / transfer_seconds(alltoall(big), alltoall(small));
   return {ar * 1e-9, a2a * 1e-9};
+}
+
+// The allreduce rate on 256 MiB in place, a buffer no cache holds (as a
+// model's gradient): the reduction then streams through memory.
+double large_allreduce_gbs(MPI_Comm comm, int size, double seconds) {
+  const std::size_t n = std::size_t(64) << 20;
+  std::vector<float> buf(n, 1.0f);
+  const double t = best_seconds(comm, seconds / 2, [&] {
+    MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, comm);
+  });
+  const double p = size;
+  return 2 * (p - 1) / p * 4.0 * double(n) / t * 1e-9;
+}
+
+// How much of a nonblocking allreduce (64 MiB, in place) passes while
+// the ranks compute without calling MPI, as they do between the
+// engine's polls: post it, compute for twice its blocking time, then
+// wait. The share of the blocking time the wait saved, best of three.
+double overlap_share(MPI_Comm comm, double seconds) {
+  const std::size_t n = std::size_t(16) << 20;
+  std::vector<float> buf(n, 1.0f);
+  const double blocking = best_seconds(comm, seconds / 4, [&] {
+    MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, comm);
+  });
+  double waited = blocking;
+  for (int rep = 0; rep < 3; ++rep) {
+    MPI_Barrier(comm);
+    MPI_Request req;
+    MPI_Iallreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, comm, &req);
+    // Register-only work: the collective keeps the memory bandwidth.
+    volatile double sink = 0;
+    double x = 1;
+    for (const double stop = now() + 2 * blocking; now() < stop;)
+      for (int i = 0; i < 4096; ++i) x = x * 0.999999 + 1e-9;
+    sink = x;
+    (void)sink;
+    const double t0 = now();
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    waited = std::min(waited, now() - t0);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &waited, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return std::clamp(1 - waited / blocking, 0.0, 1.0);
 }
 
 // Ranks a and b exchange `bytes`; half the round trip (every rank of
@@ -199,7 +245,9 @@ Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
   if (rpn >= 2) {
     c.intra = p2p_link(comm, rank, 0, 1, opt.seconds);
     std::tie(c.intra.allreduce_gbs, c.intra.alltoall_gbs) = collective_gbs(local, rpn, opt.seconds);
-    for (double* v : {&c.intra.allreduce_gbs, &c.intra.alltoall_gbs})
+    c.intra.allreduce_large_gbs = large_allreduce_gbs(local, rpn, opt.seconds);
+    c.intra.overlap = overlap_share(local, opt.seconds);
+    for (double* v : {&c.intra.allreduce_gbs, &c.intra.alltoall_gbs, &c.intra.allreduce_large_gbs, &c.intra.overlap})
       MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MIN, comm);
   } else {
     c.intra = {c.memory_bandwidth_gbs / 2, 1.0};
@@ -207,6 +255,8 @@ Cluster calibrate(const CalibrateOptions& opt, MPI_Comm comm) {
   if (nodes >= 2) {
     c.inter = p2p_link(comm, rank, 0, rpn, opt.seconds);
     std::tie(c.inter.allreduce_gbs, c.inter.alltoall_gbs) = collective_gbs(comm, size, opt.seconds);
+    c.inter.allreduce_large_gbs = large_allreduce_gbs(comm, size, opt.seconds);
+    c.inter.overlap = overlap_share(comm, opt.seconds);
   } else {
     c.inter = c.intra;
   }

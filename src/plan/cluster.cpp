@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -102,7 +103,8 @@ Cluster load_cluster(const std::string& path) {
     throw Error(fmt::format("cannot read the cluster file {}: {}", path, e.what()));
   }
   // A misspelt key would otherwise leave its default in place unnoticed.
-  const std::vector<std::string> link_keys{"bandwidth_gbs", "latency_us", "allreduce_gbs", "alltoall_gbs"};
+  const std::vector<std::string> link_keys{"bandwidth_gbs", "latency_us",          "allreduce_gbs",
+                                          "alltoall_gbs",  "allreduce_large_gbs", "overlap"};
   const std::map<std::string, std::vector<std::string>> known{
       {"cluster",
        {"name", "topology", "nodes", "devices_per_node", "nodes_per_switch", "oversubscription", "torus_dims",
@@ -143,11 +145,22 @@ Cluster load_cluster(const std::string& path) {
   c.memory_gib = r.num("device", "memory_gib", 0.01, 1e6, true, 0);
   c.memory_bandwidth_gbs = r.num("device", "memory_bandwidth_gbs", 0.1, 1e6, true, 0);
   c.elementwise_passes = r.num("device", "elementwise_passes", 0, 1000, false, 8);
-  c.intra = {r.num("intra_node", "bandwidth_gbs", 0.01, 1e6, true, 0), r.num("intra_node", "latency_us", 0, 1e6, false, 1),
-             r.num("intra_node", "allreduce_gbs", 0, 1e6, false, 0), r.num("intra_node", "alltoall_gbs", 0, 1e6, false, 0)};
-  c.inter = {r.num("inter_node", "bandwidth_gbs", 0.001, 1e6, c.nodes > 1, c.intra.bandwidth_gbs),
-             r.num("inter_node", "latency_us", 0, 1e6, false, 5), r.num("inter_node", "allreduce_gbs", 0, 1e6, false, 0),
-             r.num("inter_node", "alltoall_gbs", 0, 1e6, false, 0)};
+  auto link = [&](const char* section, bool required, const Link& fallback) {
+    Link l;
+    l.bandwidth_gbs = r.num(section, "bandwidth_gbs", 0.001, 1e6, required, fallback.bandwidth_gbs);
+    l.latency_us = r.num(section, "latency_us", 0, 1e6, false, fallback.latency_us);
+    l.allreduce_gbs = r.num(section, "allreduce_gbs", 0, 1e6, false, 0);
+    l.alltoall_gbs = r.num(section, "alltoall_gbs", 0, 1e6, false, 0);
+    l.allreduce_large_gbs = r.num(section, "allreduce_large_gbs", 0, 1e6, false, 0);
+    l.overlap = r.num(section, "overlap", 0, 1, false, fallback.overlap);
+    return l;
+  };
+  Link intra_default;
+  intra_default.latency_us = 1;
+  c.intra = link("intra_node", true, intra_default);
+  Link inter_default = c.intra;
+  inter_default.latency_us = 5;
+  c.inter = link("inter_node", c.nodes > 1, inter_default);
   c.storage_write_gbs = r.num("storage", "write_gbs", 1e-4, 1e6, false, 1);
   return c;
 }
@@ -164,7 +177,26 @@ std::string topology_keys(const Topology& t) {
   return "";
 }
 
+std::string link_toml(const Link& l) {
+  return fmt::format(
+      "bandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\nallreduce_gbs = {:.6g}\nalltoall_gbs = {:.6g}\n"
+      "allreduce_large_gbs = {:.6g}\noverlap = {:.3g}\n",
+      l.bandwidth_gbs, l.latency_us, l.allreduce_gbs, l.alltoall_gbs, l.allreduce_large_gbs, l.overlap);
+}
+
 }  // namespace
+
+double Link::allreduce(double bytes) const {
+  const double small = allreduce();
+  if (allreduce_large_gbs <= 0) return small;
+  const double lo = 16.0 * 1048576, hi = 256.0 * 1048576;
+  const double t = std::clamp(std::log(bytes / lo) / std::log(hi / lo), 0.0, 1.0);
+  return small * std::pow(allreduce_large_gbs / small, t);
+}
+
+double Link::exposed(double comm, double compute) const {
+  return comm - std::min(overlap * comm, std::max(0.0, compute));
+}
 
 std::string to_toml(const Cluster& c) {
   return fmt::format(
@@ -172,13 +204,12 @@ std::string to_toml(const Cluster& c) {
       "[device]\nfp32_tflops = {:.6g}\nbf16_tflops = {:.6g}\nfp16_tflops = {:.6g}\nmatmul_efficiency = {:.4g}\n"
       "low_precision_efficiency = {:.4g}\n"
       "attention_efficiency = {:.4g}\ngemm_half_rows = {:.4g}\nmemory_gib = {:.6g}\nmemory_bandwidth_gbs = {:.6g}\nelementwise_passes = {:.4g}\n\n"
-      "[intra_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\nallreduce_gbs = {:.6g}\nalltoall_gbs = {:.6g}\n\n"
-      "[inter_node]\nbandwidth_gbs = {:.6g}\nlatency_us = {:.4g}\nallreduce_gbs = {:.6g}\nalltoall_gbs = {:.6g}\n\n"
+      "[intra_node]\n{}\n"
+      "[inter_node]\n{}\n"
       "[storage]\nwrite_gbs = {:.6g}\n",
       c.name, c.topology.kind, c.nodes, c.devices_per_node, topology_keys(c.topology), c.fp32_tflops, c.bf16_tflops, c.fp16_tflops,
       c.matmul_efficiency, c.low_precision_efficiency, c.attention_efficiency, c.gemm_half_rows, c.memory_gib, c.memory_bandwidth_gbs, c.elementwise_passes,
-      c.intra.bandwidth_gbs, c.intra.latency_us, c.intra.allreduce_gbs, c.intra.alltoall_gbs, c.inter.bandwidth_gbs,
-      c.inter.latency_us, c.inter.allreduce_gbs, c.inter.alltoall_gbs, c.storage_write_gbs);
+      link_toml(c.intra), link_toml(c.inter), c.storage_write_gbs);
 }
 
 }  // namespace exa::plan

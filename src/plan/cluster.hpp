@@ -18,7 +18,22 @@ struct Link {
   // What each rank's sends reach inside the MPI collectives (bytes a ring
   // algorithm sends per rank over the time): calibrated, else bandwidth_gbs.
   double allreduce_gbs = 0, alltoall_gbs = 0;
+  // The allreduce rate on messages of 256 MiB, whose buffers no cache
+  // holds, as a whole model's gradient (calibrated; 0: allreduce_gbs).
+  // Between 16 and 256 MiB the rate follows log(message) from one to the
+  // other.
+  double allreduce_large_gbs = 0;
+  // The share of a nonblocking collective's time that passes while the
+  // rank computes without calling MPI: 1 where the library progresses on
+  // its own (NCCL's stream, an MPI progress thread), near 0 where only
+  // the rank's own MPI calls move it (calibrated).
+  double overlap = 1;
   double allreduce() const { return allreduce_gbs > 0 ? allreduce_gbs : bandwidth_gbs; }
+  // The allreduce rate for a message of `bytes` per rank.
+  double allreduce(double bytes) const;
+  // Of `comm` seconds of such collectives under `compute` seconds of work,
+  // the part the work does not hide.
+  double exposed(double comm, double compute) const;
   double alltoall() const { return alltoall_gbs > 0 ? alltoall_gbs : bandwidth_gbs; }
 };
 

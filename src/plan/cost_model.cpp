@@ -59,22 +59,32 @@ struct Net {
   // P2p: a ring's neighbour sends; Chain: a pipeline's, whose slowest
   // stage boundary paces it (inter-node when any boundary is).
   enum class Kind { P2p, Chain, Reduce, AllToAll };
-  double seconds(double bytes, int messages, int size, int stride, Kind kind = Kind::P2p) const {
+  // `buffer`: the collective's whole buffer (a reduction's rate depends on
+  // whether caches hold it; Cluster::Link::allreduce).
+  double seconds(double bytes, int messages, int size, int stride, Kind kind = Kind::P2p, double buffer = 0) const {
     if (size <= 1 || bytes <= 0) return 0;
-    const bool inside = std::int64_t(size) * stride <= cl.devices_per_node;
-    const Link& l = inside ? cl.intra : cl.inter;
-    double bw = kind == Kind::Reduce ? l.allreduce() : kind == Kind::AllToAll ? l.alltoall() : l.bandwidth_gbs;
+    const Link& l = link(size, stride);
+    const bool inside = &l == &cl.intra;
+    double bw = kind == Kind::Reduce ? l.allreduce(buffer) : kind == Kind::AllToAll ? l.alltoall() : l.bandwidth_gbs;
     const Traffic traffic =
         kind == Kind::AllToAll ? Traffic::AllToAll : kind == Kind::Chain ? Traffic::Chain : Traffic::Ring;
     if (!inside) bw /= congestion(cl.topology, world, cl.devices_per_node, l.bandwidth_gbs, bw, traffic, size, stride);
     return messages * l.latency_us * 1e-6 + bytes / (bw * 1e9);
   }
+  const Link& link(int size, int stride) const {
+    return std::int64_t(size) * stride <= cl.devices_per_node ? cl.intra : cl.inter;
+  }
+  // What `compute` seconds of work leave exposed of `comm` seconds of a
+  // group's nonblocking collectives (Link::overlap).
+  double exposed(double comm, double compute, int size, int stride) const {
+    return size <= 1 ? comm : link(size, stride).exposed(comm, compute);
+  }
   // Ring allreduce, reduce-scatter / allgather, all-to-all: per-rank sends.
   double allreduce(double n_bytes, int p, int stride) const {
-    return seconds(2.0 * (p - 1) / p * n_bytes, 2 * (p - 1), p, stride, Kind::Reduce);
+    return seconds(2.0 * (p - 1) / p * n_bytes, 2 * (p - 1), p, stride, Kind::Reduce, n_bytes);
   }
   double half(double n_bytes, int p, int stride) const {
-    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride, Kind::Reduce);
+    return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride, Kind::Reduce, n_bytes);
   }
   double alltoall(double n_bytes, int p, int stride) const {
     return seconds(double(p - 1) / p * n_bytes, p - 1, p, stride, Kind::AllToAll);
@@ -297,7 +307,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       const double kv = N * 2 * double(plan.kv_heads) * double(cfg.head_dim()) * 4;
       if (c.cp_mode == "ring") {
         const double ring = layers_per_chunk * net.seconds((cp - 1) * kv, cp - 1, cp, tp);
-        cp_f = std::max(0.0, ring - w.core / core_rate);  // blocks travel while others are computed
+        cp_f = net.exposed(ring, w.core / core_rate, cp, tp);  // blocks travel while others are computed
       } else {
         const double qo = N * 2 * double(plan.heads) * double(cfg.head_dim()) * 4;
         cp_f = layers_per_chunk * net.alltoall(kv + qo, cp, tp);
@@ -312,7 +322,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       chunk.data /= chunks;
       chunk.experts /= chunks;
       zg_whole = gather(chunk);
-      zg_f = std::max(0.0, zg_whole - f_compute);
+      zg_f = net.exposed(zg_whole, f_compute, data, tp);
     }
     const double p2p = pp > 1 ? net.seconds(Nr * double(cfg.d_model) * 4, 1, pp, tp * cp * g.dp, Net::Kind::Chain) : 0;
     auto& t = times[std::size_t(s)];
@@ -376,7 +386,8 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       // the task's round of micro-batches, each overlapping only that
       // round's last backward (ZeRO 2/3 reduce per micro-batch either way).
       const int reductions = std::max(1, c.projection_tasks);
-      dp = reductions * std::max(0.0, reduce(dp_elements) - backward_last) + (c.zero == 1 ? gather(dp_elements) : 0);
+      dp = reductions * net.exposed(reduce(dp_elements), backward_last, data, tp) +
+           (c.zero == 1 ? gather(dp_elements) : 0);
     } else {
       // zb's deferred products reduce-scatter their units once more from
       // buffers of their own (parallel/data/zero_engine.hpp), the Data
@@ -384,7 +395,7 @@ StepCost predict(const model::ModelConfig& cfg, const Candidate& c, const Cluste
       GroupElements again = dp_elements;
       again.experts = 0;
       const double deferred = c.schedule == "zb" && pp > 1 ? reduce(again) : 0;
-      dp = double(c.grad_accum) * std::max(0.0, reduce(dp_elements) + deferred - backward_last) +
+      dp = double(c.grad_accum) * net.exposed(reduce(dp_elements) + deferred, backward_last, data, tp) +
            (c.zero == 2 ? gather(dp_elements) : 0);
     }
   }

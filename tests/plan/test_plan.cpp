@@ -280,6 +280,45 @@ TEST(Plan, HierarchicalCollectivesCrossNodesWithTheirShare) {
   EXPECT_NEAR(topk.dp - ring_half(4 * E, 8, cl.inter), ring_half(6 * 0.01 * E, 8, cl.inter), tol * topk.dp);
 }
 
+TEST(Plan, CollectivesHideOnlyWhatTheLibraryMoves) {
+  // A link's allreduce rate falls from allreduce_gbs at 16 MiB to
+  // allreduce_large_gbs at 256 MiB (geometric in between), and overlap is
+  // the share of a nonblocking collective that compute hides.
+  plan::Link l{10, 1, 4, 4};
+  EXPECT_DOUBLE_EQ(l.allreduce(1 << 30), 4);  // no large rate: one rate
+  l.allreduce_large_gbs = 2;
+  EXPECT_DOUBLE_EQ(l.allreduce(1 << 20), 4);
+  EXPECT_DOUBLE_EQ(l.allreduce(16 << 20), 4);
+  EXPECT_NEAR(l.allreduce(64 << 20), 4 * std::sqrt(0.5), 1e-12);
+  EXPECT_DOUBLE_EQ(l.allreduce(256 << 20), 2);
+  EXPECT_DOUBLE_EQ(l.allreduce(double(1) * (1 << 30)), 2);
+  EXPECT_DOUBLE_EQ(l.exposed(1, 3), 0);
+  EXPECT_DOUBLE_EQ(l.exposed(3, 1), 2);
+  l.overlap = 0.5;
+  EXPECT_DOUBLE_EQ(l.exposed(1, 3), 0.5);
+  EXPECT_DOUBLE_EQ(l.exposed(1, 0.2), 0.8);
+  l.overlap = 0;
+  EXPECT_DOUBLE_EQ(l.exposed(1, 3), 1);
+
+  // dp 4, ZeRO 0, compute slow enough to hide the gradient's allreduce
+  // whole: it does where the library progresses alone, and every second
+  // of it is exposed where it does not.
+  const auto cfg = moe_model();
+  plan::Candidate c;
+  c.grid = comm::GridSizes{4, 1, 1, 4, 1, 1, 0, 0};
+  c.micro_batch = 2;
+  c.grad_accum = 1;
+  plan::Cluster cl = small_cluster();
+  cl.fp32_tflops = 1e-4;
+  const auto hidden = plan::predict(cfg, c, cl);
+  EXPECT_EQ(hidden.dp, 0);
+  cl.intra.overlap = 0;
+  const auto polled = plan::predict(cfg, c, cl);
+  const double E = plan::stage_elements(cfg, model::StagePlan::whole(cfg)).trainable.total();
+  EXPECT_NEAR(polled.dp, ring_allreduce(4 * E, 4, cl.intra), 1e-9 * polled.dp);
+  EXPECT_NEAR(polled.step - hidden.step, polled.dp, 1e-9 * polled.step);
+}
+
 TEST(Plan, ExpertGroupsStayFlatAndExactInterNode) {
   // dp 8 x ep 2: the experts' gradients reduce over the 4 ranks holding
   // the same experts (stride 2, both nodes), flat, and in fp32 under
@@ -495,6 +534,19 @@ TEST(Plan, ClusterFileErrorsNameTheKey) {
   EXPECT_EQ(again.devices(), 2048);
   EXPECT_DOUBLE_EQ(again.bf16_tflops, h100.bf16_tflops);
   EXPECT_DOUBLE_EQ(again.inter.bandwidth_gbs, h100.inter.bandwidth_gbs);
+  const auto local = plan::load_cluster(std::string(EXAMOE_SOURCE_DIR) + "/input/clusters/local-2core.toml");
+  const auto local2 = plan::load_cluster(write_file("c5.toml", plan::to_toml(local)));
+  EXPECT_DOUBLE_EQ(local2.intra.overlap, local.intra.overlap);
+  EXPECT_DOUBLE_EQ(local2.inter.allreduce_large_gbs, local.inter.allreduce_large_gbs);
+  EXPECT_LT(local.intra.overlap, 1);
+  const auto over = write_file("c6.toml", "[cluster]\nnodes = 1\ndevices_per_node = 2\n[device]\nfp32_tflops = 1\nmemory_gib = 8\n"
+                                          "memory_bandwidth_gbs = 10\n[intra_node]\nbandwidth_gbs = 1\noverlap = 1.5\n");
+  try {
+    (void)plan::load_cluster(over);
+    FAIL() << "overlap = 1.5 loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
