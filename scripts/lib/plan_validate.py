@@ -5,12 +5,16 @@ step) for a few steps, asks `examoe-plan --predict --json` for the same
 deck and ranks, and writes a Markdown table, a JSON file and a plot:
 predicted against measured step time and rank 0's memory (parameters,
 gradients, optimizer and activations as the memory ledger counts them).
+First the cluster's matmul efficiencies are fitted to the day's one-rank
+runs (fit_cluster), unless --no-fit.
 
     plan_validate.py --examoe B --plan B --mpiexec M --cluster C --work DIR --out PREFIX [--only NAME ...]
+                     [--no-fit] [--reuse]
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -120,10 +124,52 @@ def read_run(run_dir):
     return statistics.median(steps), mem, statistics.median(imbalance) if imbalance else 1.0
 
 
-def predict(args, ranks, extra, imbalance, deck):
+# Each efficiency the day's fit takes, and the one-rank layout it is fitted to.
+FIT_LAYOUT = {"matmul_efficiency": "one", "low_precision_efficiency": "one_bf16"}
+
+
+def set_keys(text, values):
+    for key, value in values.items():
+        text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value:.6g}", text)
+        if n != 1:
+            sys.exit(f"cluster file: expected one '{key} = ' line, found {n}")
+    return text
+
+
+def fit_cluster(args, measured):
+    """The cluster file's two matmul efficiencies fitted again to the day's
+    one-rank runs `one` (fp32) and `one_bf16` (a step is a + b /
+    efficiency: two predictions give a and b). This VM's speed drifts from
+    day to day, its bf16 products' most (docs/planner.md, "Validation");
+    the rates, attention_efficiency and elementwise_passes stay the
+    file's. Every other layout is held out."""
+    with open(args.cluster) as f:
+        text = f.read()
+    fitted = os.path.join(args.work, "fitted.toml")
+    fits = {}
+    for key, name in FIT_LAYOUT.items():
+        if name not in measured:
+            continue
+        t, _, imb, deck, ranks, extra = measured[name]
+        steps = []
+        for e in (1.0, 0.5):
+            with open(fitted, "w") as f:
+                f.write(set_keys(text, {key: e}))
+            steps.append(predict(args, ranks, extra, imb, deck, fitted)[0])
+        b = (steps[1] - steps[0]) / (2.0 - 1.0)  # step(e) = a + b / e
+        a = steps[0] - b
+        e = b / (t - a) if t > a and b > 0 else 1.0
+        fits[key] = min(1.0, max(0.01, e))
+        text = set_keys(text, {key: fits[key]})
+    with open(fitted, "w") as f:
+        f.write(f"# scripts/plan-validate.sh: {args.cluster} with its efficiencies fitted to one and one_bf16\n" + text)
+    return fitted, fits
+
+
+def predict(args, ranks, extra, imbalance, deck, cluster=None):
     # The routing's imbalance is the workload's, not the layout's: the
     # planner is told the run's own (metrics.jsonl expert_imbalance).
-    cmd = [args.plan, deck] + BASE + sets(extra) + ["--cluster", args.cluster, "--ranks", str(ranks),
+    cmd = [args.plan, deck] + BASE + sets(extra) + ["--cluster", cluster or args.cluster, "--ranks", str(ranks),
                                                      "--predict", "--json", "--expert-imbalance",
                                                      str(max(1.0, imbalance))]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -142,14 +188,31 @@ def main():
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--reuse", action="store_true", help="take the runs already in --work, predict again")
     ap.add_argument("--python-plot", default="/usr/bin/python3")
+    ap.add_argument("--no-fit", action="store_true",
+                    help="predict with --cluster as it is, without fitting its efficiencies to the day's one-rank runs")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
+    measured = {}
+
+    def run_layout(name, ranks, extra, variant):
+        if name not in measured:
+            deck = deck_for(args, variant[0] if variant else None)
+            measured[name] = measure(args, name, ranks, extra, deck) + (deck, ranks, extra)
+        return measured[name]
+
+    fits, reference = {}, args.cluster
+    if not args.no_fit:
+        for name, ranks, extra, *variant in LAYOUTS:
+            if name in FIT_LAYOUT.values():
+                run_layout(name, ranks, extra, variant)
+        args.cluster, fits = fit_cluster(args, measured)
+        print(f"cluster: {args.cluster} (fitted: " + ", ".join(f"{k} = {v:.3f}" for k, v in fits.items()) + ")",
+              flush=True)
     rows = []
     for name, ranks, extra, *variant in LAYOUTS:
         if args.only and name not in args.only:
             continue
-        deck = deck_for(args, variant[0] if variant else None)
-        t, m, imb = measure(args, name, ranks, extra, deck)
+        t, m, imb, deck, _, _ = run_layout(name, ranks, extra, variant)
         pt, pm, bound = predict(args, ranks, extra, imb, deck)
         settings = (extra or "(bench.toml)") + (" (two streams)" if variant else "")
         rows.append(dict(name=name, ranks=ranks, settings=settings, measured_s=t, predicted_s=pt,
@@ -160,7 +223,12 @@ def main():
     errs = sorted(abs(r["time_err"]) for r in rows)
     merrs = sorted(abs(r["mem_err"]) for r in rows)
     summary = dict(layouts=len(rows), median_time_err=statistics.median(errs), worst_time_err=errs[-1],
-                   median_mem_err=statistics.median(merrs), worst_mem_err=merrs[-1])
+                   median_mem_err=statistics.median(merrs), worst_mem_err=merrs[-1], cluster=os.path.relpath(reference, ROOT),
+                   fitted=fits)
+    held = sorted(abs(r["time_err"]) for r in rows if r["name"] not in {FIT_LAYOUT[k] for k in fits})
+    if held:
+        summary.update(held_out=len(held), held_out_median_time_err=statistics.median(held),
+                       held_out_worst_time_err=held[-1])
     for ranks in sorted({r["ranks"] for r in rows}):
         group = [r for r in rows if r["ranks"] == ranks]
         fastest = min(group, key=lambda r: r["measured_s"])
@@ -171,6 +239,10 @@ def main():
     with open(args.out + ".json", "w") as f:
         json.dump(dict(rows=rows, summary=summary), f, indent=1)
     with open(args.out + ".md", "w") as f:
+        if fits:
+            f.write("Cluster: `{}` with ".format(os.path.relpath(reference, ROOT)) +
+                    ", ".join(f"`{k} = {v:.3f}`" for k, v in fits.items()) +
+                    " fitted to `" + "`, `".join(FIT_LAYOUT[k] for k in fits) + "`; every other layout held out.\n\n")
         f.write("| layout | ranks | settings | measured s | predicted s | error | memory MiB measured | predicted | error | bound |\n")
         f.write("|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
