@@ -48,8 +48,6 @@ class FakePowercap : public ::testing::Test {
 
 constexpr std::uint64_t kRange = 262143328850;  // a typical max_energy_range_uj
 
-}  // namespace
-
 TEST_F(FakePowercap, PackagesCountSubZonesAndOtherEntriesDoNot) {
   zone("intel-rapl:0", 1'000'000, kRange);
   zone("intel-rapl:1", 5'000'000, kRange);
@@ -176,3 +174,5 @@ TEST_F(FakePowercap, TheDecksPowerWinsOverRapl) {
   EXPECT_EQ(sum, "energy: 0.006 kWh for 6000 tokens (3.6 J/token; 300 W per rank (output.power_w_per_rank) x 4 "
                  "ranks, PUE 1.2); a whole run of 1000000 tokens: 1 kWh");
 }
+
+}  // namespace
