@@ -9,11 +9,12 @@
 // swapping is needed here; bench/bench_gemm.cpp measures the wrapper against
 // raw cblas_sgemm on the model's shapes.
 //
-// Under matmul_precision() == bf16 or fp16 the fp32 products on a host
-// execution space round their inputs and go to oneDNN (onednn_matmul.hpp);
-// their operands must then be row-contiguous (stride 1 along a row), as
-// every tensor of the model is. A device space has no such path yet, and
-// refuses rather than compute in fp32.
+// Under matmul_precision() == bf16 or fp16 the fp32 products round their
+// inputs and go to oneDNN on a host execution space (onednn_matmul.hpp),
+// to cuBLAS on CUDA (cublas_matmul.hpp); their operands must then be
+// row-contiguous (stride 1 along a row), as every tensor of the model is.
+// Another device space has no such path yet, and refuses rather than
+// compute in fp32.
 //
 // Forms:
 //   gemm(ta, tb, alpha, A, B, beta, C)       C = alpha op(A) op(B) + beta C
@@ -44,6 +45,7 @@
 #include "core/types.hpp"
 #include "kernels/host_loops.hpp"
 #include "kernels/host_tasks.hpp"
+#include "kernels/cublas_matmul.hpp"
 #include "kernels/matmul_precision.hpp"
 #include "kernels/onednn_matmul.hpp"
 
@@ -152,10 +154,18 @@ bool gemm_reduced_precision(bool ta, bool tb, index_t m, index_t n, index_t k, f
                      beta, C.data(), bf16_row_stride(C, "C"));
     return true;
   } else {
+#if defined(KOKKOS_ENABLE_CUDA)
+    if constexpr (std::is_same<exec_of<CV>, Kokkos::Cuda>::value) {
+      // cuBLAS on exec's stream, in order with the work queued there.
+      cublas_gemm(p, ta, tb, m, n, k, alpha, A.data(), bf16_row_stride(A, "A"), B.data(), bf16_row_stride(B, "B"),
+                  beta, C.data(), bf16_row_stride(C, "C"), exec.cuda_stream());
+      return true;
+    }
+#endif
     (void)exec;
     throw Error(
-        "exa::gemm: bf16 and fp16 products are built for host execution spaces only (oneDNN); this device has "
-        "no such path yet: set precision.compute = \"fp32\"");
+        "exa::gemm: bf16 and fp16 products are built for host execution spaces (oneDNN) and CUDA (cuBLAS); this "
+        "device has no such path yet: set precision.compute = \"fp32\"");
   }
 }
 

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/thread_check.hpp"
 #include "core/types.hpp"
+#include "kernels/cublas_matmul.hpp"
 #include "kernels/onednn_matmul.hpp"
 
 namespace exa::model {
@@ -19,19 +20,31 @@ kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg) {
   // Kokkos' accessibility says whether the model's tensors live on the host.
   constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   std::string why;
-  if (!host)
-    why = fmt::format("this build runs on {}, and reduced-precision products are built for CPUs only (oneDNN) "
-                      "so far",
-                      ExecSpace::name());
-  else if (!kernels::onednn_available())
+  if (!host && !kernels::cublas_available())
+    why = fmt::format("this build runs on {}, and reduced-precision products are built for CPUs (oneDNN) and "
+                      "CUDA (cuBLAS): {}",
+                      ExecSpace::name(), kernels::cublas_missing());
+  else if (host && !kernels::onednn_available())
     why = kernels::onednn_missing();
   EXA_REQUIRE(why.empty(), "precision.compute = \"{}\": {}; or set precision.compute = \"fp32\"", compute, why);
   return compute == "bf16" ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp16;
 }
 
+bool tf32_of(const deck::Config& cfg) {
+  if (cfg.get_string("precision.matmul") != "tf32") return false;
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+  EXA_REQUIRE(!host && kernels::cublas_available(),
+              "precision.matmul = \"tf32\": TF32 is the arithmetic of a GPU's tensor cores (cuBLAS), and this build "
+              "runs on {}{}; set precision.matmul = \"fp32\"",
+              ExecSpace::name(), host ? "" : ": " + kernels::cublas_missing());
+  return true;
+}
+
 void use_deck_precision(const deck::Config& cfg) {
   const auto p = matmul_precision_of(cfg);
   kernels::set_matmul_precision(p);
+  const bool tf32 = tf32_of(cfg);
+  if (tf32 || kernels::cublas_tf32()) kernels::cublas_set_tf32(tf32);
   // A Serial build's products run on the BLAS's threads
   // (OPENBLAS_NUM_THREADS); oneDNN's are made to match, so that a bf16 run
   // uses the cores an fp32 run would, and thread_check's warnings hold.
@@ -41,7 +54,10 @@ void use_deck_precision(const deck::Config& cfg) {
 
 std::string describe_precision() {
   const auto p = kernels::matmul_precision();
-  if (p == kernels::MatmulPrecision::fp32) return "fp32 matmuls";
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+  if (p == kernels::MatmulPrecision::fp32)
+    return kernels::cublas_tf32() ? "fp32 matmuls on TF32 tensor cores (cuBLAS)" : "fp32 matmuls";
+  if (!host) return fmt::format("{} matmuls (cuBLAS, fp32 accumulation)", kernels::to_string(p));
   if (p == kernels::MatmulPrecision::fp16)
     return "fp16 matmuls (inputs rounded to fp16, fp32 products and accumulation on oneDNN's fp32 kernels: fp16 "
            "numerics at fp32 speed)";

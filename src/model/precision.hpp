@@ -15,7 +15,12 @@ namespace exa::model {
 // this execution space lacks for it (and the fix).
 kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg);
 
-// Sets the process's matmul precision from the deck (throws as above).
+// precision.matmul = "tf32" (true) or "fp32"; an exa::Error where the build
+// has no TF32 (no CUDA with cuBLAS), naming the fix.
+bool tf32_of(const deck::Config& cfg);
+
+// Sets the process's matmul precision and TF32 mode from the deck (throws
+// as above).
 void use_deck_precision(const deck::Config& cfg);
 
 // For the start-up line: "fp32 matmuls" or "bf16 matmuls (oneDNN 2.6.3

@@ -387,7 +387,10 @@ TEST(DeckReads, NotBuiltValuesAreRefusedWhereSet) {
   const std::string tiny = kSource + "/input/tiny.toml";
   EXPECT_EQ(load_error(tiny, {"precision.matmul=fp32"}, 1), "");
   EXPECT_NE(load_error(tiny, {"precision.matmul=tf32"}, 1)
-                .find("--set precision.matmul=tf32: precision.matmul = \"tf32\" is not available in this build yet"),
+                .find("--set precision.matmul=tf32: precision.matmul = \"tf32\" is not available in this build: "
+                      "TF32 is the arithmetic of a GPU's tensor cores (cuBLAS), and this build has no CUDA; set "
+                      "precision.matmul = \"fp32\""),
             std::string::npos);
-  EXPECT_NE(exa::deck::schema_markdown().find("not built yet: \"tf32\""), std::string::npos);
+  EXPECT_NE(exa::deck::schema_markdown().find("not in this build: \"tf32\"; TF32 is the arithmetic"), std::string::npos);
+  EXPECT_NE(exa::deck::schema_markdown().find("not built yet: \"pissa\""), std::string::npos);
 }

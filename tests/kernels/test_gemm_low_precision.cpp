@@ -21,6 +21,7 @@
 #include "core/fp16.hpp"
 #include "harness/backend.hpp"
 #include "harness/splitmix_noise.hpp"
+#include "kernels/cublas_matmul.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/matmul_precision.hpp"
 #include "kernels/onednn_matmul.hpp"
@@ -36,6 +37,10 @@ using V3 = Kokkos::View<float***, Kokkos::LayoutRight, TestDevice>;
 using H2 = std::vector<std::vector<double>>;
 
 constexpr bool kHost = Kokkos::SpaceAccessibility<TestExec, Kokkos::HostSpace>::accessible;
+
+// Whether this backend has bf16/fp16 products: oneDNN on the host, cuBLAS
+// on CUDA.
+bool reduced_built() { return kHost ? ek::onednn_available() : ek::cublas_available(); }
 
 template <class V>
 void fill(const V& v, std::uint64_t seed) {
@@ -93,14 +98,15 @@ Bounds check(char ta, char tb, double alpha, const V2& A, const V2& B, double be
 }  // namespace
 
 TEST(GemmBf16, EveryTransposeAlphaBetaWithinTheBf16Bound) {
-  if (!kHost || !ek::onednn_available()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  if (!reduced_built()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
   ek::ScopedMatmulPrecision bf16(ek::MatmulPrecision::bf16);
   const index_t m = 37, n = 29, k = 53;
   const double fp32_term = double(k) * std::ldexp(1.0, -24);
   int seed = 1;
+  const std::pair<float, float> alpha_beta[] = {{1, 0}, {0.125f, 1}, {-1.5f, 0.5f}};  // nvcc 11.8 deduces no braced list
   for (char ta : {'N', 'T'})
     for (char tb : {'N', 'T'})
-      for (auto [alpha, beta] : {std::pair<float, float>{1, 0}, {0.125f, 1}, {-1.5f, 0.5f}}) {
+      for (auto [alpha, beta] : alpha_beta) {
         V2 A("A", ta == 'T' ? k : m, ta == 'T' ? m : k), B("B", tb == 'T' ? n : k, tb == 'T' ? k : n), C("C", m, n);
         fill(A, seed++);
         fill(B, seed++);
@@ -117,7 +123,7 @@ TEST(GemmBf16, EveryTransposeAlphaBetaWithinTheBf16Bound) {
 }
 
 TEST(GemmFp16, EveryTransposeWithinTheFp16BoundAndOverflowIsInfinite) {
-  if (!kHost || !ek::onednn_available()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  if (!reduced_built()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
   ek::ScopedMatmulPrecision fp16(ek::MatmulPrecision::fp16);
   const index_t m = 33, n = 21, k = 45;
   const double fp32_term = double(k) * std::ldexp(1.0, -24);
@@ -168,7 +174,7 @@ TEST(GemmBf16, Fp32PrecisionIsUntouched) {
 // an empty group, against the fp32 forms, within the bf16 bound of the
 // magnitudes.
 TEST(GemmBf16, GroupedLinearForwardAndBackward) {
-  if (!kHost || !ek::onednn_available()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  if (!reduced_built()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
   const index_t E = 3, in = 24, out = 40, rows = 150;
   const std::vector<index_t> off{0, 70, 70, 150};
   V2 X("X", rows, in), dY("dY", rows, out);
@@ -205,10 +211,11 @@ TEST(GemmBf16, GroupedLinearForwardAndBackward) {
     for (index_t i = 0; i < in; ++i) EXPECT_EQ(dw16(1, o, i), 0.0f) << "the empty group's dW";
 }
 
-// Where there is no bf16 path (a device space, or a build without oneDNN)
-// a bf16 product is refused with a message, never computed in fp32.
+// Where there is no bf16 path (a device space without cuBLAS, or a host
+// build without oneDNN) a bf16 product is refused with a message, never
+// computed in fp32.
 TEST(GemmBf16, RefusedWhereNotBuilt) {
-  if (kHost && ek::onednn_available()) {
+  if (reduced_built()) {
     Kokkos::View<float**, Kokkos::LayoutLeft, TestDevice> L("L", 8, 8);
     V2 R("R", 8, 8), C("C", 8, 8);
     ek::ScopedMatmulPrecision bf16(ek::MatmulPrecision::bf16);
@@ -228,4 +235,36 @@ TEST(GemmBf16, RefusedWhereNotBuilt) {
   } catch (const exa::Error& e) {
     EXPECT_NE(std::string(e.what()).find("precision.compute"), std::string::npos) << e.what();
   }
+}
+
+// precision.matmul = "tf32": fp32 products on a GPU's TF32 tensor cores,
+// whose inputs keep 10 significand bits (u = 2^-11): the bound is fp16's,
+// 2^-10 + k 2^-24 of |A||B|, and a product that skipped the rounding
+// would sit at the fp32 term. Elsewhere it is refused, naming the fix.
+TEST(GemmTf32, WithinTheTf32BoundOrRefused) {
+  if (!ek::cublas_available() || kHost) {
+    if (ek::cublas_available()) GTEST_SKIP() << "TF32 is a CUDA backend's; this test executable runs on the host";
+    try {
+      ek::cublas_set_tf32(true);
+      FAIL() << "TF32 was accepted by a build without cuBLAS";
+    } catch (const exa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("precision.matmul = \"fp32\""), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(ek::cublas_tf32());
+    return;
+  }
+  const index_t m = 40, n = 24, k = 64;
+  V2 A("A", m, k), B("B", n, k), C("C", m, n);
+  fill(A, 21);
+  fill(B, 22);
+  ek::cublas_set_tf32(true);
+  ek::gemm('N', 'T', 1.0f, A, B, 0.0f, C);
+  ek::cublas_set_tf32(false);
+  const double fp32_term = double(k) * std::ldexp(1.0, -24);
+  const Bounds w = check('N', 'T', 1.0, A, B, 0.0, host2(C), C, Round::none);
+  EXPECT_LE(w.worst_vs_exact, std::ldexp(1.0, -10) + 4 * fp32_term);
+  EXPECT_GT(w.worst_vs_exact, 16 * fp32_term) << "no TF32 rounding seen: the product ran in fp32";
+  ek::gemm('N', 'T', 1.0f, A, B, 0.0f, C);
+  EXPECT_LE(check('N', 'T', 1.0, A, B, 0.0, host2(C), C, Round::none).worst_vs_exact, 4 * fp32_term)
+      << "TF32 stayed on after it was turned off";
 }

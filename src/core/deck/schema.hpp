@@ -26,6 +26,7 @@ struct KeySpec {
   // `allowed` that are refused when the deck is loaded, at the line that
   // set them, so no run starts with a setting it would ignore.
   std::vector<std::string> not_built;
+  std::string not_built_why;  // why this build lacks them (empty: not yet written)
 
   bool refuses(const Value& v) const;  // a not_built value
   // A string key whose every value but the default is not built: a run

@@ -113,12 +113,15 @@ std::optional<std::string> value_problem(const KeySpec& spec, const Value& v) {
 
 std::optional<std::string> build_problem(const KeySpec& spec, const Value& v) {
   if (!spec.refuses(v)) return std::nullopt;
-  return fmt::format("{} = {} is not available in this build yet; set {} = {}", spec.name(), to_toml_literal(v),
-                     spec.name(), to_toml_literal(spec.def));
+  return fmt::format("{} = {} is not available in this build{}; set {} = {}", spec.name(), to_toml_literal(v),
+                     spec.not_built_why.empty() ? " yet" : ": " + spec.not_built_why, spec.name(),
+                     to_toml_literal(spec.def));
 }
 
 std::string build_note(const KeySpec& spec) {
   if (spec.not_built.empty()) return "";
+  if (!spec.not_built_why.empty())
+    return "not in this build: " + join(spec.not_built, "\"", "\"") + "; " + spec.not_built_why;
   return "not built yet: " + join(spec.not_built, "\"", "\"");
 }
 
