@@ -3,10 +3,11 @@
 // (precision.compute; docs/architecture.md, "Mixed precision").
 //
 //   fp32  the products run in fp32 (the vendor BLAS).
-//   bf16  the fp32 inputs of every fp32 product on a host execution space
-//         are rounded to bf16 and multiplied with fp32 accumulation into an
-//         fp32 result (oneDNN, onednn_matmul.hpp). A bf16 x bf16 product is
-//         exact in fp32, so this is bf16 GEMM arithmetic, whatever the ISA.
+//   bf16  the fp32 inputs of every fp32 product are rounded to bf16 and
+//         multiplied with fp32 accumulation into an fp32 result (oneDNN on
+//         a host execution space, onednn_matmul.hpp; cuBLAS on CUDA,
+//         cublas_matmul.hpp). A bf16 x bf16 product is exact in fp32, so
+//         this is bf16 GEMM arithmetic, whatever the ISA.
 //   fp16  likewise with IEEE half precision (core/fp16.hpp): its narrow
 //         range overflows to infinity, which dynamic loss scaling watches.
 //
