@@ -64,8 +64,9 @@ void round_into(MatmulPrecision p, const float* src, index_t rows, index_t cols,
 
 // The rounded operands' device buffers, grown as the products grow and
 // freed when Kokkos finalizes. The buffers are shared by every stream: a
-// product on another stream than the last one waits for that stream
-// first, so it never overwrites operands a queued product still reads.
+// product on another stream than the last one makes its stream wait for
+// the last product's event first, so it never overwrites operands a
+// queued product still reads.
 class Scratch {
  public:
   static Scratch& get() {
@@ -80,30 +81,42 @@ class Scratch {
   std::uint16_t* a(std::size_t n) { return grow(a_, a_n_, n); }
   std::uint16_t* b(std::size_t n) { return grow(b_, b_n_, n); }
   void use(cudaStream_t s) {
-    if (used_ && s != last_) check(cudaStreamSynchronize(last_), "waiting for the previous product's stream");
+    if (used_ && s != last_) check(cudaStreamWaitEvent(s, done_, 0), "waiting for the previous product");
     used_ = true;
     last_ = s;
+  }
+  // After the product that read the buffers was queued on s.
+  void done(cudaStream_t s) {
+    if (done_ == nullptr) check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(done_, s), "cudaEventRecord");
   }
 
  private:
   std::uint16_t* grow(std::uint16_t*& p, std::size_t& have, std::size_t n) {
     if (n <= have) return p;
-    if (p != nullptr) check(cudaFree(p), "freeing operand scratch");  // cudaFree waits for the device
+    if (p != nullptr) {
+      check(cudaDeviceSynchronize(), "waiting before freeing operand scratch");  // queued products may read it
+      check(cudaFree(p), "freeing operand scratch");
+    }
     p = nullptr;
     check(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(std::uint16_t)), "allocating operand scratch");
     have = n;
     return p;
   }
   void release() {
+    cudaDeviceSynchronize();
     if (a_ != nullptr) cudaFree(a_);
     if (b_ != nullptr) cudaFree(b_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
     a_ = b_ = nullptr;
+    done_ = nullptr;
     a_n_ = b_n_ = 0;
     used_ = false;
   }
   std::uint16_t *a_ = nullptr, *b_ = nullptr;
   std::size_t a_n_ = 0, b_n_ = 0;
   cudaStream_t last_ = nullptr;
+  cudaEvent_t done_ = nullptr;
   bool used_ = false;
 };
 
@@ -137,6 +150,7 @@ void cublas_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
   cudaStream_t before = nullptr;
   check(cublasGetStream(h, &before), "cublasGetStream");
   check(cublasSetStream(h, s), "cublasSetStream");
+  check(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");  // alpha, beta on the host
   const cublasStatus_t st =
       cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
                    b, type, int(b_cols), a, type, int(a_cols), &beta, C, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
@@ -145,6 +159,7 @@ void cublas_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
   // handle goes back to the one it had.
   check(cublasSetStream(h, before), "cublasSetStream");
   check(st, "cublasGemmEx (bf16/fp16 inputs, fp32 compute)");
+  sc.done(s);
 }
 
 void cublas_set_tf32(bool on) {

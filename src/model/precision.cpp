@@ -42,8 +42,8 @@ bool tf32_of(const deck::Config& cfg) {
 
 void use_deck_precision(const deck::Config& cfg) {
   const auto p = matmul_precision_of(cfg);
+  const bool tf32 = tf32_of(cfg);  // both checked before either is set
   kernels::set_matmul_precision(p);
-  const bool tf32 = tf32_of(cfg);
   if (tf32 || kernels::cublas_tf32()) kernels::cublas_set_tf32(tf32);
   // A Serial build's products run on the BLAS's threads
   // (OPENBLAS_NUM_THREADS); oneDNN's are made to match, so that a bf16 run

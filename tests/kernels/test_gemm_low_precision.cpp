@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -240,7 +241,9 @@ TEST(GemmBf16, RefusedWhereNotBuilt) {
 // precision.matmul = "tf32": fp32 products on a GPU's TF32 tensor cores,
 // whose inputs keep 10 significand bits (u = 2^-11): the bound is fp16's,
 // 2^-10 + k 2^-24 of |A||B|, and a product that skipped the rounding
-// would sit at the fp32 term. Elsewhere it is refused, naming the fix.
+// would sit at the fp32 term. cuBLAS's TF32 mode only allows TF32: a GPU
+// before compute capability 8.0, or NVIDIA_TF32_OVERRIDE=0, runs fp32, so
+// the test skips there. Elsewhere it is refused, naming the fix.
 TEST(GemmTf32, WithinTheTf32BoundOrRefused) {
   if (!ek::cublas_available() || kHost) {
     if (ek::cublas_available()) GTEST_SKIP() << "TF32 is a CUDA backend's; this test executable runs on the host";
@@ -253,13 +256,27 @@ TEST(GemmTf32, WithinTheTf32BoundOrRefused) {
     EXPECT_FALSE(ek::cublas_tf32());
     return;
   }
-  const index_t m = 40, n = 24, k = 64;
+#if defined(KOKKOS_ENABLE_CUDA)
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (major < 8) GTEST_SKIP() << "compute capability " << major << ".x has no TF32";
+  if (const char* o = std::getenv("NVIDIA_TF32_OVERRIDE"); o != nullptr && std::string(o) == "0")
+    GTEST_SKIP() << "NVIDIA_TF32_OVERRIDE=0 turns TF32 off";
+#endif
+  // Large enough for cuBLAS to take its tensor-core kernels.
+  const index_t m = 256, n = 256, k = 256;
   V2 A("A", m, k), B("B", n, k), C("C", m, n);
   fill(A, 21);
   fill(B, 22);
-  ek::cublas_set_tf32(true);
-  ek::gemm('N', 'T', 1.0f, A, B, 0.0f, C);
-  ek::cublas_set_tf32(false);
+  struct Tf32 {  // on for this scope, off after it, even when a check throws
+    Tf32() { ek::cublas_set_tf32(true); }
+    ~Tf32() { ek::cublas_set_tf32(false); }
+  };
+  {
+    Tf32 on;
+    ek::gemm('N', 'T', 1.0f, A, B, 0.0f, C);
+  }
   const double fp32_term = double(k) * std::ldexp(1.0, -24);
   const Bounds w = check('N', 'T', 1.0, A, B, 0.0, host2(C), C, Round::none);
   EXPECT_LE(w.worst_vs_exact, std::ldexp(1.0, -10) + 4 * fp32_term);
