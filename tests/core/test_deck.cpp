@@ -11,6 +11,8 @@
 // message for the library and for `examoe --check`.
 #include <gtest/gtest.h>
 
+#include <Kokkos_Macros.hpp>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -385,12 +387,21 @@ TEST(DeckReads, UnreadKeysFollowTheReadsOfEveryCopy) {
 // accepted at its default.
 TEST(DeckReads, NotBuiltValuesAreRefusedWhereSet) {
   const std::string tiny = kSource + "/input/tiny.toml";
-  EXPECT_EQ(load_error(tiny, {"precision.matmul=fp32"}, 1), "");
-  EXPECT_NE(load_error(tiny, {"precision.matmul=tf32"}, 1)
-                .find("--set precision.matmul=tf32: precision.matmul = \"tf32\" is not available in this build: "
-                      "TF32 is the arithmetic of a GPU's tensor cores (cuBLAS), and this build has no CUDA; set "
-                      "precision.matmul = \"fp32\""),
+  EXPECT_EQ(load_error(tiny, {"lora.init=zero_b"}, 1), "");
+  EXPECT_NE(load_error(tiny, {"lora.init=pissa"}, 1)
+                .find("--set lora.init=pissa: lora.init = \"pissa\" is not available in this build yet; set "
+                      "lora.init = \"zero_b\""),
             std::string::npos);
-  EXPECT_NE(exa::deck::schema_markdown().find("not in this build: \"tf32\"; TF32 is the arithmetic"), std::string::npos);
   EXPECT_NE(exa::deck::schema_markdown().find("not built yet: \"pissa\""), std::string::npos);
+  // A CUDA-only value: the reference says so in every build, and a build
+  // without CUDA refuses it, saying why.
+  EXPECT_NE(exa::deck::schema_markdown().find("CUDA builds only: \"tf32\""), std::string::npos);
+  EXPECT_EQ(load_error(tiny, {"precision.matmul=fp32"}, 1), "");
+#if !defined(KOKKOS_ENABLE_CUDA)
+  EXPECT_NE(load_error(tiny, {"precision.matmul=tf32"}, 1)
+                .find("--set precision.matmul=tf32: precision.matmul = \"tf32\" needs a CUDA build (TF32 is the "
+                      "arithmetic of a GPU's tensor cores (cuBLAS)), and this build has none; set precision.matmul = "
+                      "\"fp32\""),
+            std::string::npos);
+#endif
 }

@@ -6,6 +6,8 @@
 
 #include <Kokkos_Macros.hpp>
 
+#include <algorithm>
+
 
 namespace exa::deck {
 namespace {
@@ -28,22 +30,17 @@ KeySpec S(const char* s, const char* k, const char* def, std::vector<std::string
   return KeySpec{s, k, Type::String, Value{std::string(def)}, 0, 0, false, false, std::move(allowed), doc};
 }
 
-KeySpec NotBuilt(KeySpec k, std::vector<std::string> values, std::string why = "") {
+KeySpec NotBuilt(KeySpec k, std::vector<std::string> values) {
   k.not_built = std::move(values);
-  k.not_built_why = std::move(why);
   return k;
 }
 
-// precision.matmul: TF32 runs on CUDA builds (cuBLAS), whose Kokkos
-// Kernels must also have the cuBLAS TPL (model/precision.cpp checks that).
-KeySpec matmul_key() {
-  KeySpec k = S("precision", "matmul", "fp32", {"fp32", "tf32"},
-                "arithmetic of fp32 matrix products: fp32; tf32 (a GPU's TF32 tensor cores, cuBLAS; CUDA builds)");
-#if defined(KOKKOS_ENABLE_CUDA)
+// Values a build without CUDA refuses (the deck reference is the same for
+// every build: it lists them as CUDA builds' only).
+KeySpec CudaOnly(KeySpec k, std::vector<std::string> values, std::string why) {
+  k.cuda_only = std::move(values);
+  k.cuda_only_why = std::move(why);
   return k;
-#else
-  return NotBuilt(k, {"tf32"}, "TF32 is the arithmetic of a GPU's tensor cores (cuBLAS), and this build has no CUDA");
-#endif
 }
 
 std::vector<KeySpec> build() {
@@ -163,7 +160,7 @@ std::vector<KeySpec> build() {
       I("checkpoint", "memory_ranks_per_node", 0, 0, kDim, "ranks per (pretend) node for choosing tier-0 buddies (rank r's copy goes to rank r + this); 0 = the detected node split"),
 
       S("precision", "compute", "fp32", {"fp32", "bf16", "fp16"}, "type of the matrix products' inputs: fp32; bf16 (inputs rounded to bf16, fp32 accumulation, through oneDNN on CPUs; activations, softmax, norms, the router, the loss and the master weights stay fp32); fp16 (likewise in IEEE half precision, whose range overflows: use precision.loss_scaling = \"dynamic\")"),
-      matmul_key(),
+      CudaOnly(S("precision", "matmul", "fp32", {"fp32", "tf32"}, "arithmetic of fp32 matrix products: fp32; tf32 (a GPU's TF32 tensor cores, through cuBLAS)"), {"tf32"}, "TF32 is the arithmetic of a GPU's tensor cores (cuBLAS)"),
       F("precision", "loss_scale", 1.0, 0, 16777216, O::lo, "factor on the loss before backward, divided out of gradients; under dynamic scaling its start (e.g. 65536)"),
       S("precision", "loss_scaling", "static", {"static", "dynamic"}, "static: loss_scale throughout; dynamic: a step whose gradient overflows is skipped and the scale halved, and the scale doubles after loss_scale_window clean steps"),
       I("precision", "loss_scale_window", 1000, 1, 1 << 30, "clean steps in a row before dynamic loss scaling doubles the scale"),
@@ -215,12 +212,22 @@ std::vector<KeySpec> build() {
 
 }  // namespace
 
+bool KeySpec::needs_cuda(const Value& v) const {
+  if (type != Type::String) return false;
+  const auto& s = std::get<std::string>(v);
+  return std::find(cuda_only.begin(), cuda_only.end(), s) != cuda_only.end();
+}
+
 bool KeySpec::refuses(const Value& v) const {
   if (type != Type::String) return false;
   const auto& s = std::get<std::string>(v);
   for (const auto& n : not_built)
     if (n == s) return true;
+#if defined(KOKKOS_ENABLE_CUDA)
   return false;
+#else
+  return needs_cuda(v);
+#endif
 }
 
 bool KeySpec::only_default() const {

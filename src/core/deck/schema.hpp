@@ -26,9 +26,12 @@ struct KeySpec {
   // `allowed` that are refused when the deck is loaded, at the line that
   // set them, so no run starts with a setting it would ignore.
   std::vector<std::string> not_built;
-  std::string not_built_why;  // why this build lacks them (empty: not yet written)
+  // Values that only CUDA builds run (refused elsewhere, at the same place).
+  std::vector<std::string> cuda_only;
+  std::string cuda_only_why;  // why they need CUDA, for the refusal
 
-  bool refuses(const Value& v) const;  // a not_built value
+  bool refuses(const Value& v) const;  // a not_built value, or a cuda_only one in a build without CUDA
+  bool needs_cuda(const Value& v) const;  // a cuda_only value
   // A string key whose every value but the default is not built: a run
   // behaves the same whether or not anything reads it.
   bool only_default() const;

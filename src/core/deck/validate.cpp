@@ -113,16 +113,19 @@ std::optional<std::string> value_problem(const KeySpec& spec, const Value& v) {
 
 std::optional<std::string> build_problem(const KeySpec& spec, const Value& v) {
   if (!spec.refuses(v)) return std::nullopt;
-  return fmt::format("{} = {} is not available in this build{}; set {} = {}", spec.name(), to_toml_literal(v),
-                     spec.not_built_why.empty() ? " yet" : ": " + spec.not_built_why, spec.name(),
-                     to_toml_literal(spec.def));
+  if (spec.needs_cuda(v))
+    return fmt::format("{} = {} needs a CUDA build ({}), and this build has none; set {} = {}", spec.name(),
+                       to_toml_literal(v), spec.cuda_only_why, spec.name(), to_toml_literal(spec.def));
+  return fmt::format("{} = {} is not available in this build yet; set {} = {}", spec.name(), to_toml_literal(v),
+                     spec.name(), to_toml_literal(spec.def));
 }
 
 std::string build_note(const KeySpec& spec) {
-  if (spec.not_built.empty()) return "";
-  if (!spec.not_built_why.empty())
-    return "not in this build: " + join(spec.not_built, "\"", "\"") + "; " + spec.not_built_why;
-  return "not built yet: " + join(spec.not_built, "\"", "\"");
+  std::string note;
+  if (!spec.not_built.empty()) note = "not built yet: " + join(spec.not_built, "\"", "\"");
+  if (!spec.cuda_only.empty())
+    note += (note.empty() ? "" : "; ") + std::string("CUDA builds only: ") + join(spec.cuda_only, "\"", "\"");
+  return note;
 }
 
 }  // namespace exa::deck
