@@ -19,7 +19,6 @@
 #include "comm/node_threads.hpp"
 #include "core/deck/config.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 #include "core/thread_check.hpp"
 #include "core/runtime.hpp"
 #include "driver_common.hpp"
@@ -146,7 +145,8 @@ int main(int argc, char** argv) {
       const ThreadSetup threads = comm::probe_node_threads(MPI_COMM_WORLD);
       if (mpi.rank() == 0)
         for (const auto& w : thread_warnings(threads))
-          log::warn("examoe-plan calibrate: {}; otherwise the rates measured are those of shared cores", w);
+          std::fprintf(stderr, "warning: examoe-plan calibrate: %s; otherwise the rates measured are those of shared cores\n",
+                       w.c_str());
       plan::CalibrateOptions o;
       o.nodes = cal_nodes;
       o.ranks_per_node = cal_rpn;
