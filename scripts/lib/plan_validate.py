@@ -162,7 +162,8 @@ def fit_cluster(args, measured):
         fits[key] = min(1.0, max(0.01, e))
         text = set_keys(text, {key: fits[key]})
     with open(fitted, "w") as f:
-        f.write(f"# scripts/plan-validate.sh: {args.cluster} with its efficiencies fitted to one and one_bf16\n" + text)
+        f.write(f"# scripts/plan-validate.sh: {args.cluster} with its efficiencies fitted to "
+                + ", ".join(FIT_LAYOUT[k] for k in fits) + "\n" + text)
     return fitted, fits
 
 

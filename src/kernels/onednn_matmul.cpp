@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <unordered_map>
@@ -10,6 +11,7 @@
 #include "core/bf16.hpp"
 #include "core/fp16.hpp"
 #include "core/error.hpp"
+#include "core/thread_check.hpp"
 
 #if EXAMOE_HAVE_ONEDNN
 #include <dnnl.hpp>
@@ -202,11 +204,13 @@ std::string onednn_describe() {
          (bf16_kernels() ? "" : "; no bf16 kernels for this CPU: bf16 values on the fp32 kernels");
 }
 
-void onednn_set_threads(int n) {
+void onednn_match_blas_threads() {
+  const ThreadSetup t = probe_threads();
+  if (t.host_openmp) return;
   // oneDNN's OpenMP runtime, looked up rather than linked: ExaMoE's own
   // code is not built with OpenMP in a Serial build.
   using SetFn = void (*)(int);
-  if (auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(n < 1 ? 1 : n);
+  if (auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(std::max(1, t.blas_threads));
 }
 
 bool onednn_native_bf16() {
@@ -226,7 +230,7 @@ void onednn_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, 
 
 std::string onednn_describe() { return ""; }
 
-void onednn_set_threads(int) {}
+void onednn_match_blas_threads() {}
 
 bool onednn_native_bf16() { return false; }
 

@@ -39,13 +39,15 @@ void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
 // when the build has no oneDNN.
 std::string onednn_describe();
 
-// Threads oneDNN may use for a product called outside a parallel region.
-// oneDNN runs on OpenMP: in an OpenMP Kokkos build it shares Kokkos'
-// threads (OMP_NUM_THREADS), but in a Serial build nothing else sets its
-// count, and it would take every core of the node in each rank. The model
-// gives it the BLAS's count there (model/precision.cpp), so that oneDNN
-// and the fp32 BLAS run on the same cores. No-op without oneDNN.
-void onednn_set_threads(int n);
+// Gives oneDNN, for products called outside a parallel region, the
+// threads the fp32 BLAS has. oneDNN runs on OpenMP: in an OpenMP Kokkos
+// build it shares Kokkos' threads (OMP_NUM_THREADS) and this does nothing,
+// but in a Serial build nothing else sets its count, and it would take
+// every core of the node in each rank; there it gets the BLAS's count
+// (OPENBLAS_NUM_THREADS), so that oneDNN and the BLAS run on the same
+// cores. Every driver that runs bf16 products (model/precision.cpp) and
+// `examoe-plan calibrate` call it. No-op without oneDNN.
+void onednn_match_blas_threads();
 
 // True when the CPU multiplies bf16 natively (AVX512-BF16 or AMX). Without
 // it oneDNN still computes bf16 products, through conversions, slower than

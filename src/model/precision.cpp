@@ -2,29 +2,29 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <algorithm>
-
 #include "core/error.hpp"
-#include "core/thread_check.hpp"
 #include "core/types.hpp"
 #include "kernels/cublas_matmul.hpp"
 #include "kernels/onednn_matmul.hpp"
 
 namespace exa::model {
 
+namespace {
+// Kokkos' accessibility says whether the model's tensors live on the host.
+constexpr bool kHost = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+}  // namespace
+
 kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg) {
   const std::string compute = cfg.get_string("precision.compute");
   if (compute == "fp32") return kernels::MatmulPrecision::fp32;
   EXA_REQUIRE(compute == "bf16" || compute == "fp16",
               "precision.compute = \"{}\": this build runs fp32, bf16 and fp16; use one of them", compute);
-  // Kokkos' accessibility says whether the model's tensors live on the host.
-  constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   std::string why;
-  if (!host && !kernels::cublas_available())
+  if (!kHost && !kernels::cublas_available())
     why = fmt::format("this build runs on {}, and reduced-precision products are built for CPUs (oneDNN) and "
                       "CUDA (cuBLAS): {}",
                       ExecSpace::name(), kernels::cublas_missing());
-  else if (host && !kernels::onednn_available())
+  else if (kHost && !kernels::onednn_available())
     why = kernels::onednn_missing();
   EXA_REQUIRE(why.empty(), "precision.compute = \"{}\": {}; or set precision.compute = \"fp32\"", compute, why);
   return compute == "bf16" ? kernels::MatmulPrecision::bf16 : kernels::MatmulPrecision::fp16;
@@ -32,11 +32,10 @@ kernels::MatmulPrecision matmul_precision_of(const deck::Config& cfg) {
 
 bool tf32_of(const deck::Config& cfg) {
   if (cfg.get_string("precision.matmul") != "tf32") return false;
-  constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
-  EXA_REQUIRE(!host && kernels::cublas_available(),
+  EXA_REQUIRE(!kHost && kernels::cublas_available(),
               "precision.matmul = \"tf32\": TF32 is the arithmetic of a GPU's tensor cores (cuBLAS), and this build "
               "runs on {}{}; set precision.matmul = \"fp32\"",
-              ExecSpace::name(), host ? "" : ": " + kernels::cublas_missing());
+              ExecSpace::name(), kHost ? "" : ": " + kernels::cublas_missing());
   return true;
 }
 
@@ -45,19 +44,16 @@ void use_deck_precision(const deck::Config& cfg) {
   const bool tf32 = tf32_of(cfg);  // both checked before either is set
   kernels::set_matmul_precision(p);
   if (tf32 || kernels::cublas_tf32()) kernels::cublas_set_tf32(tf32);
-  // A Serial build's products run on the BLAS's threads
-  // (OPENBLAS_NUM_THREADS); oneDNN's are made to match, so that a bf16 run
-  // uses the cores an fp32 run would, and thread_check's warnings hold.
-  if (p == kernels::MatmulPrecision::fp32) return;
-  if (const ThreadSetup t = probe_threads(); !t.host_openmp) kernels::onednn_set_threads(std::max(1, t.blas_threads));
+  // So that a bf16 run uses the cores an fp32 run would, and
+  // thread_check's warnings hold.
+  if (p != kernels::MatmulPrecision::fp32) kernels::onednn_match_blas_threads();
 }
 
 std::string describe_precision() {
   const auto p = kernels::matmul_precision();
-  constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
   if (p == kernels::MatmulPrecision::fp32)
     return kernels::cublas_tf32() ? "fp32 matmuls on TF32 tensor cores (cuBLAS)" : "fp32 matmuls";
-  if (!host) return fmt::format("{} matmuls (cuBLAS, fp32 accumulation)", kernels::to_string(p));
+  if (!kHost) return fmt::format("{} matmuls (cuBLAS, fp32 accumulation)", kernels::to_string(p));
   if (p == kernels::MatmulPrecision::fp16)
     return "fp16 matmuls (inputs rounded to fp16, fp32 products and accumulation on oneDNN's fp32 kernels: fp16 "
            "numerics at fp32 speed)";

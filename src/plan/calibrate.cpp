@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/thread_check.hpp"
 #include "core/types.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/onednn_matmul.hpp"
@@ -46,9 +45,9 @@ double best_seconds(MPI_Comm comm, double seconds, F&& f) {
 
 double bf16_tflops(double seconds) {
   if (!kernels::onednn_available()) return 0;
-  // oneDNN's threads as a run's (model/precision.cpp): left at its default,
-  // every rank of a node would start a thread per core.
-  if (const ThreadSetup t = probe_threads(); !t.host_openmp) kernels::onednn_set_threads(std::max(1, t.blas_threads));
+  // oneDNN's threads as a run's: left at its default, every rank of a node
+  // would start a thread per core.
+  kernels::onednn_match_blas_threads();
   const int n = 1024;
   std::vector<float> a(std::size_t(n) * n, 0.5f), b(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
   const double t = best_seconds(MPI_COMM_SELF, seconds, [&] {
@@ -122,16 +121,20 @@ std::pair<double, double> collective_gbs(MPI_Comm comm, int size, double seconds
   return {ar * 1e-9, a2a * 1e-9};
 }
 
+// The best time of an allreduce of `buf` in place.
+double inplace_allreduce_seconds(MPI_Comm comm, std::vector<float>& buf, double seconds) {
+  return best_seconds(comm, seconds, [&] {
+    MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, comm);
+  });
+}
+
 // The allreduce rate on 256 MiB in place, a buffer no cache holds (as a
 // model's gradient): the reduction then streams through memory.
 double large_allreduce_gbs(MPI_Comm comm, int size, double seconds) {
-  const std::size_t n = std::size_t(64) << 20;
-  std::vector<float> buf(n, 1.0f);
-  const double t = best_seconds(comm, seconds / 2, [&] {
-    MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, comm);
-  });
+  std::vector<float> buf(std::size_t(64) << 20, 1.0f);
+  const double t = inplace_allreduce_seconds(comm, buf, seconds / 2);
   const double p = size;
-  return 2 * (p - 1) / p * 4.0 * double(n) / t * 1e-9;
+  return 2 * (p - 1) / p * 4.0 * double(buf.size()) / t * 1e-9;
 }
 
 // How much of a nonblocking allreduce (64 MiB, in place) passes while
@@ -139,16 +142,13 @@ double large_allreduce_gbs(MPI_Comm comm, int size, double seconds) {
 // engine's polls: post it, compute for twice its blocking time, then
 // wait. The share of the blocking time the wait saved, best of three.
 double overlap_share(MPI_Comm comm, double seconds) {
-  const std::size_t n = std::size_t(16) << 20;
-  std::vector<float> buf(n, 1.0f);
-  const double blocking = best_seconds(comm, seconds / 4, [&] {
-    MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, comm);
-  });
+  std::vector<float> buf(std::size_t(16) << 20, 1.0f);
+  const double blocking = inplace_allreduce_seconds(comm, buf, seconds / 4);
   double waited = blocking;
   for (int rep = 0; rep < 3; ++rep) {
     MPI_Barrier(comm);
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, buf.data(), int(n), MPI_FLOAT, MPI_SUM, comm, &req);
+    MPI_Iallreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, comm, &req);
     // Register-only work: the collective keeps the memory bandwidth.
     volatile double sink = 0;
     double x = 1;
