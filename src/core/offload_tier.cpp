@@ -23,8 +23,8 @@ std::int64_t page_bytes() {
   return p;
 }
 
-std::int64_t floor_page(std::int64_t b) { return b / page_bytes() * page_bytes(); }
-std::int64_t ceil_page(std::int64_t b) { return (b + page_bytes() - 1) / page_bytes() * page_bytes(); }
+[[maybe_unused]] std::int64_t floor_page(std::int64_t b) { return b / page_bytes() * page_bytes(); }
+[[maybe_unused]] std::int64_t ceil_page(std::int64_t b) { return (b + page_bytes() - 1) / page_bytes() * page_bytes(); }
 
 const char* kFix = "point memory.offload_dir at a writable directory on node-local disk (e.g. /tmp or the job's local "
                    "scratch)";
@@ -32,6 +32,15 @@ const char* kFix = "point memory.offload_dir at a writable directory on node-loc
 }  // namespace
 
 OffloadFile::OffloadFile(const std::string& dir, int rank) : dir_(dir) {
+  if constexpr (host_memory_tier()) {
+    EXA_REQUIRE(dir.empty(),
+                "memory.offload_dir '{}': this CUDA build offloads experts to host memory, not to a file; remove "
+                "memory.offload_dir",
+                dir);
+    (void)rank;
+    dir_ = "host memory";
+    return;
+  }
   struct stat st {};
   EXA_REQUIRE(!dir.empty(), "memory.offload_dir is empty: {}", kFix);
   EXA_REQUIRE(::stat(dir.c_str(), &st) == 0, "memory.offload_dir '{}' does not exist: create it, or {}", dir, kFix);
@@ -49,6 +58,7 @@ OffloadFile::~OffloadFile() {
 }
 
 std::int64_t OffloadFile::reserve(std::int64_t bytes, const std::string& what) {
+  EXA_ASSERT(fd_ >= 0);
   const std::int64_t at = size_;
   if (bytes <= 0) return at;
   const int rc = ::posix_fallocate(fd_, at, bytes);
@@ -95,6 +105,10 @@ void OffloadFile::release_all() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto* b : buffers_) b->release_all();
 }
+
+// The file-mapped tier of host builds; CUDA builds have the managed one
+// (offload_tier_managed.cpp).
+#if !defined(KOKKOS_ENABLE_CUDA)
 
 TieredBuffer::TieredBuffer(std::string label, std::int64_t n, std::vector<ElementSpan> spans,
                            std::shared_ptr<OffloadFile> file)
@@ -201,6 +215,8 @@ void TieredBuffer::touch(ElementSpan s) const {
   (void)*(e - 1);
 }
 
+void TieredBuffer::wait_touches() const {}
+
 void TieredBuffer::release_all() const {
   for (const auto& m : maps_) ::madvise(m.begin, std::size_t(m.bytes), MADV_DONTNEED);
 }
@@ -221,5 +237,7 @@ std::int64_t TieredBuffer::resident_bytes() const {
   ::close(fd);
   return pages * page_bytes();
 }
+
+#endif  // !KOKKOS_ENABLE_CUDA
 
 }  // namespace exa

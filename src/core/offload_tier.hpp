@@ -18,6 +18,20 @@
 // resident_bytes() measures, from /proc/self/pagemap, the file-backed pages
 // this process has mapped: the ledger's "offload" category is this
 // measurement, sampled at the points the owner chooses.
+//
+// On CUDA builds the parameters live in device memory and the tier is host
+// memory (offload_tier_managed.cpp): the whole buffer is CUDA managed
+// memory, its spans preferring the host and mapped for the device, the
+// rest preferring the device. A kernel may read or write any element at any
+// time (a span that is not on the device is read in place over the bus),
+// touch() prefetches a span to the device on a copy stream of its own,
+// release() sends it back to host memory, and resident_bytes() is the
+// spans' bytes prefetched and not yet released: the only way a span's pages
+// reach the device, since its preferred location keeps faults from
+// migrating them. There is no file: OffloadFile is then only the registry
+// of the rank's tiered buffers.
+#include <Kokkos_Macros.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,7 +54,12 @@ class TieredBuffer;
 // directory when it is missing, not a directory or not writable.
 class OffloadFile {
  public:
+  // On CUDA builds `dir` must be empty (the tier is host memory); elsewhere
+  // it is the directory of the file.
   OffloadFile(const std::string& dir, int rank);
+  // Whether this build's tier is host memory for a device (CUDA managed
+  // memory) rather than a file.
+  static constexpr bool host_memory_tier();
   ~OffloadFile();
   OffloadFile(const OffloadFile&) = delete;
   OffloadFile& operator=(const OffloadFile&) = delete;
@@ -98,6 +117,9 @@ class TieredBuffer {
   // they change where the data is, never what it is.
   void release(ElementSpan s) const;
   void touch(ElementSpan s) const;
+  // Until the touches issued so far have completed: a no-op on host builds
+  // (touch() reads the pages itself), the copy stream's prefetches on CUDA.
+  void wait_touches() const;
   void release_all() const;
   // Zeros of `s` (inside one of the spans) without bringing it in: its
   // whole pages become a hole in the file (discarding their dirty pages,
@@ -130,6 +152,20 @@ class TieredBuffer {
   std::vector<Mapping> maps_;
   std::shared_ptr<OffloadFile> file_;
   std::int64_t peak_ = 0;
+  // The managed tier's copy stream (a cudaStream_t), its device, and the
+  // element ranges prefetched to the device (sorted, disjoint).
+  void* stream_ = nullptr;
+  int device_ = -1;
+  mutable std::mutex on_device_mutex_;
+  mutable std::vector<ElementSpan> on_device_;
 };
+
+constexpr bool OffloadFile::host_memory_tier() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
 
 }  // namespace exa

@@ -12,6 +12,7 @@
 // Everything a LayerContext holds is recomputable from `x` (the block input)
 // and the weights, which is what activation recomputation exploits.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/types.hpp"
@@ -131,10 +132,15 @@ struct LayerContext {
   // Which of this rank's experts had rows in this forward (host; the
   // dispatchers fill it), for memory.offload_experts.
   std::vector<std::uint8_t> experts_used;
+  // Told experts_used each time it is marked, before the experts' products
+  // run (the stage model passes it to the unit hooks' experts_routed);
+  // empty: nobody listens.
+  std::function<void(const std::vector<std::uint8_t>&)> on_routed;
   // Marks the experts with rows in `off` (a grouped gemm's offsets).
   void mark_experts_used(const std::vector<index_t>& off) {
     for (std::size_t e = 0; e + 1 < off.size() && e < experts_used.size(); ++e)
       if (off[e + 1] > off[e]) experts_used[e] = 1;
+    if (on_routed) on_routed(experts_used);
   }
   V3 sa, sb, sh;            // shared experts [S,N,F]
   kernels::RouterLosses router_losses;

@@ -15,6 +15,7 @@ ExpertOffload::ExpertOffload(const ParameterStore& store, std::int64_t n_layers,
   const int units = n_units(n_layers);
   tensors_.resize(std::size_t(units));
   used_.resize(std::size_t(units));
+  routed_.resize(std::size_t(units));
   fetched_.assign(std::size_t(units), false);
   for (std::size_t i = 0; i < store.size(); ++i) {
     const auto& s = store.spec(i);
@@ -66,21 +67,27 @@ void ExpertOffload::worker() {
   }
 }
 
-void ExpertOffload::prefetch(int unit) {
-  if (unit < 0 || unit >= int(tensors_.size()) || fetched_[std::size_t(unit)]) return;
-  const auto& used = used_[std::size_t(unit)];
-  if (tensors_[std::size_t(unit)].empty() || used.empty()) return;
+ExpertOffload::Job ExpertOffload::spans_of(int unit, const std::vector<std::uint8_t>& used,
+                                           const std::vector<std::uint8_t>& skip, bool grads) const {
   Job job{unit, {}, {}};
   const std::int64_t trainable = store_.trainable_numel();
   for (const auto& t : tensors_[std::size_t(unit)]) {
     const std::int64_t per = t.experts > 0 ? t.span.size() / t.experts : 0;
     for (std::int64_t e = 0; e < t.experts && e < std::int64_t(used.size()); ++e) {
-      if (!used[std::size_t(e)]) continue;
+      if (!used[std::size_t(e)] || (e < std::int64_t(skip.size()) && skip[std::size_t(e)])) continue;
       const ElementSpan s{t.span.begin + e * per, t.span.begin + (e + 1) * per};
       job.values.push_back(s);
-      if (s.end <= trainable) job.grads.push_back(s);
+      if (grads && s.end <= trainable) job.grads.push_back(s);
     }
   }
+  return job;
+}
+
+void ExpertOffload::prefetch(int unit) {
+  if (unit < 0 || unit >= int(tensors_.size()) || fetched_[std::size_t(unit)]) return;
+  const auto& used = used_[std::size_t(unit)];
+  if (tensors_[std::size_t(unit)].empty() || used.empty()) return;
+  Job job = spans_of(unit, used, {}, /*grads=*/true);
   fetched_[std::size_t(unit)] = true;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -106,8 +113,23 @@ void ExpertOffload::release_unit(int unit, bool grads) {
   fetched_[std::size_t(unit)] = false;
 }
 
+void ExpertOffload::experts_routed(int unit, const std::vector<std::uint8_t>& used) {
+  // Host builds: the products' page faults bring exactly these in, spread
+  // over the threads that run them. The device tier's kernels would read
+  // them over the bus instead, once per product: bring them now.
+  if constexpr (!OffloadFile::host_memory_tier()) return;
+  if (unit < 0 || unit >= int(tensors_.size()) || tensors_[std::size_t(unit)].empty()) return;
+  auto& got = routed_[std::size_t(unit)];
+  const Job job = spans_of(unit, used, got, /*grads=*/false);
+  got.resize(std::max(got.size(), used.size()), 0);
+  for (std::size_t e = 0; e < used.size(); ++e) got[e] = std::uint8_t(got[e] | used[e]);
+  for (const auto& s : job.values) store_.value_tier()->touch(s);
+  if (!job.values.empty()) store_.value_tier()->wait_touches();
+}
+
 void ExpertOffload::after_forward(int unit, const std::vector<std::uint8_t>& used) {
   if (unit < 0 || unit >= int(tensors_.size()) || tensors_[std::size_t(unit)].empty()) return;
+  routed_[std::size_t(unit)].clear();
   used_[std::size_t(unit)] = used;
   max_used_ = std::max(max_used_, int(std::count(used.begin(), used.end(), std::uint8_t(1))));
   store_.offload_file()->sample();

@@ -7,8 +7,12 @@
 //
 //   forward   a layer's experts fault in as its grouped products first read
 //             them, and only the experts that received rows do: the others
-//             are never touched. After the layer they leave the resident
-//             set, and the layer reports which experts it used.
+//             are never touched. On CUDA builds, where a kernel would read
+//             a host-resident expert over the bus instead, they are
+//             prefetched to the device once the routing has chosen them
+//             (experts_routed), before the products run. After the layer
+//             they leave the resident set, and the layer reports which
+//             experts it used.
 //   backward  before layer l's backward, the used experts of layers
 //             l, l-1, ..., l-depth+1 (their weights and gradients) are
 //             brought in by a prefetch thread, so the reads of the next
@@ -49,6 +53,7 @@ class ExpertOffload final : public UnitHooks {
   ExpertOffload(const ExpertOffload&) = delete;
   ExpertOffload& operator=(const ExpertOffload&) = delete;
 
+  void experts_routed(int unit, const std::vector<std::uint8_t>& used) override;
   void after_forward(int unit, const std::vector<std::uint8_t>& experts_used) override;
   void before_backward(int unit) override;
   void after_backward(int unit) override;
@@ -73,6 +78,11 @@ class ExpertOffload final : public UnitHooks {
     std::vector<ElementSpan> values, grads;
   };
   void prefetch(int unit);
+  // The value spans (and, with `grads`, gradient spans) of unit's experts
+  // marked in `used` and not in `skip` (either may be shorter than the
+  // unit's experts: the rest count as unmarked).
+  Job spans_of(int unit, const std::vector<std::uint8_t>& used, const std::vector<std::uint8_t>& skip,
+               bool grads) const;
   // Waits until no prefetch of `unit` is queued or running.
   void cancel(int unit);
   void release_unit(int unit, bool grads);
@@ -83,6 +93,7 @@ class ExpertOffload final : public UnitHooks {
   std::vector<std::vector<Tensor>> tensors_;      // by unit
   std::vector<std::vector<std::uint8_t>> used_;    // by unit: the last forward's
   std::vector<bool> fetched_;                      // by unit: prefetched in this backward
+  std::vector<std::vector<std::uint8_t>> routed_;  // by unit: brought in by experts_routed in this forward
   std::int64_t expert_bytes_ = 0;
   int max_used_ = 0;
 

@@ -120,28 +120,24 @@ void ParameterStore::allocate(const Offload& offload) {
     grads_ = Flat("exa::grads", static_cast<std::size_t>(trainable_numel_));  // a frozen tensor has none
     return;
   }
-  if constexpr (!std::is_same_v<Flat::memory_space, Kokkos::HostSpace>) {
-    throw Error("memory.offload_experts: the offload tier maps host memory, and this build keeps parameters in "
-                "device memory (pinned host staging on a stream is not built yet): set memory.offload_experts = "
-                "false on device builds");
-  } else {
-    for (std::size_t i = 0; i < specs_.size(); ++i) {
-      // One span per tensor, adjacent ones too: the pieces that the
-      // optimizer, the gradient norm and zeroing take one at a time.
-      if (offload.which(specs_[i]) && shards_[i].count > 0)
-        offloaded_.push_back({local_offsets_[i], local_offsets_[i] + shards_[i].count});
-    }
-    std::vector<ElementSpan> grad_spans;
-    for (auto s : offloaded_) {
-      s.end = std::min(s.end, trainable_numel_);
-      if (!s.empty()) grad_spans.push_back(s);
-    }
-    offload_file_ = offload.file;
-    value_tier_ = std::make_shared<TieredBuffer>("exa::params", local_numel_, offloaded_, offload_file_);
-    grad_tier_ = std::make_shared<TieredBuffer>("exa::grads", trainable_numel_, grad_spans, offload_file_);
-    values_ = Flat(value_tier_->data(), total);
-    grads_ = Flat(grad_tier_->data(), static_cast<std::size_t>(trainable_numel_));
+  // Host builds: a file-backed tier; CUDA builds: host memory
+  // (core/offload_tier.hpp). Either way one flat array, as above.
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    // One span per tensor, adjacent ones too: the pieces that the
+    // optimizer, the gradient norm and zeroing take one at a time.
+    if (offload.which(specs_[i]) && shards_[i].count > 0)
+      offloaded_.push_back({local_offsets_[i], local_offsets_[i] + shards_[i].count});
   }
+  std::vector<ElementSpan> grad_spans;
+  for (auto s : offloaded_) {
+    s.end = std::min(s.end, trainable_numel_);
+    if (!s.empty()) grad_spans.push_back(s);
+  }
+  offload_file_ = offload.file;
+  value_tier_ = std::make_shared<TieredBuffer>("exa::params", local_numel_, offloaded_, offload_file_);
+  grad_tier_ = std::make_shared<TieredBuffer>("exa::grads", trainable_numel_, grad_spans, offload_file_);
+  values_ = Flat(value_tier_->data(), total);
+  grads_ = Flat(grad_tier_->data(), static_cast<std::size_t>(trainable_numel_));
 }
 
 }  // namespace exa::model

@@ -26,6 +26,11 @@ class UnitHooks {
   // Before the first read of unit u's weights in a forward pass (training,
   // evaluation or generation).
   virtual void before_forward(int /*unit*/) {}
+  // In a MoE layer's forward, once its routing has chosen which of this
+  // rank's routed experts get rows (`used`, marked so far: the expert
+  // all-to-all in parts calls it once per part) and before its expert
+  // products read their weights.
+  virtual void experts_routed(int /*unit*/, const std::vector<std::uint8_t>& /*used*/) {}
   // After a transformer layer's forward (units 1..L), with which of this
   // rank's routed experts had rows in it (empty for a dense layer).
   virtual void after_forward(int /*unit*/, const std::vector<std::uint8_t>& /*experts_used*/) {}
@@ -56,6 +61,9 @@ class UnitHookList final : public UnitHooks {
 
   void before_forward(int unit) override {
     for (auto* h : hooks_) h->before_forward(unit);
+  }
+  void experts_routed(int unit, const std::vector<std::uint8_t>& used) override {
+    for (auto* h : hooks_) h->experts_routed(unit, used);
   }
   void after_forward(int unit, const std::vector<std::uint8_t>& used) override {
     for (auto* h : hooks_) h->after_forward(unit, used);

@@ -71,14 +71,17 @@ AdamW::AdamW(const model::ParameterStore& store, AdamWConfig cfg) : cfg_(cfg) {
   }
   if (cfg.offload_state && !spans.empty()) {
     EXA_REQUIRE(store.offload_file() != nullptr, "AdamW: offloaded optimizer state needs an offloaded store");
-    if constexpr (std::is_same_v<Flat::memory_space, Kokkos::HostSpace>) {
-      m_tier_ = std::make_shared<TieredBuffer>("exa::optim::exp_avg", std::int64_t(total), spans, store.offload_file());
-      v_tier_ = std::make_shared<TieredBuffer>("exa::optim::exp_avg_sq", std::int64_t(total), spans,
-                                               store.offload_file());
-      m_ = Flat(m_tier_->data(), total);
-      v_ = Flat(v_tier_->data(), total);
-      return;
-    }
+    // The store's tier: a file on host builds, host memory on CUDA ones.
+    // On CUDA the update below still runs on the device, reading and
+    // writing the host-resident pieces in place: a host loop would round
+    // differently from the device kernel (nvcc contracts multiply-adds),
+    // and offload must not change a bit of the run.
+    m_tier_ = std::make_shared<TieredBuffer>("exa::optim::exp_avg", std::int64_t(total), spans, store.offload_file());
+    v_tier_ = std::make_shared<TieredBuffer>("exa::optim::exp_avg_sq", std::int64_t(total), spans,
+                                             store.offload_file());
+    m_ = Flat(m_tier_->data(), total);
+    v_ = Flat(v_tier_->data(), total);
+    return;
   }
   m_ = Flat("exa::optim::exp_avg", total);
   v_ = Flat("exa::optim::exp_avg_sq", total);

@@ -32,6 +32,9 @@ const std::int64_t kPage = sysconf(_SC_PAGESIZE);
 
 }  // namespace
 
+// Host builds: the file-backed tier.
+#if !defined(KOKKOS_ENABLE_CUDA)
+
 TEST(OffloadTier, ValuesSurviveReleaseAndResidencyIsMeasured) {
   const auto dir = scratch_dir("values");
   auto file = std::make_shared<OffloadFile>(dir.string(), 0);
@@ -164,3 +167,72 @@ TEST(OffloadTier, AFullDiskFailsAtReserveNamingTheDirectory) {
   EXPECT_EQ(f.bytes(), 0);
   fs::remove_all(dir);
 }
+
+#else  // CUDA builds: host memory, prefetched to the GPU
+
+namespace {
+
+// nvcc takes no device lambda inside a test body (a private member).
+void write_halves(float* p, std::int64_t n) {
+  Kokkos::parallel_for(
+      "write", Kokkos::RangePolicy<Kokkos::Cuda>(0, n), KOKKOS_LAMBDA(const std::int64_t i) { p[i] = 0.5f * float(i); });
+  Kokkos::fence();
+}
+
+double device_sum(const float* p, std::int64_t b, std::int64_t e) {
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      "sum", Kokkos::RangePolicy<Kokkos::Cuda>(b, e), KOKKOS_LAMBDA(const std::int64_t i, double& s) { s += p[i]; },
+      sum);
+  return sum;
+}
+
+}  // namespace
+
+// Every element is right wherever it lives (the device writes the spans in
+// place, the host reads what the device wrote), and the resident bytes are
+// exactly those touched and not released: nothing else reaches the device.
+TEST(OffloadTier, HostMemoryTierKeepsValuesAndCountsPrefetches) {
+  ASSERT_TRUE(exa::MemoryLedger::install());
+  try {
+    OffloadFile f("/tmp", 0);
+    FAIL() << "a directory was accepted for the host-memory tier";
+  } catch (const exa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("remove memory.offload_dir"), std::string::npos) << e.what();
+  }
+  auto file = std::make_shared<OffloadFile>("", 0);
+  const std::int64_t n = std::int64_t(1) << 20;
+  const ElementSpan span{1000, 600000};
+  const auto before = exa::MemoryLedger::snapshot()[std::size_t(exa::MemCategory::Parameters)].current;
+  {
+    TieredBuffer b("exa::params", n, {span}, file);
+    EXPECT_EQ(b.offloaded_bytes(), span.size() * 4);
+    EXPECT_EQ(exa::MemoryLedger::snapshot()[std::size_t(exa::MemCategory::Parameters)].current - before,
+              (n - span.size()) * 4);
+    EXPECT_EQ(b.resident_bytes(), 0);
+    float* p = b.data();
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(p[i], 0.0f) << i;
+    write_halves(p, n);
+    EXPECT_EQ(b.resident_bytes(), 0) << "a kernel's writes moved the span";
+    b.touch({span.begin, span.begin + 1000});
+    b.touch({span.begin + 500, span.begin + 3000});
+    b.wait_touches();
+    EXPECT_EQ(b.resident_bytes(), 3000 * 4);
+    EXPECT_EQ(file->sample(), 3000 * 4);
+    b.release({span.begin + 1000, span.begin + 2000});
+    EXPECT_EQ(b.resident_bytes(), 2000 * 4);
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(p[i], 0.5f * float(i)) << i;
+    const ElementSpan z{span.begin + 10, span.begin + 20};
+    b.zero(z);
+    const double sum = device_sum(p, span.begin, span.begin + 30);
+    double want = 0;
+    for (std::int64_t i = span.begin; i < span.begin + 30; ++i) want += (i >= z.begin && i < z.end) ? 0.0 : 0.5 * i;
+    EXPECT_EQ(sum, want);
+    b.release_all();
+    EXPECT_EQ(file->sample(), 0);
+    EXPECT_EQ(b.peak_resident_bytes(), 3000 * 4);
+  }
+  EXPECT_EQ(exa::MemoryLedger::snapshot()[std::size_t(exa::MemCategory::Parameters)].current, before);
+}
+
+#endif

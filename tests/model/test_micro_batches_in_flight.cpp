@@ -176,3 +176,44 @@ TEST(MicroBatchesInFlight, HookListsDeliverEveryEventToEachMemberInOrder) {
   }
   EXPECT_EQ(log, want);
 }
+
+namespace {
+// The routing events of a forward: which unit, and the experts marked.
+struct RoutingRecorder : UnitHooks {
+  std::vector<std::string> log;
+  static std::string bits(const std::vector<std::uint8_t>& used) {
+    std::string s;
+    for (auto u : used) s += u ? '1' : '0';
+    return s;
+  }
+  void before_forward(int u) override { log.push_back("F" + std::to_string(u)); }
+  void experts_routed(int u, const std::vector<std::uint8_t>& used) override {
+    log.push_back("R" + std::to_string(u) + ":" + bits(used));
+  }
+  void after_forward(int u, const std::vector<std::uint8_t>& used) override {
+    log.push_back("A" + std::to_string(u) + ":" + bits(used));
+  }
+};
+}  // namespace
+
+// experts_routed (what a CUDA build's expert offload prefetches on) comes
+// inside the MoE layer's forward, between its start and its end, with the
+// experts the layer then reports as used; a dense layer has none.
+TEST(MicroBatchesInFlight, ExpertsRoutedComesInsideTheMoeLayerWithItsUsedExperts) {
+  const auto cfg = small();  // layer 0 dense (unit 1), layer 1 MoE (unit 2)
+  const auto values = random_flat<float>(cfg, 9);
+  StageModel<float> model(cfg);
+  RoutingRecorder rec;
+  model.add_hooks(&rec);
+  const auto w = bind_flat(cfg, values);
+  const auto mb = batches(cfg, 1);
+  auto& c = model.forward(w, input(mb[0]));
+  model.release(c);
+  std::string used;
+  for (const auto& e : rec.log)
+    if (e.rfind("A2:", 0) == 0) used = e.substr(3);
+  ASSERT_EQ(used.size(), std::size_t(cfg.n_experts));
+  EXPECT_NE(used, std::string(std::size_t(cfg.n_experts), '0'));
+  const std::vector<std::string> want = {"F0", "F1", "A1:", "F2", "R2:" + used, "A2:" + used, "F3"};
+  EXPECT_EQ(rec.log, want);
+}

@@ -13,7 +13,10 @@ file(MAKE_DIRECTORY ${WORK}/tier)
 set(cats parameters gradients optimizer activations communication checkpoint workspace offload)
 set(args_full --set memory.recompute=full)
 set(args_offload ${args_full} --set memory.offload_experts=true --set memory.offload_optimizer=true
-                 --set memory.offload_prefetch=1 --set memory.offload_dir=${WORK}/tier)
+                 --set memory.offload_prefetch=1)
+if(NOT HOST_MEMORY_TIER)  # a CUDA build's tier is host memory, with no directory
+  list(APPEND args_offload --set memory.offload_dir=${WORK}/tier)
+endif()
 foreach(mode full offload)
   run_checked(${EXAMOE} ${DECK} ${ARGS} ${args_${mode}} --set output.run_dir=${WORK}/${mode})
   ledger_peak_sum(${WORK}/${mode} 2 sum_${mode} ${cats})

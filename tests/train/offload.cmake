@@ -9,12 +9,18 @@
 # its 64 KiB-aligned window too (the kernel's fault-around), so each of a
 # resident layer's three expert tensors may bring up to two windows more;
 # and below the whole offloaded size.
-#   -DEXAMOE=... -DDECK=... -DWORK=... -DARGS="..."
+# On a CUDA build (-DHOST_MEMORY_TIER=ON) the tier is host memory, there is
+# no file and no directory to name, and the peak is of the experts'
+# values prefetched to the GPU.
+#   -DEXAMOE=... -DDECK=... -DWORK=... -DARGS="..." [-DHOST_MEMORY_TIER=ON]
 include(${CMAKE_CURRENT_LIST_DIR}/metrics_losses.cmake)
 separate_arguments(ARGS)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/tier)
-set(on --set memory.offload_experts=true --set memory.offload_dir=${WORK}/tier)
+set(on --set memory.offload_experts=true)
+if(NOT HOST_MEMORY_TIER)
+  list(APPEND on --set memory.offload_dir=${WORK}/tier)
+endif()
 set(cases "resident;depth1;depth2")
 set(args_resident "")
 set(args_depth1 ${on} --set memory.offload_prefetch=1 --set memory.offload_optimizer=true)

@@ -15,6 +15,7 @@
 
 #include "core/deck/did_you_mean.hpp"
 #include "core/error.hpp"
+#include "core/offload_tier.hpp"
 #include "core/length_buckets.hpp"
 
 namespace exa::deck {
@@ -729,6 +730,12 @@ void check_combinations(const Config& c) {
   if (!c.get_bool("memory.offload_experts"))
     refuse_set_without(c, {"memory.offload_optimizer", "memory.offload_dir", "memory.offload_prefetch"},
                        "memory.offload_experts", "memory.offload_experts = true", "");
+  if constexpr (OffloadFile::host_memory_tier()) {
+    if (const auto& st = c.setting("memory.offload_dir"); st.origin != Origin::Default && !(st.value == st.spec->def))
+      fail(c, {"memory.offload_dir"},
+           "memory.offload_dir names the file of the host builds' offload tier, but this CUDA build offloads the "
+           "experts to host memory (CUDA managed memory), with no file; remove memory.offload_dir");
+  }
   if (c.get_string("comm.compression") != "topk") {
     refuse_set_without(c, {"comm.topk_ratio", "comm.topk_warmup"}, "comm.compression", "comm.compression = \"topk\"",
                        fmt::format(" (got \"{}\")", c.get_string("comm.compression")));

@@ -122,7 +122,10 @@ model::ParameterStore::Offload DataParallel::offload_of(const DataParallelOption
   if (!opt.offload_experts) return {};
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  return {std::make_shared<OffloadFile>(opt.offload_dir, world_rank), model::is_routed_expert};
+  // CUDA builds offload to host memory: no file, so no directory (the deck
+  // refuses one set there).
+  const std::string dir = OffloadFile::host_memory_tier() ? std::string() : opt.offload_dir;
+  return {std::make_shared<OffloadFile>(dir, world_rank), model::is_routed_expert};
 }
 
 namespace {
@@ -199,10 +202,11 @@ DataParallel::DataParallel(const comm::ProcessGrid& grid, const model::ModelConf
     // copies; the store's parts (the masters) stay offloaded but for the
     // optimizer's and the reductions' passes.
     if (opt_.zero == 0) offload_ = std::make_unique<model::ExpertOffload>(store_, mcfg.n_layers, opt_.offload_prefetch);
-    log::info("expert offload: {:.1f} MiB of routed experts' values and gradients{} in {} (a file per rank, removed "
-              "at exit){}",
+    log::info("expert offload: {:.1f} MiB of routed experts' values and gradients{} in {}{}",
               double(store_.value_tier()->offloaded_bytes() + store_.grad_tier()->offloaded_bytes()) / 1048576.0,
-              opt_.zero > 0 ? " (this rank's ZeRO parts)" : "", opt_.offload_dir,
+              opt_.zero > 0 ? " (this rank's ZeRO parts)" : "",
+              OffloadFile::host_memory_tier() ? std::string("host memory (CUDA managed, prefetched on a stream of its own)")
+                                              : opt_.offload_dir + " (a file per rank, removed at exit)",
               offload_ ? fmt::format("; prefetch depth {}", opt_.offload_prefetch)
                        : std::string("; ZeRO's working copies stay resident"));
   }
@@ -385,6 +389,10 @@ DataParallelMemory DataParallel::memory() const {
 
 void DataParallel::before_forward(int unit) {
   for (auto& e : engines_) e->before_forward(unit);
+}
+
+void DataParallel::experts_routed(int unit, const std::vector<std::uint8_t>& used) {
+  if (offload_) offload_->experts_routed(unit, used);
 }
 
 void DataParallel::after_forward(int unit, const std::vector<std::uint8_t>& experts_used) {

@@ -164,6 +164,7 @@ class DataParallel final : public model::UnitHooks, public pipeline::GradientHom
 
   // model::UnitHooks
   void before_forward(int unit) override;
+  void experts_routed(int unit, const std::vector<std::uint8_t>& used) override;
   void after_forward(int unit, const std::vector<std::uint8_t>& experts_used) override;
   void before_backward(int unit) override;
   void before_recompute(int unit) override;
