@@ -38,14 +38,9 @@
 #include <string>
 #include <vector>
 
-namespace exa {
+#include "core/span_set.hpp"
 
-// Elements [begin, end) of a flat array.
-struct ElementSpan {
-  std::int64_t begin = 0, end = 0;
-  std::int64_t size() const { return end - begin; }
-  bool empty() const { return end <= begin; }
-};
+namespace exa {
 
 class TieredBuffer;
 
@@ -157,7 +152,7 @@ class TieredBuffer {
   void* stream_ = nullptr;
   int device_ = -1;
   mutable std::mutex on_device_mutex_;
-  mutable std::vector<ElementSpan> on_device_;
+  mutable SpanSet on_device_;
 };
 
 constexpr bool OffloadFile::host_memory_tier() {

@@ -58,35 +58,6 @@ cudaError_t prefetch(const void* p, std::size_t n, int device, cudaStream_t s) {
 }
 #endif
 
-// `spans` (sorted, disjoint) with `s` added, or taken out.
-void add_span(std::vector<ElementSpan>& spans, ElementSpan s) {
-  std::vector<ElementSpan> out;
-  for (const auto& t : spans) {
-    if (t.end < s.begin || t.begin > s.end) {
-      out.push_back(t);
-    } else {
-      s.begin = std::min(s.begin, t.begin);
-      s.end = std::max(s.end, t.end);
-    }
-  }
-  out.push_back(s);
-  std::sort(out.begin(), out.end(), [](const ElementSpan& a, const ElementSpan& b) { return a.begin < b.begin; });
-  spans = std::move(out);
-}
-
-void remove_span(std::vector<ElementSpan>& spans, ElementSpan s) {
-  std::vector<ElementSpan> out;
-  for (const auto& t : spans) {
-    if (t.end <= s.begin || t.begin >= s.end) {
-      out.push_back(t);
-      continue;
-    }
-    if (t.begin < s.begin) out.push_back({t.begin, s.begin});
-    if (t.end > s.end) out.push_back({s.end, t.end});
-  }
-  spans = std::move(out);
-}
-
 }  // namespace
 
 TieredBuffer::TieredBuffer(std::string label, std::int64_t n, std::vector<ElementSpan> spans,
@@ -154,7 +125,7 @@ void TieredBuffer::touch(ElementSpan s) const {
   cuda_check(prefetch(base_ + s.begin, std::size_t(s.size()) * sizeof(float), device_, stream_of(stream_)),
              label_, "cudaMemPrefetchAsync");
   std::lock_guard<std::mutex> lock(on_device_mutex_);
-  add_span(on_device_, s);
+  on_device_.add(s);
 }
 
 void TieredBuffer::wait_touches() const {
@@ -167,7 +138,7 @@ void TieredBuffer::release(ElementSpan s) const {
   cuda_check(prefetch(base_ + s.begin, std::size_t(s.size()) * sizeof(float), cudaCpuDeviceId, stream_of(stream_)),
              label_, "cudaMemPrefetchAsync");
   std::lock_guard<std::mutex> lock(on_device_mutex_);
-  remove_span(on_device_, s);
+  on_device_.remove(s);
 }
 
 void TieredBuffer::release_all() const {
@@ -186,9 +157,7 @@ void TieredBuffer::zero(ElementSpan s) const {
 
 std::int64_t TieredBuffer::resident_bytes() const {
   std::lock_guard<std::mutex> lock(on_device_mutex_);
-  std::int64_t n = 0;
-  for (const auto& s : on_device_) n += s.size();
-  return n * std::int64_t(sizeof(float));
+  return on_device_.elements() * std::int64_t(sizeof(float));
 }
 
 }  // namespace exa
