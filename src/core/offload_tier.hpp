@@ -21,15 +21,15 @@
 //
 // On CUDA builds the parameters live in device memory and the tier is host
 // memory (offload_tier_managed.cpp): the whole buffer is CUDA managed
-// memory, its spans preferring the host and mapped for the device, the
-// rest preferring the device. A kernel may read or write any element at any
-// time (a span that is not on the device is read in place over the bus),
-// touch() prefetches a span to the device on a copy stream of its own,
-// release() sends it back to host memory, and resident_bytes() is the
-// spans' bytes prefetched and not yet released: the only way a span's pages
-// reach the device, since its preferred location keeps faults from
-// migrating them. There is no file: OffloadFile is then only the registry
-// of the rank's tiered buffers.
+// memory, the spans' whole pages preferring the host and mapped for the
+// device, the rest (with the pages a span shares with a neighbour)
+// preferring the device. A kernel may read or write any element at any
+// time (a page that is not on the device is read in place over the bus),
+// touch() prefetches a span's host pages to the device on a copy stream of
+// its own, release() sends them back to host memory, and resident_bytes()
+// is those pages prefetched and not yet released: a device fault does not
+// migrate them, as their preferred location is the host. There is no file:
+// OffloadFile is then only the registry of the rank's tiered buffers.
 #include <Kokkos_Macros.hpp>
 
 #include <cstdint>
@@ -112,8 +112,10 @@ class TieredBuffer {
   // they change where the data is, never what it is.
   void release(ElementSpan s) const;
   void touch(ElementSpan s) const;
-  // Until the touches issued so far have completed: a no-op on host builds
-  // (touch() reads the pages itself), the copy stream's prefetches on CUDA.
+  // Work queued afterwards on the default execution instance runs after
+  // the touches issued so far: a no-op on host builds (touch() reads the
+  // pages itself); on CUDA the compute stream waits for the copy stream's
+  // prefetches (the host does not).
   void wait_touches() const;
   void release_all() const;
   // Zeros of `s` (inside one of the spans) without bringing it in: its
@@ -147,10 +149,16 @@ class TieredBuffer {
   std::vector<Mapping> maps_;
   std::shared_ptr<OffloadFile> file_;
   std::int64_t peak_ = 0;
-  // The managed tier's copy stream (a cudaStream_t), its device, and the
-  // element ranges prefetched to the device (sorted, disjoint).
+  // The managed tier (CUDA builds): its copy stream (a cudaStream_t) and an
+  // event on it (a cudaEvent_t), its device, the elements of a host page,
+  // each span's whole host pages (host_part), and the host parts'
+  // elements prefetched to the device (sorted, disjoint).
+  ElementSpan host_part(ElementSpan s) const;
   void* stream_ = nullptr;
+  void* event_ = nullptr;
   int device_ = -1;
+  std::int64_t page_elements_ = 1024;
+  std::vector<ElementSpan> host_parts_;
   mutable std::mutex on_device_mutex_;
   mutable SpanSet on_device_;
 };

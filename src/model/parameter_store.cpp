@@ -122,6 +122,9 @@ void ParameterStore::allocate(const Offload& offload) {
   }
   // Host builds: a file-backed tier; CUDA builds: host memory
   // (core/offload_tier.hpp). Either way one flat array, as above.
+  if constexpr (!std::is_same_v<Flat::memory_space, Kokkos::HostSpace> && !OffloadFile::host_memory_tier())
+    throw Error("memory.offload_experts: this build's device has no offload tier (host builds offload to a file, "
+                "CUDA builds to host memory): set memory.offload_experts = false");
   for (std::size_t i = 0; i < specs_.size(); ++i) {
     // One span per tensor, adjacent ones too: the pieces that the
     // optimizer, the gradient norm and zeroing take one at a time.

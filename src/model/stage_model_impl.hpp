@@ -376,10 +376,14 @@ kernels::RouterLosses StageModel<T, D>::run_layers(Context& c, const W& w, const
                 l, lw.moe ? "MoE" : "dense", lw.moe ? "dense" : "MoE");
     const V2 out = i + 1 < c.layers.size() ? layer_input(c, i + 1) : c.out;
     auto& lc = layer_context(c, i, layer);
+    // Only this forward's routing is news to the hooks: a recomputation in
+    // backward (which may reuse this context for another layer under full
+    // recompute) finds the experts already brought in by before_backward.
     lc.on_routed = [this, u = static_cast<int>(l) + 1](const std::vector<std::uint8_t>& used) {
       hooks_.experts_routed(u, used);
     };
     const auto rl = layer.forward(lc, lw, c.shape, rope_, out, scratch_, routing);
+    lc.on_routed = nullptr;
     hooks_.after_forward(static_cast<int>(l) + 1, lc.experts_used);
     sum.aux += rl.aux;
     sum.z += rl.z;

@@ -41,7 +41,8 @@ void MemoryCap::check(std::int64_t steps_done) const {
   throw Error(fmt::format(
       "memory.cap_gb = {}: rank {} needed {:.3f} GiB by step {} (MiB: {}); to fit, keep fewer activations "
       "(memory.recompute = \"selective\", or \"full\" with memory.checkpoint_layers = \"sqrt\"), keep the "
-      "routed experts on disk (memory.offload_experts = true, and memory.offload_optimizer = true), shard the "
+      "routed experts out of the compute memory (memory.offload_experts = true, and memory.offload_optimizer = "
+      "true: on disk on host builds, in host memory on CUDA ones), shard the "
       "parameters, gradients and optimizer state (parallel.zero = 3) or the model (more tp, pp or ep ranks), "
       "use smaller micro-batches (train.micro_batch with more train.grad_accum), or raise the cap; `examoe DECK "
       "--check` estimates this table before a run",

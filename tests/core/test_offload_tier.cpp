@@ -170,6 +170,8 @@ TEST(OffloadTier, AFullDiskFailsAtReserveNamingTheDirectory) {
 
 #else  // CUDA builds: host memory, prefetched to the GPU
 
+#include <cuda_runtime_api.h>
+
 namespace {
 
 // nvcc takes no device lambda inside a test body (a private member).
@@ -189,9 +191,21 @@ double device_sum(const float* p, std::int64_t b, std::int64_t e) {
 
 }  // namespace
 
-// Every element is right wherever it lives (the device writes the spans in
-// place, the host reads what the device wrote), and the resident bytes are
-// exactly those touched and not released: nothing else reaches the device.
+// Where the last prefetch of [b, e) went (cudaCpuDeviceId: the host; -2:
+// parts went to different places, or none was prefetched).
+int last_prefetch(const float* p, std::int64_t b, std::int64_t e) {
+  int where = -2;
+  EXPECT_EQ(cudaMemRangeGetAttribute(&where, sizeof(where), cudaMemRangeAttributeLastPrefetchLocation, p + b,
+                                     std::size_t(e - b) * sizeof(float)),
+            cudaSuccess);
+  return where;
+}
+
+// Every element is right wherever it lives (the device writes the host
+// pages in place, the host reads what the device wrote); the host pages are
+// the span's whole pages, the one it shares with its neighbour stays with
+// the device; the prefetches really move the pages, and the resident bytes
+// are exactly those touched and not released.
 TEST(OffloadTier, HostMemoryTierKeepsValuesAndCountsPrefetches) {
   ASSERT_TRUE(exa::MemoryLedger::install());
   try {
@@ -201,38 +215,53 @@ TEST(OffloadTier, HostMemoryTierKeepsValuesAndCountsPrefetches) {
     EXPECT_NE(std::string(e.what()).find("remove memory.offload_dir"), std::string::npos) << e.what();
   }
   auto file = std::make_shared<OffloadFile>("", 0);
-  const std::int64_t n = std::int64_t(1) << 20;
-  const ElementSpan span{1000, 600000};
-  const auto before = exa::MemoryLedger::snapshot()[std::size_t(exa::MemCategory::Parameters)].current;
+  const std::int64_t per = kPage / 4, n = 128 * per;
+  const ElementSpan span{per / 2, 100 * per + per / 2};  // host pages: [per, 100 per)
+  const auto params = [] { return exa::MemoryLedger::snapshot()[std::size_t(exa::MemCategory::Parameters)].current; };
+  const auto before = params();
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   {
     TieredBuffer b("exa::params", n, {span}, file);
-    EXPECT_EQ(b.offloaded_bytes(), span.size() * 4);
-    EXPECT_EQ(exa::MemoryLedger::snapshot()[std::size_t(exa::MemCategory::Parameters)].current - before,
-              (n - span.size()) * 4);
+    EXPECT_EQ(b.offloaded_bytes(), 99 * kPage);
+    EXPECT_EQ(params() - before, n * 4 - 99 * kPage);
     EXPECT_EQ(b.resident_bytes(), 0);
     float* p = b.data();
-    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(p[i], 0.0f) << i;
     write_halves(p, n);
-    EXPECT_EQ(b.resident_bytes(), 0) << "a kernel's writes moved the span";
-    b.touch({span.begin, span.begin + 1000});
-    b.touch({span.begin + 500, span.begin + 3000});
+    b.touch({span.begin, 3 * per});      // host pages [per, 3 per)
+    b.touch({2 * per, 5 * per + 7});     // [2 per, 5 per): together [per, 5 per)
     b.wait_touches();
-    EXPECT_EQ(b.resident_bytes(), 3000 * 4);
-    EXPECT_EQ(file->sample(), 3000 * 4);
-    b.release({span.begin + 1000, span.begin + 2000});
-    EXPECT_EQ(b.resident_bytes(), 2000 * 4);
+    Kokkos::fence();
+    EXPECT_EQ(b.resident_bytes(), 4 * kPage);
+    EXPECT_EQ(file->sample(), 4 * kPage);
+    EXPECT_EQ(last_prefetch(p, per, 5 * per), dev);
+    b.release({2 * per, 3 * per});
+    EXPECT_EQ(b.resident_bytes(), 3 * kPage);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(last_prefetch(p, 2 * per, 3 * per), cudaCpuDeviceId);
+    EXPECT_EQ(last_prefetch(p, per, 2 * per), dev);
+    int preferred = -2;
+    ASSERT_EQ(cudaMemRangeGetAttribute(&preferred, sizeof(preferred), cudaMemRangeAttributePreferredLocation,
+                                       p + 10 * per, std::size_t(per) * 4),
+              cudaSuccess);
+    EXPECT_EQ(preferred, cudaCpuDeviceId);
+    ASSERT_EQ(cudaMemRangeGetAttribute(&preferred, sizeof(preferred), cudaMemRangeAttributePreferredLocation, p,
+                                       std::size_t(per) * 4),
+              cudaSuccess);
+    EXPECT_EQ(preferred, dev) << "the page the span shares with its neighbour left the device";
     for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(p[i], 0.5f * float(i)) << i;
-    const ElementSpan z{span.begin + 10, span.begin + 20};
+    // Across the shared first page and two host pages.
+    const ElementSpan z{span.begin + 10, 3 * per + 10};
     b.zero(z);
-    const double sum = device_sum(p, span.begin, span.begin + 30);
+    const double sum = device_sum(p, span.begin, 3 * per + 30);
     double want = 0;
-    for (std::int64_t i = span.begin; i < span.begin + 30; ++i) want += (i >= z.begin && i < z.end) ? 0.0 : 0.5 * i;
+    for (std::int64_t i = span.begin; i < 3 * per + 30; ++i) want += (i >= z.begin && i < z.end) ? 0.0 : 0.5 * i;
     EXPECT_EQ(sum, want);
     b.release_all();
     EXPECT_EQ(file->sample(), 0);
-    EXPECT_EQ(b.peak_resident_bytes(), 3000 * 4);
+    EXPECT_EQ(b.peak_resident_bytes(), 4 * kPage);
   }
-  EXPECT_EQ(exa::MemoryLedger::snapshot()[std::size_t(exa::MemCategory::Parameters)].current, before);
+  EXPECT_EQ(params(), before);
 }
 
 #endif

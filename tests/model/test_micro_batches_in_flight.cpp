@@ -217,3 +217,29 @@ TEST(MicroBatchesInFlight, ExpertsRoutedComesInsideTheMoeLayerWithItsUsedExperts
   const std::vector<std::string> want = {"F0", "F1", "A1:", "F2", "R2:" + used, "A2:" + used, "F3"};
   EXPECT_EQ(rec.log, want);
 }
+
+// Under full recompute every MoE layer's backward runs its forward again in
+// one shared context: the routing is not news then (before_backward brought
+// the experts in), so experts_routed comes only from the forward, each time
+// with its own layer's unit.
+TEST(MicroBatchesInFlight, ARecomputedForwardDoesNotReportRoutingAgain) {
+  auto cfg = small();
+  cfg.moe_every = 1;  // both layers MoE: units 1 and 2
+  const auto values = random_flat<float>(cfg, 9);
+  ModelOptions opt;
+  opt.recompute = Recompute::full;
+  StageModel<float> model(cfg, opt);
+  RoutingRecorder rec;
+  model.add_hooks(&rec);
+  const auto w = bind_flat(cfg, values);
+  exa::View1<float> grads("grads", values.extent(0));
+  const auto g = bind_flat(cfg, grads);
+  const auto mb = batches(cfg, 1);
+  auto& c = model.forward(w, input(mb[0]));
+  const std::size_t after_forward = rec.log.size();
+  model.backward(c, w, g);
+  std::vector<std::string> routed;
+  for (std::size_t i = 0; i < rec.log.size(); ++i)
+    if (rec.log[i][0] == 'R') routed.push_back(rec.log[i].substr(0, 2) + (i < after_forward ? " forward" : " backward"));
+  EXPECT_EQ(routed, (std::vector<std::string>{"R1 forward", "R2 forward"}));
+}

@@ -731,7 +731,7 @@ void check_combinations(const Config& c) {
     refuse_set_without(c, {"memory.offload_optimizer", "memory.offload_dir", "memory.offload_prefetch"},
                        "memory.offload_experts", "memory.offload_experts = true", "");
   if constexpr (OffloadFile::host_memory_tier()) {
-    if (const auto& st = c.setting("memory.offload_dir"); st.origin != Origin::Default && !(st.value == st.spec->def))
+    if (c.setting("memory.offload_dir").origin != Origin::Default)
       fail(c, {"memory.offload_dir"},
            "memory.offload_dir names the file of the host builds' offload tier, but this CUDA build offloads the "
            "experts to host memory (CUDA managed memory), with no file; remove memory.offload_dir");
