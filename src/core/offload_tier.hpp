@@ -151,14 +151,13 @@ class TieredBuffer {
   std::int64_t peak_ = 0;
   // The managed tier (CUDA builds): its copy stream (a cudaStream_t) and an
   // event on it (a cudaEvent_t), its device, the elements of a host page,
-  // each span's whole host pages (host_part), and the host parts'
-  // elements prefetched to the device (sorted, disjoint).
+  // and the host parts' elements prefetched to the device (sorted,
+  // disjoint). host_part(s): the span's whole host pages.
   ElementSpan host_part(ElementSpan s) const;
   void* stream_ = nullptr;
   void* event_ = nullptr;
   int device_ = -1;
   std::int64_t page_elements_ = 1024;
-  std::vector<ElementSpan> host_parts_;
   mutable std::mutex on_device_mutex_;
   mutable SpanSet on_device_;
 };

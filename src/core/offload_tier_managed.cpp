@@ -120,7 +120,6 @@ TieredBuffer::TieredBuffer(std::string label, std::int64_t n, std::vector<Elemen
         cuda_check(cudaMemsetAsync(base_ + at, 0, std::size_t(h.begin - at) * sizeof(float), s), label_,
                    "cudaMemsetAsync");
       std::memset(base_ + h.begin, 0, hb);
-      host_parts_.push_back(h);
       at = h.end;
     }
     if (at < n_)
@@ -147,7 +146,7 @@ TieredBuffer::~TieredBuffer() {
 
 std::int64_t TieredBuffer::offloaded_bytes() const {
   std::int64_t b = 0;
-  for (const auto& h : host_parts_) b += h.size() * std::int64_t(sizeof(float));
+  for (const auto& s : spans_) b += host_part(s).size() * std::int64_t(sizeof(float));
   return b;
 }
 
