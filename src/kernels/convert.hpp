@@ -69,4 +69,17 @@ void bf16_to_fp32(const S& src, const D& dst, const exec_of<D>& exec = exec_of<D
       KOKKOS_LAMBDA(const std::size_t i) { d(i) = to_float(s(i)); });
 }
 
+// v[i] = float(bf16(v[i])) in place: an fp32 tensor holding what storing
+// it in bf16 would keep (the routed experts' ea and eb where a dispatcher
+// keeps them in fp32; model/seams/token_dispatcher.hpp, stores_bf16).
+template <class V>
+void round_through_bf16(const V& v, const exec_of<V>& exec = exec_of<V>{}) {
+  static_assert(std::is_same<typename V::value_type, float>::value, "round_through_bf16: the tensor must hold float");
+  EXA_REQUIRE(v.span_is_contiguous(), "round_through_bf16: tensor '{}' must be contiguous", v.label());
+  const auto f = convert_detail::flat(v);
+  Kokkos::parallel_for(
+      "exa::convert::round_through_bf16", Kokkos::RangePolicy<exec_of<V>>(exec, 0, f.extent(0)),
+      KOKKOS_LAMBDA(const std::size_t i) { f(i) = to_float(to_bf16(f(i))); });
+}
+
 }  // namespace exa::kernels

@@ -130,18 +130,36 @@ std::string cublas_missing() { return ""; }
 
 void cublas_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A,
                  index_t lda, const float* B, index_t ldb, float beta, float* C, index_t ldc, void* stream) {
+  cublas_gemm(p, ta, tb, m, n, k, alpha, MatmulOperand{A, lda, false}, MatmulOperand{B, ldb, false}, beta, C, ldc,
+              stream);
+}
+
+void cublas_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, MatmulOperand A,
+                 MatmulOperand B, float beta, float* C, index_t ldc, void* stream) {
   EXA_REQUIRE(p != MatmulPrecision::fp32, "cublas_gemm: takes bf16 or fp16 products; fp32 ones go to the BLAS");
+  EXA_REQUIRE(p == MatmulPrecision::bf16 || (!A.bf16 && !B.bf16),
+              "cublas_gemm: a tensor stored in bf16 is an operand of an fp16 product; bf16 storage goes with bf16 "
+              "products only");
   const auto s = static_cast<cudaStream_t>(stream);
-  // Packed row-major operands as stored: A is (ta ? k x m : m x k), B is
-  // (tb ? n x k : k x n).
+  // Row-major operands: A is (ta ? k x m : m x k), B is (tb ? n x k : k x
+  // n); an fp32 one is rounded into packed scratch, a bf16 one read in place.
   const index_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
   Scratch& sc = Scratch::get();
   std::lock_guard<std::mutex> lock(sc.mutex);
   sc.use(s);
-  std::uint16_t* a = sc.a(std::size_t(a_rows * a_cols));
-  std::uint16_t* b = sc.b(std::size_t(b_rows * b_cols));
-  round_into(p, A, a_rows, a_cols, lda, a, s);
-  round_into(p, B, b_rows, b_cols, ldb, b, s);
+  const void* a = A.data;
+  const void* b = B.data;
+  index_t a_ld = A.ld, b_ld = B.ld;
+  if (!A.bf16) {
+    std::uint16_t* pa = sc.a(std::size_t(a_rows * a_cols));
+    round_into(p, static_cast<const float*>(A.data), a_rows, a_cols, A.ld, pa, s);
+    a = pa, a_ld = a_cols;
+  }
+  if (!B.bf16) {
+    std::uint16_t* pb = sc.b(std::size_t(b_rows * b_cols));
+    round_into(p, static_cast<const float*>(B.data), b_rows, b_cols, B.ld, pb, s);
+    b = pb, b_ld = b_cols;
+  }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
   // packed row-major X is the column-major X^T: so B comes first, each
   // transposed as the caller asked.
@@ -153,7 +171,7 @@ void cublas_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
   check(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");  // alpha, beta on the host
   const cublasStatus_t st =
       cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k), &alpha,
-                   b, type, int(b_cols), a, type, int(a_cols), &beta, C, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
+                   b, type, int(b_ld), a, type, int(a_ld), &beta, C, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
                    CUBLAS_GEMM_DEFAULT);
   // Kokkos Kernels 3.4 calls cuBLAS without setting the stream: the
   // handle goes back to the one it had.
@@ -184,6 +202,11 @@ std::string cublas_missing() {
 
 void cublas_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
                  index_t, float, float*, index_t, void*) {
+  throw Error("cublas_gemm: " + cublas_missing());
+}
+
+void cublas_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, MatmulOperand, MatmulOperand, float,
+                 float*, index_t, void*) {
   throw Error("cublas_gemm: " + cublas_missing());
 }
 

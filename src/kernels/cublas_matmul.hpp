@@ -33,6 +33,10 @@ std::string cublas_missing();
 // the default stream). Throws where !cublas_available().
 void cublas_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A,
                  index_t lda, const float* B, index_t ldb, float beta, float* C, index_t ldc, void* stream);
+// The same with operands that may be stored in bf16 (read in place; p must
+// then be bf16).
+void cublas_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, MatmulOperand A,
+                 MatmulOperand B, float beta, float* C, index_t ldc, void* stream);
 
 // precision.matmul = "tf32": fp32 products on the TF32 tensor cores (on),
 // or in fp32 (off, the default). Throws where !cublas_available().

@@ -41,6 +41,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/host_loops.hpp"
@@ -139,26 +140,57 @@ index_t bf16_row_stride(const V& v, const char* which) {
   return v.extent(0) <= 1 ? index_t(v.extent(1)) : index_t(v.stride(0));
 }
 
+// The operand view `v` as stored (fp32 or bf16), for the reduced-precision paths.
+template <class V>
+MatmulOperand matmul_operand(const V& v, const char* which) {
+  using S = std::remove_cv_t<typename V::value_type>;
+  static_assert(std::is_same<S, float>::value || std::is_same<S, bf16>::value,
+                "exa::gemm: a bf16/fp16 product's operands are float or exa::bf16");
+  return MatmulOperand{v.data(), bf16_row_stride(v, which), std::is_same<S, bf16>::value};
+}
+
+// Whether a view holds bf16 (a tensor the model stores in bf16).
+template <class V>
+constexpr bool holds_bf16 = std::is_same<std::remove_cv_t<typename V::value_type>, bf16>::value;
+
+// Operands stored in bf16 need bf16 products: checked on the calling
+// thread, before the grouped products' host tasks (which must not throw).
+template <class... Vs>
+void require_bf16_products(const char* what) {
+  if constexpr ((holds_bf16<Vs> || ...))
+    EXA_REQUIRE(matmul_precision() == MatmulPrecision::bf16,
+                "{}: an operand is stored in bf16 but the products run in {}: bf16 storage goes with "
+                "precision.compute = \"bf16\"",
+                what, to_string(matmul_precision()));
+}
+
 // The bf16/fp16 form of gemm() (matmul_precision.hpp): on a host space,
 // oneDNN; on a device space, a refusal. true when it took the product.
+// Operands stored in bf16 only come with bf16 products: an fp32 product
+// of them refuses.
 template <class AV, class BV, class CV>
 bool gemm_reduced_precision(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const AV& A,
                             const BV& B, float beta, const CV& C, const exec_of<CV>& exec) {
   const MatmulPrecision p = matmul_precision();
-  if (p == MatmulPrecision::fp32) return false;
+  if (p == MatmulPrecision::fp32) {
+    EXA_REQUIRE(!holds_bf16<AV> && !holds_bf16<BV>,
+                "exa::gemm: an operand is stored in bf16 but the products run in fp32: bf16 storage goes with "
+                "precision.compute = \"bf16\"");
+    return false;
+  }
   if constexpr (host_task_space<exec_of<CV>>) {
     // oneDNN reads A and B and writes C from this thread: whatever `exec`
     // still has queued on them comes first.
     exec.fence();
-    onednn_gemm(p, ta, tb, m, n, k, alpha, A.data(), bf16_row_stride(A, "A"), B.data(), bf16_row_stride(B, "B"),
-                     beta, C.data(), bf16_row_stride(C, "C"));
+    onednn_gemm(p, ta, tb, m, n, k, alpha, matmul_operand(A, "A"), matmul_operand(B, "B"), beta, C.data(),
+                bf16_row_stride(C, "C"));
     return true;
   } else {
 #if defined(KOKKOS_ENABLE_CUDA)
     if constexpr (std::is_same<exec_of<CV>, Kokkos::Cuda>::value) {
       // cuBLAS on exec's stream, in order with the work queued there.
-      cublas_gemm(p, ta, tb, m, n, k, alpha, A.data(), bf16_row_stride(A, "A"), B.data(), bf16_row_stride(B, "B"),
-                  beta, C.data(), bf16_row_stride(C, "C"), exec.cuda_stream());
+      cublas_gemm(p, ta, tb, m, n, k, alpha, matmul_operand(A, "A"), matmul_operand(B, "B"), beta, C.data(),
+                  bf16_row_stride(C, "C"), exec.cuda_stream());
       return true;
     }
 #endif
@@ -179,6 +211,8 @@ void gemm(char transA, char transB, typename CV::const_value_type alpha, const A
           typename CV::const_value_type beta, const CV& C, const exec_of<CV>& exec = exec_of<CV>{}) {
   static_assert(AV::rank == 2 && BV::rank == 2 && CV::rank == 2, "exa::gemm: A, B, C must be rank-2 Views");
   using T = typename CV::non_const_value_type;
+  static_assert(!(detail::holds_bf16<AV> || detail::holds_bf16<BV>) || std::is_same<T, float>::value,
+                "exa::gemm: operands stored in bf16 go with an fp32 result");
   const bool ta = detail::gemm_trans_flag(transA, "transA");
   const bool tb = detail::gemm_trans_flag(transB, "transB");
   const index_t m = ta ? A.extent(1) : A.extent(0);
@@ -199,7 +233,8 @@ void gemm(char transA, char transB, typename CV::const_value_type alpha, const A
   bool done = false;
   if constexpr (std::is_same<T, float>::value)
     done = detail::gemm_reduced_precision(ta, tb, m, n, k, alpha, A, B, beta, C, exec);
-  if (!done) detail::run_gemm(ta_s, tb_s, alpha, A, B, beta, C, exec);
+  if constexpr (!detail::holds_bf16<AV> && !detail::holds_bf16<BV>)
+    if (!done) detail::run_gemm(ta_s, tb_s, alpha, A, B, beta, C, exec);
   Kokkos::Profiling::popRegion();
 }
 
@@ -278,15 +313,15 @@ bool grouped_forward_tasks(const XV& X, const WV& W, const std::vector<index_t>&
     }
   order_tasks(tasks);
   const GroupTask* pt = tasks.data();
-  const T* px = X.data();
+  const auto* px = X.data();
   const T* pw = W.data();
   T* py = Y.data();
   const int ldx = int(X.stride(0)), ldy = int(Y.stride(0)), ldw = int(W.stride(1));
   const std::size_t we = W.stride(0);
   host_parallel_tasks(exec, "exa::grouped_linear::forward_tasks", int(tasks.size()), [=](const int i, int) {
     const auto& t = pt[i];
-    serial_gemm<T>('N', 'T', int(t.r1 - t.r0), int(out), int(in), T(1), px + t.r0 * ldx, ldx, pw + t.e * we, ldw,
-                   accumulate ? T(1) : T(0), py + t.r0 * ldy, ldy);
+    serial_gemm('N', 'T', int(t.r1 - t.r0), int(out), int(in), T(1), px + t.r0 * ldx, ldx, pw + t.e * we, ldw,
+                accumulate ? T(1) : T(0), py + t.r0 * ldy, ldy);
   });
   return true;
 }
@@ -324,9 +359,9 @@ bool grouped_backward_tasks(const XV& X, const WV& W, const DYV& dY, const std::
   }
   order_tasks(tasks);
   const GroupTask* pt = tasks.data();
-  const T* px = X.data();
+  const auto* px = X.data();
   const T* pw = W.data();
-  const T* pdy = dY.data();
+  const auto* pdy = dY.data();
   T* pdx = want_dx ? dX.data() : nullptr;
   T* pdw = dW.data();
   const int ldx = int(X.stride(0)), lddy = int(dY.stride(0)), ldw = int(W.stride(1));
@@ -335,11 +370,11 @@ bool grouped_backward_tasks(const XV& X, const WV& W, const DYV& dY, const std::
   host_parallel_tasks(exec, "exa::grouped_linear::backward_tasks", int(tasks.size()), [=](const int i, int) {
     const auto& t = pt[i];
     if (t.dw) {
-      serial_gemm<T>('T', 'N', int(t.o1 - t.o0), int(in), int(t.r1 - t.r0), T(1), pdy + t.r0 * lddy + t.o0, lddy,
-                     px + t.r0 * ldx, ldx, accumulate_dW ? T(1) : T(0), pdw + t.e * dwe + t.o0 * lddw, lddw);
+      serial_gemm('T', 'N', int(t.o1 - t.o0), int(in), int(t.r1 - t.r0), T(1), pdy + t.r0 * lddy + t.o0, lddy,
+                  px + t.r0 * ldx, ldx, accumulate_dW ? T(1) : T(0), pdw + t.e * dwe + t.o0 * lddw, lddw);
     } else {
-      serial_gemm<T>('N', 'N', int(t.r1 - t.r0), int(in), int(out), T(1), pdy + t.r0 * lddy, lddy, pw + t.e * we,
-                     ldw, accumulate_dx ? T(1) : T(0), pdx + t.r0 * lddx, lddx);
+      serial_gemm('N', 'N', int(t.r1 - t.r0), int(in), int(out), T(1), pdy + t.r0 * lddy, lddy, pw + t.e * we,
+                  ldw, accumulate_dx ? T(1) : T(0), pdx + t.r0 * lddx, lddx);
     }
   });
   return true;
@@ -358,6 +393,7 @@ void grouped_linear_forward(const XV& X, const WV& W, const std::vector<index_t>
                 "exa::grouped_linear_forward: X[rows,in], W[E,out,in], Y[rows,out]");
   const index_t E = W.extent(0);
   detail::check_group_offsets(offsets, E, X.extent(0), "exa::grouped_linear_forward");
+  detail::require_bf16_products<XV>("exa::grouped_linear_forward");
   EXA_REQUIRE(index_t(Y.extent(0)) >= offsets[E],
               "exa::grouped_linear_forward: Y has {} rows, offsets[E] = {}", Y.extent(0), offsets[E]);
   Kokkos::Profiling::pushRegion("exa::grouped_linear::forward");
@@ -389,6 +425,7 @@ void grouped_linear_backward(const XV& X, const WV& W, const DYV& dY, const std:
   const index_t E = W.extent(0);
   const bool want_dw = dW.data() != nullptr;
   detail::check_group_offsets(offsets, E, X.extent(0), "exa::grouped_linear_backward");
+  detail::require_bf16_products<XV, DYV>("exa::grouped_linear_backward");
   EXA_REQUIRE(!want_dw || index_t(dW.extent(0)) == E, "exa::grouped_linear_backward: dW has {} experts, W has {}",
               dW.extent(0), E);
   EXA_REQUIRE(index_t(dY.extent(0)) >= offsets[E], "exa::grouped_linear_backward: dY has {} rows, offsets[E] = {}",

@@ -16,6 +16,8 @@
 
 #include <type_traits>
 
+#include "core/bf16.hpp"
+#include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/matmul_precision.hpp"
 #include "kernels/onednn_matmul.hpp"
@@ -43,24 +45,40 @@ bool host_tasks(const Exec& exec) {
 
 // Row-major C[m,n] = alpha op(A) op(B) + beta C on the calling thread
 // (lda, ldb, ldc: row strides). Only where host_tasks() holds. fp32 under
-// matmul_precision() == bf16 or fp16 goes to oneDNN, single-threaded here.
-template <class T>
-void serial_gemm(char ta, char tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+// matmul_precision() == bf16 or fp16 goes to oneDNN, single-threaded here,
+// and so do operands stored in bf16 (TA or TB = exa::bf16), which need bf16
+// products.
+template <class T, class TA, class TB>
+void serial_gemm(char ta, char tb, int m, int n, int k, T alpha, const TA* A, int lda, const TB* B, int ldb, T beta,
                  T* C, int ldc) {
+  constexpr bool stored_bf16 = std::is_same<TA, bf16>::value || std::is_same<TB, bf16>::value;
+  static_assert(!stored_bf16 || std::is_same<T, float>::value,
+                "exa::kernels::serial_gemm: operands stored in bf16 go with an fp32 result");
   if constexpr (std::is_same<T, float>::value) {
-    if (const MatmulPrecision p = matmul_precision(); p != MatmulPrecision::fp32) {
-      onednn_gemm(p, ta == 'T' || ta == 't', tb == 'T' || tb == 't', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    const MatmulPrecision p = matmul_precision();
+    if (p != MatmulPrecision::fp32) {
+      onednn_gemm(p, ta == 'T' || ta == 't', tb == 'T' || tb == 't', m, n, k, alpha,
+                  MatmulOperand{A, lda, std::is_same<TA, bf16>::value}, MatmulOperand{B, ldb, std::is_same<TB, bf16>::value},
+                  beta, C, ldc);
       return;
     }
+    if constexpr (stored_bf16)
+      throw Error(
+          "exa::kernels::serial_gemm: an operand is stored in bf16 but the products run in fp32: bf16 storage goes "
+          "with precision.compute = \"bf16\"");
   }
+  if constexpr (!stored_bf16) {
+    static_assert(std::is_same<TA, T>::value && std::is_same<TB, T>::value,
+                  "exa::kernels::serial_gemm: fp32/fp64 operands have C's type");
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-  KokkosBlas::Impl::HostBlas<T>::gemm(tb, ta, n, m, k, alpha, B, ldb, A, lda, beta, C, ldc);
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+    KokkosBlas::Impl::HostBlas<T>::gemm(tb, ta, n, m, k, alpha, B, ldb, A, lda, beta, C, ldc);
 #else
-  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
-      (void)C, (void)ldc;
-  Kokkos::abort("exa::kernels::serial_gemm needs Kokkos Kernels' BLAS TPL");
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
+        (void)C, (void)ldc;
+    Kokkos::abort("exa::kernels::serial_gemm needs Kokkos Kernels' BLAS TPL");
 #endif
+  }
 }
 
 // Scratch slots for host_parallel_tasks: one per thread that may run a task.

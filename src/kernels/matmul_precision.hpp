@@ -16,11 +16,23 @@
 // that must stay fp32 (the router's logits) are computed without gemm().
 // Set it once before the first step; tests switch it with
 // ScopedMatmulPrecision.
+#include <cstdint>
 #include <string>
 
 namespace exa::kernels {
 
 enum class MatmulPrecision { fp32, bf16, fp16 };
+
+// One operand of a reduced-precision product as it is stored: row-major
+// values with row stride `ld`, fp32, or bf16 for a tensor the model keeps
+// in bf16 (docs/architecture.md, "Mixed precision"). A bf16 product reads
+// a bf16 operand as it is: the rounding an fp32 operand goes through has
+// already happened, so the product is the same bit for bit.
+struct MatmulOperand {
+  const void* data = nullptr;
+  std::int64_t ld = 0;
+  bool bf16 = false;
+};
 
 MatmulPrecision matmul_precision();
 void set_matmul_precision(MatmulPrecision p);

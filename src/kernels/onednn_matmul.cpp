@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.hpp"
@@ -69,8 +70,11 @@ constexpr dnnl::memory::dim R = DNNL_RUNTIME_DIM_VAL;
 
 // op(A) is rows x cols from a packed A stored [rows,cols] (or [cols,rows]
 // when transposed); likewise op(B). R for a size leaves it to execution.
-dnnl::memory::desc operand(dt type, dnnl::memory::dim rows, dnnl::memory::dim cols, bool trans) {
-  return dnnl::memory::desc(dims{rows, cols}, type, trans ? dims{1, rows} : dims{cols, 1});
+// ld: the stored row stride (R, or 0 for packed).
+dnnl::memory::desc operand(dt type, dnnl::memory::dim rows, dnnl::memory::dim cols, bool trans,
+                           dnnl::memory::dim ld = 0) {
+  if (ld == 0) ld = trans ? rows : cols;
+  return dnnl::memory::desc(dims{rows, cols}, type, trans ? dims{1, ld} : dims{ld, 1});
 }
 
 dnnl::memory::desc result(dnnl::memory::dim rows, dnnl::memory::dim cols, dnnl::memory::dim ld) {
@@ -109,15 +113,34 @@ ThreadState& thread_state() {
 
 // Packs the rows x cols fp32 matrix at p (row stride ld) into out, each
 // value rounded: to bf16, or, held in fp32, to the value it rounds to.
-template <class Out, class Round>
-void pack(const float* p, index_t rows, index_t cols, index_t ld, std::vector<Out>& out, Round round) {
+template <class In, class Out, class Round>
+void pack(const In* p, index_t rows, index_t cols, index_t ld, std::vector<Out>& out, Round round) {
   out.resize(std::size_t(rows) * std::size_t(cols));
   Out* o = out.data();
   for (index_t r = 0; r < rows; ++r) {
-    const float* src = p + r * ld;
+    const In* src = p + r * ld;
     Out* dst = o + r * cols;
-    for (index_t c = 0; c < cols; ++c) dst[c] = round(src[c]);
+    for (index_t c = 0; c < cols; ++c) dst[c] = round(float(src[c]));
   }
+}
+
+// The operand as the product reads it: a bf16 operand for bf16 kernels
+// as it is stored (ld its row stride); else packed into `b16` (bf16
+// kernels) or `f32` (values held in fp32), rounded by `round` (exact for
+// a bf16 operand).
+template <class Round>
+std::pair<const void*, index_t> prepare(const MatmulOperand& x, index_t rows, index_t cols, bool bf16_kernels_on,
+                                        std::vector<bf16>& b16, std::vector<float>& f32, Round round) {
+  if (x.bf16 && bf16_kernels_on) return {x.data, x.ld};
+  if (bf16_kernels_on) {
+    pack(static_cast<const float*>(x.data), rows, cols, x.ld, b16, [](float v) { return to_bf16(v); });
+    return {b16.data(), 0};
+  }
+  if (x.bf16)
+    pack(static_cast<const bf16*>(x.data), rows, cols, x.ld, f32, [](float v) { return v; });
+  else
+    pack(static_cast<const float*>(x.data), rows, cols, x.ld, f32, round);
+  return {f32.data(), 0};
 }
 
 // Whether oneDNN has bf16 matmul kernels for this CPU: 2.6 has them from
@@ -155,7 +178,15 @@ bool onednn_available() { return true; }
 
 void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A,
                  index_t lda, const float* B, index_t ldb, float beta, float* C, index_t ldc) {
+  onednn_gemm(p, ta, tb, m, n, k, alpha, MatmulOperand{A, lda, false}, MatmulOperand{B, ldb, false}, beta, C, ldc);
+}
+
+void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, MatmulOperand A,
+                 MatmulOperand B, float beta, float* C, index_t ldc) {
   EXA_REQUIRE(p != MatmulPrecision::fp32, "onednn_gemm: the fp32 products go to the BLAS, not here");
+  EXA_REQUIRE(p == MatmulPrecision::bf16 || (!A.bf16 && !B.bf16),
+              "onednn_gemm: a tensor stored in bf16 is an operand of an fp16 product; bf16 storage goes with bf16 "
+              "products only");
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.0f) {
     for (index_t i = 0; i < m; ++i)
@@ -163,22 +194,11 @@ void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
     return;
   }
   ThreadState& s = thread_state();
-  const bool as_fp32 = p == MatmulPrecision::fp16 || !bf16_kernels();
-  void *pa, *pb;
-  if (as_fp32) {
-    const auto round = [p](float x) {
-      return p == MatmulPrecision::fp16 ? round_to_fp16(x) : to_float(to_bf16(x));
-    };
-    pack(A, ta ? k : m, ta ? m : k, lda, s.a16, round);
-    pack(B, tb ? n : k, tb ? k : n, ldb, s.b16, round);
-    pa = s.a16.data(), pb = s.b16.data();
-  } else {
-    const auto round = [](float x) { return to_bf16(x); };
-    pack(A, ta ? k : m, ta ? m : k, lda, s.a, round);
-    pack(B, tb ? n : k, tb ? k : n, ldb, s.b, round);
-    pa = s.a.data(), pb = s.b.data();
-  }
-  const dt type = as_fp32 ? dt::f32 : dt::bf16;
+  const bool on_bf16 = p == MatmulPrecision::bf16 && bf16_kernels();
+  const auto round = [p](float x) { return p == MatmulPrecision::fp16 ? round_to_fp16(x) : to_float(to_bf16(x)); };
+  const auto [pa, lda] = prepare(A, ta ? k : m, ta ? m : k, on_bf16, s.a, s.a16, round);
+  const auto [pb, ldb] = prepare(B, tb ? n : k, tb ? k : n, on_bf16, s.b, s.b16, round);
+  const dt type = on_bf16 ? dt::bf16 : dt::f32;
   const Key key{ta, tb, bits(alpha), bits(beta), type};
   auto it = s.cache.find(key);
   if (it == s.cache.end()) {
@@ -189,8 +209,8 @@ void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, inde
                               to_string(p), e.what()));
     }
   }
-  dnnl::memory ma(operand(type, m, k, ta), cpu_engine(), pa);
-  dnnl::memory mb(operand(type, k, n, tb), cpu_engine(), pb);
+  dnnl::memory ma(operand(type, m, k, ta, lda), cpu_engine(), const_cast<void*>(pa));
+  dnnl::memory mb(operand(type, k, n, tb, ldb), cpu_engine(), const_cast<void*>(pb));
   dnnl::memory mc(result(m, n, ldc), cpu_engine(), C);
   it->second.execute(s.stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
   s.stream.wait();
@@ -225,6 +245,11 @@ bool onednn_available() { return false; }
 
 void onednn_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, const float*, index_t, const float*,
                  index_t, float, float*, index_t) {
+  throw Error(fmt::format("{}, or set precision.compute = \"fp32\"", onednn_missing()));
+}
+
+void onednn_gemm(MatmulPrecision, bool, bool, index_t, index_t, index_t, float, MatmulOperand, MatmulOperand, float,
+                 float*, index_t) {
   throw Error(fmt::format("{}, or set precision.compute = \"fp32\"", onednn_missing()));
 }
 

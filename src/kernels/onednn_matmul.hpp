@@ -33,6 +33,10 @@ const char* onednn_missing();
 // (bf16 or fp16) and fp32 accumulation. Throws when the build has no oneDNN.
 void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const float* A,
                  index_t lda, const float* B, index_t ldb, float beta, float* C, index_t ldc);
+// The same with operands that may be stored in bf16 (read in place; p must
+// then be bf16, fp16 products refuse them).
+void onednn_gemm(MatmulPrecision p, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, MatmulOperand A,
+                 MatmulOperand B, float beta, float* C, index_t ldc);
 
 // What the products run on, e.g. "oneDNN 2.6.3 gemm:jit, AVX512-BF16"
 // (oneDNN's implementation and the instruction set it dispatches to); ""

@@ -15,6 +15,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/types.hpp"
 #include "kernels/permute.hpp"
 #include "kernels/router.hpp"
@@ -92,7 +93,7 @@ struct LayerContext {
   const std::int32_t* doc_start = nullptr;
   const std::int32_t* doc_end = nullptr;
   index_t doc_stride = 0;
-  // memory.recompute = "selective": attn_xn, ffn_xn, h, eh and sh are
+  // memory.recompute = "selective": attn_xn, ffn_xn, h, eh (eh16) and sh are
   // buffers the model shares between all contexts, not this one's. Forward
   // writes them and reads them at once; backward computes them again (a
   // norm, a SwiGLU: element-wise work) right before it reads them.
@@ -124,6 +125,12 @@ struct LayerContext {
   double aux_grad_scale = 1;
   kernels::PermutePlan<D> plan;
   V2 xp, ea, eb, eh, yp;    // permuted rows (first plan.rows of N*k): [.,d], [.,F] x3, [.,d]
+  // Under bf16 products a dispatcher that stores_bf16() keeps xp, ea, eb
+  // and eh in bf16 here instead, and the fp32 views above stay empty
+  // (docs/architecture.md, "Mixed precision"): the products round xp and
+  // eh to bf16 anyway, and ea, eb are rounded once after their products.
+  using H2 = Kokkos::View<bf16**, Layout, D>;
+  H2 xp16, ea16, eb16, eh16;
   // Expert parallelism: the rows other ranks sent to this rank's experts and
   // how they were exchanged (filled by the all-to-all dispatcher; ea/eb/eh
   // then hold the experts' activations of these rows, not of xp).
@@ -156,6 +163,8 @@ struct LayerContext {
     if (!shared_cheap)
       for (const auto* v2 : {&attn_xn, &ffn_xn, &h, &eh}) add(*v2);
     for (const auto* v1 : {&attn_rstd, &ffn_rstd, &router_lse}) add(*v1);
+    for (const auto* v16 : {&xp16, &ea16, &eb16}) add(*v16);
+    if (!shared_cheap) add(eh16);
     for (const auto* v3 : {&attn_lse, &sa, &sb}) add(*v3);
     if (!shared_cheap) add(sh);
     add(topk);

@@ -269,9 +269,13 @@ class StageModel {
   // the last contexts allocated; older contexts keep theirs alive).
   struct SharedCheap {
     MicroBatchShape shape;
+    bool experts_bf16 = false;
     V2 xn, h, eh;
+    typename LayerContext<T, D>::H2 eh16;
     typename LayerContext<T, D>::V3 sh;
-    std::size_t bytes() const { return (xn.span() + h.span() + eh.span() + sh.span()) * sizeof(T); }
+    std::size_t bytes() const {
+      return (xn.span() + h.span() + eh.span() + sh.span()) * sizeof(T) + eh16.span() * sizeof(bf16);
+    }
   };
   mutable SharedCheap cheap_;
   std::uint64_t dropout_key_ = 1, forwards_ = 0;  // set_dropout_key

@@ -187,12 +187,21 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
   const std::int64_t Ns = plan_.stream_rows(N);
   // Selective recompute: one set of the cheap buffers for all contexts of a shape.
   const bool shared = opt_.recompute == Recompute::selective;
-  if (shared && cheap_.shape != shape) {
+  // The routed experts' tensors in bf16 (LayerContext::xp16), where the
+  // products are bf16 and the dispatcher keeps them so.
+  const bool experts16 =
+      kernels::matmul_precision() == kernels::MatmulPrecision::bf16 && seams_.dispatcher && seams_.dispatcher->stores_bf16();
+  auto h2 = [](const char* l, std::int64_t a, std::int64_t b) {
+    return typename L::H2(std::string("exa::model::") + l, a, b);
+  };
+  if (shared && (cheap_.shape != shape || cheap_.experts_bf16 != experts16)) {
     cheap_ = SharedCheap{};
     cheap_.shape = shape;
+    cheap_.experts_bf16 = experts16;
     cheap_.xn = v2("shared_xn", Ns, d);
     const bool any_moe = std::any_of(layers_.begin(), layers_.end(), [](const auto& l) { return l.is_moe(); });
-    if (any_moe) cheap_.eh = v2("shared_eh", N * K, F);
+    if (any_moe && experts16) cheap_.eh16 = h2("shared_eh16", N * K, F);
+    if (any_moe && !experts16) cheap_.eh = v2("shared_eh", N * K, F);
     if (any_moe && S > 0) cheap_.sh = v3("shared_sh", S, N, Fs);
     if (std::any_of(layers_.begin(), layers_.end(), [](const auto& l) { return !l.is_moe(); }))
       cheap_.h = v2("shared_h", N, Fd);
@@ -216,10 +225,17 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
     lc.topk = typename L::I2("exa::model::topk", N, K);
     lc.gates = v2("gates", N, K);
     lc.counts = typename L::I1("exa::model::counts", E);
-    lc.xp = v2("xp", N * K, d);
-    lc.ea = v2("ea", N * K, F);
-    lc.eb = v2("eb", N * K, F);
-    lc.eh = cheap2(cheap_.eh, "eh", N * K, F);
+    if (experts16) {
+      lc.xp16 = h2("xp16", N * K, d);
+      lc.ea16 = h2("ea16", N * K, F);
+      lc.eb16 = h2("eb16", N * K, F);
+      lc.eh16 = shared ? cheap_.eh16 : h2("eh16", N * K, F);
+    } else {
+      lc.xp = v2("xp", N * K, d);
+      lc.ea = v2("ea", N * K, F);
+      lc.eb = v2("eb", N * K, F);
+      lc.eh = cheap2(cheap_.eh, "eh", N * K, F);
+    }
     lc.yp = v2("yp", N * K, d);
     if (S > 0) {
       lc.sa = v3("sa", S, N, Fs);

@@ -178,6 +178,14 @@ StageRows stage_rows(const model::ModelConfig& cfg, const Candidate& c, const mo
   return r;
 }
 
+// Whether the routed experts' rows and activations (xp, ea, eb, eh) are
+// kept in bf16: bf16 products through the local dispatcher (not the
+// all-to-all of expert parallelism), without adapters on the experts
+// (model/seams/token_dispatcher.hpp, stores_bf16).
+bool experts_in_bf16(const model::ModelConfig& cfg, const Candidate& c) {
+  return c.precision == "bf16" && c.grid.ep == 1 && !(cfg.lora.enabled() && cfg.lora.targets.experts);
+}
+
 }  // namespace
 
 CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const model::StagePlan& plan,
@@ -186,10 +194,12 @@ CheapBytes cheap_bytes(const model::ModelConfig& cfg, const Candidate& c, const 
   const double d = double(cfg.d_model), rows = N * double(cfg.top_k), F = double(plan.d_expert),
                Fd = double(plan.d_ff), Fs = double(plan.d_shared), S = double(cfg.n_shared_experts);
   const double frac = double(layers) / double(std::max<std::int64_t>(1, plan.local_layers()));
-  const double moe = 2 * Nr * d + rows * F + S * N * Fs, dense = 2 * Nr * d + N * Fd;
+  // eh in bf16 counts as half an fp32 tensor.
+  const double eh = experts_in_bf16(cfg, c) ? rows * F / 2 : rows * F;
+  const double moe = 2 * Nr * d + eh + S * N * Fs, dense = 2 * Nr * d + N * Fd;
   CheapBytes b;
   b.per_context = 4 * frac * (double(n_moe) * moe + double(n_dense) * dense);
-  b.shared = 4 * (Nr * d + (n_moe > 0 ? rows * F + S * N * Fs : 0) + (n_dense > 0 ? N * Fd : 0));
+  b.shared = 4 * (Nr * d + (n_moe > 0 ? eh + S * N * Fs : 0) + (n_dense > 0 ? N * Fd : 0));
   return b;
 }
 
@@ -261,7 +271,10 @@ double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const mo
   const double ffn_common = 2 * Nr * d + Nr;
   const double dense = 3 * N * Fd;
   const double rows = N * k;
-  const double moe = 2 * N * E + N + 2 * N * k + E + 2 * rows * d + 3 * rows * F + 2 * rows +
+  // xp, yp [rows, d] and ea, eb, eh [rows, F]; xp, ea, eb, eh in bf16
+  // count as half an fp32 tensor each.
+  const double expert_rows = experts_in_bf16(cfg, c) ? rows * d * 1.5 + 1.5 * rows * F : 2 * rows * d + 3 * rows * F;
+  const double moe = 2 * N * E + N + 2 * N * k + E + expert_rows + 2 * rows +
                      (c.grid.ep > 1 ? rows * d + 2 * rows : 0) + 3 * S * N * Fs;
   double per_layer_moe = 0, per_layer_dense = 0;
   const double frac = double(layers) / double(std::max<std::int64_t>(1, plan.local_layers()));

@@ -22,6 +22,7 @@
 #include "core/fp16.hpp"
 #include "harness/backend.hpp"
 #include "harness/splitmix_noise.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/cublas_matmul.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/matmul_precision.hpp"
@@ -210,6 +211,82 @@ TEST(GemmBf16, GroupedLinearForwardAndBackward) {
   EXPECT_GT(wdw, 1e-6) << "the bf16 dW matched fp32 exactly: no rounding happened";
   for (index_t o = 0; o < out; ++o)
     for (index_t i = 0; i < in; ++i) EXPECT_EQ(dw16(1, o, i), 0.0f) << "the empty group's dW";
+}
+
+// Operands stored in bf16 (the tensors the model keeps in bf16): a bf16
+// product reads them as they are, and gives what it gives for their fp32
+// originals, which it rounds to the same values: bit for bit, in every
+// transpose, plain and grouped (the expert products, row chunks as host
+// tasks where the backend has threads). An fp32 product refuses them.
+using B2 = Kokkos::View<exa::bf16**, Kokkos::LayoutRight, TestDevice>;
+
+B2 stored_bf16(const V2& v) {
+  B2 b("stored", v.extent(0), v.extent(1));
+  ek::fp32_to_bf16(v, b);
+  return b;
+}
+
+template <class V>
+std::vector<float> bits_of(const V& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<float>(h.data(), h.data() + h.span());
+}
+
+TEST(GemmBf16, StoredBf16OperandsGiveTheSameProductsBitForBit) {
+  if (!reduced_built()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  ek::ScopedMatmulPrecision bf16(ek::MatmulPrecision::bf16);
+  const index_t m = 21, n = 19, k = 33;
+  int seed = 100;
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'}) {
+      V2 A("A", ta == 'T' ? k : m, ta == 'T' ? m : k), B("B", tb == 'T' ? n : k, tb == 'T' ? k : n);
+      V2 C0("C0", m, n), C1("C1", m, n), C2("C2", m, n), C3("C3", m, n);
+      fill(A, seed++);
+      fill(B, seed++);
+      fill(C0, seed);
+      Kokkos::deep_copy(C1, C0);
+      Kokkos::deep_copy(C2, C0);
+      Kokkos::deep_copy(C3, C0);
+      const B2 A16 = stored_bf16(A), B16 = stored_bf16(B);
+      ek::gemm(ta, tb, 0.5f, A, B, 1.0f, C0);
+      ek::gemm(ta, tb, 0.5f, A16, B, 1.0f, C1);
+      ek::gemm(ta, tb, 0.5f, A, B16, 1.0f, C2);
+      ek::gemm(ta, tb, 0.5f, A16, B16, 1.0f, C3);
+      SCOPED_TRACE(std::string("op ") + ta + tb);
+      const auto want = bits_of(C0);
+      EXPECT_EQ(bits_of(C1), want) << "A stored in bf16";
+      EXPECT_EQ(bits_of(C2), want) << "B stored in bf16";
+      EXPECT_EQ(bits_of(C3), want) << "both stored in bf16";
+    }
+  const index_t E = 3, in = 24, out = 40, rows = 150;
+  const std::vector<index_t> off{0, 70, 70, 150};
+  V2 X("X", rows, in), dY("dY", rows, out);
+  V3 W("W", E, out, in);
+  fill(X, 21);
+  fill(dY, 22);
+  fill(W, 23);
+  const B2 X16 = stored_bf16(X), dY16 = stored_bf16(dY);
+  V2 Y("Y", rows, out), Y16("Y16", rows, out), dX("dX", rows, in), dX16("dX16", rows, in);
+  V3 dW("dW", E, out, in), dW16("dW16", E, out, in);
+  ek::grouped_linear_forward(X, W, off, Y);
+  ek::grouped_linear_forward(X16, W, off, Y16);
+  ek::grouped_linear_backward(X, W, dY, off, dX, dW, false);
+  ek::grouped_linear_backward(X16, W, dY16, off, dX16, dW16, false);
+  EXPECT_EQ(bits_of(Y16), bits_of(Y)) << "grouped forward";
+  EXPECT_EQ(bits_of(dX16), bits_of(dX)) << "grouped backward, dX";
+  EXPECT_EQ(bits_of(dW16), bits_of(dW)) << "grouped backward, dW";
+}
+
+TEST(GemmBf16, StoredBf16OperandOfAnFp32ProductIsRefused) {
+  V2 A("A", 4, 4), C("C", 4, 4);
+  const B2 A16("A16", 4, 4);
+  ek::ScopedMatmulPrecision fp32(ek::MatmulPrecision::fp32);
+  try {
+    ek::gemm('N', 'N', 1.0f, A16, A, 0.0f, C);
+    FAIL() << "an fp32 product took a bf16 operand";
+  } catch (const exa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16 storage"), std::string::npos) << e.what();
+  }
 }
 
 // Where there is no bf16 path (a device space without cuBLAS, or a host

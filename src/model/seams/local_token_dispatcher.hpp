@@ -3,9 +3,11 @@
 // expert (kernels/gemm.hpp) and the gate-weighted unpermute. Its backward
 // scratch (N*k permuted rows) is shared by every MoE layer of the stage:
 // one backward runs at a time.
+#include <type_traits>
 #include <vector>
 
 #include "core/profiling.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/permute.hpp"
 #include "kernels/swiglu.hpp"
@@ -30,9 +32,15 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     if (meanwhile) meanwhile();  // nothing to overlap on one rank
     // Reuses the context's plan buffers; the keep mask, when set, replaces the capacity.
     K::permute_plan(c.plan, c.topk, n_experts_, capacity, exec_of<decltype(c.topk)>{}, c.capacity_keep);
-    const Kept k(c);
     const auto off = offsets(c);
     c.mark_experts_used(off);
+    if constexpr (std::is_same<T, float>::value) {
+      if (in_bf16(w)) {
+        forward16(c, w, off, xn, y);
+        return;
+      }
+    }
+    const Kept k(ensure32(c, w, xn.extent(1)));
     K::permute_forward(xn, c.plan.token_of, k.xp);
     K::grouped_linear_forward(k.xp, w.w1, off, k.ea);
     K::grouped_linear_forward(k.xp, w.w3, off, k.eb);
@@ -42,6 +50,12 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     if (w.lora_w1.a.data()) {
       lora::grouped_forward<T, D>(k.xp, w.lora_w1, w.lora_scale, off, k.ea, lora_, p, key(101));
       lora::grouped_forward<T, D>(k.xp, w.lora_w3, w.lora_scale, off, k.eb, lora_, p, key(103));
+    }
+    if constexpr (std::is_same<T, float>::value) {
+      if (bf16_products()) {  // what forward16 would store (TokenDispatcher::stores_bf16)
+        K::round_through_bf16(k.ea);
+        K::round_through_bf16(k.eb);
+      }
     }
     K::swiglu_forward(k.ea, k.eb, k.eh);
     K::grouped_linear_forward(k.eh, w.w2, off, k.yp);
@@ -54,8 +68,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
                 const V2& dxn, const V2& dgates, const Meanwhile& meanwhile = {}) override {
     namespace K = kernels;
     if (meanwhile) meanwhile();
-    ensure_scratch(c);
-    const Kept k(c);
+    ensure_scratch(c.topk.extent(0) * c.topk.extent(1), dy.extent(1), w.w1.extent(1));
     const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
     const auto dyp = Kokkos::subview(dyp_, rows, Kokkos::ALL);
     const auto dxp = Kokkos::subview(dxp_, rows, Kokkos::ALL);
@@ -63,7 +76,21 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     const auto deb = Kokkos::subview(deb_, rows, Kokkos::ALL);
     const auto deh = Kokkos::subview(deh_, rows, Kokkos::ALL);
     const auto off = offsets(c);
-    K::unpermute_backward(dy, k.yp, c.gates, c.plan.row_of, dyp, dgates);
+    const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
+    K::unpermute_backward(dy, yp, c.gates, c.plan.row_of, dyp, dgates);
+    if constexpr (std::is_same<T, float>::value) {
+      if (in_bf16(w)) {  // as forward stored them
+        const Kept16 k(c);
+        if (c.shared_cheap) K::swiglu_forward(k.ea, k.eb, k.eh);  // selective recompute
+        K::grouped_linear_backward(k.eh, w.w2, dyp, off, deh, g.w2, true);
+        K::swiglu_backward(k.ea, k.eb, deh, dea, deb);
+        K::grouped_linear_backward(k.xp, w.w1, dea, off, dxp, g.w1, true, false);
+        K::grouped_linear_backward(k.xp, w.w3, deb, off, dxp, g.w3, true, true);
+        K::permute_backward(dxp, c.plan.row_of, dxn);  // overwrites dxn
+        return;
+      }
+    }
+    const Kept k(c);
     const bool ad = w.lora_w1.a.data() != nullptr;
     const double s = w.lora_scale, p = w.lora_dropout;
     const auto key = [&](std::uint64_t proj) { return lora::key(c.lora_key, proj); };
@@ -84,7 +111,44 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     return (dyp_.span() + dxp_.span() + dea_.span() + deb_.span() + deh_.span()) * sizeof(T);
   }
 
+  // Under bf16 products, without adapters on the experts (LoRA reads and
+  // adds to the fp32 rows).
+  bool stores_bf16() const override { return true; }
+
  private:
+  using H2 = typename LayerContext<T, D>::H2;
+
+  static bool bf16_products() {
+    return std::is_same<T, float>::value && kernels::matmul_precision() == kernels::MatmulPrecision::bf16;
+  }
+  static bool in_bf16(const LayerWeights<T, D>& w) {
+    return bf16_products() && w.lora_w1.a.data() == nullptr && w.lora_w2.a.data() == nullptr;
+  }
+
+  // forward's bf16 storage: xp16 is the rows as the products round them;
+  // the first products go to fp32 scratch (dea_, deb_, free until this
+  // layer's backward) and are kept rounded in ea16, eb16, from which the
+  // SwiGLU computes eh16 (and selective recompute computes it again).
+  void forward16(LayerContext<T, D>& c, const LayerWeights<T, D>& w, const std::vector<index_t>& off, const V2& xn,
+                 const V2& y) {
+    namespace K = kernels;
+    const std::size_t cap = c.topk.extent(0) * c.topk.extent(1), d = xn.extent(1), F = w.w1.extent(1);
+    ensure16(c, cap, d, F);
+    ensure_scratch(cap, d, F);
+    const Kept16 k(c);
+    const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
+    const auto ea = Kokkos::subview(dea_, rows, Kokkos::ALL), eb = Kokkos::subview(deb_, rows, Kokkos::ALL);
+    const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
+    K::permute_forward(xn, c.plan.token_of, k.xp);
+    K::grouped_linear_forward(k.xp, w.w1, off, ea);
+    K::grouped_linear_forward(k.xp, w.w3, off, eb);
+    K::fp32_to_bf16(ea, k.ea);
+    K::fp32_to_bf16(eb, k.eb);
+    K::swiglu_forward(k.ea, k.eb, k.eh);
+    K::grouped_linear_forward(k.eh, w.w2, off, yp);
+    K::unpermute_forward(yp, c.gates, c.plan.row_of, y);
+  }
+
   // The context's permuted-row buffers cut to the plan's kept rows.
   struct Kept {
     V2 xp, ea, eb, eh, yp;
@@ -97,13 +161,38 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
       yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
     }
   };
+  struct Kept16 {
+    H2 xp, ea, eb, eh;
+    explicit Kept16(const LayerContext<T, D>& c) {
+      const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
+      xp = Kokkos::subview(c.xp16, rows, Kokkos::ALL);
+      ea = Kokkos::subview(c.ea16, rows, Kokkos::ALL);
+      eb = Kokkos::subview(c.eb16, rows, Kokkos::ALL);
+      eh = Kokkos::subview(c.eh16, rows, Kokkos::ALL);
+    }
+  };
+  // A context allocated for the other storage (the precision or the
+  // adapters changed since) gets the views this one needs.
+  static const LayerContext<T, D>& ensure32(LayerContext<T, D>& c, const LayerWeights<T, D>& w, std::size_t d) {
+    const std::size_t cap = c.topk.extent(0) * c.topk.extent(1), F = w.w1.extent(1);
+    if (c.xp.extent(0) < cap) c.xp = V2("exa::model::xp", cap, d);
+    if (c.ea.extent(0) < cap) c.ea = V2("exa::model::ea", cap, F);
+    if (c.eb.extent(0) < cap) c.eb = V2("exa::model::eb", cap, F);
+    if (c.eh.extent(0) < cap) c.eh = V2("exa::model::eh", cap, F);
+    return c;
+  }
+  static void ensure16(LayerContext<T, D>& c, std::size_t cap, std::size_t d, std::size_t F) {
+    if (c.xp16.extent(0) < cap) c.xp16 = H2("exa::model::xp16", cap, d);
+    if (c.ea16.extent(0) < cap) c.ea16 = H2("exa::model::ea16", cap, F);
+    if (c.eb16.extent(0) < cap) c.eb16 = H2("exa::model::eb16", cap, F);
+    if (c.eh16.extent(0) < cap) c.eh16 = H2("exa::model::eh16", cap, F);
+  }
   static std::vector<index_t> offsets(const LayerContext<T, D>& c) {
     const auto& o = c.plan.offsets_host;
     return std::vector<index_t>(o.data(), o.data() + o.extent(0));
   }
   // Sized for the largest micro-batch seen (rows <= N*k).
-  void ensure_scratch(const LayerContext<T, D>& c) {
-    const std::size_t rows = c.xp.extent(0), d = c.xp.extent(1), F = c.ea.extent(1);
+  void ensure_scratch(std::size_t rows, std::size_t d, std::size_t F) {
     if (dyp_.extent(0) >= rows && dyp_.extent(1) == d && dea_.extent(1) == F) return;
     dyp_ = V2("exa::model::dyp", rows, d);
     dxp_ = V2("exa::model::dxp", rows, d);

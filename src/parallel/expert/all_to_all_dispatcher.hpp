@@ -33,6 +33,7 @@
 #include "core/error.hpp"
 #include "core/profiling.hpp"
 #include "core/trace.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/permute.hpp"
 #include "kernels/swiglu.hpp"
@@ -301,6 +302,14 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     if (w.lora_w1.a.data()) {
       model::lora::grouped_forward<T, D>(xr, w.lora_w1, w.lora_scale, off, ea, lora_, p, key(101));
       model::lora::grouped_forward<T, D>(xr, w.lora_w3, w.lora_scale, off, eb, lora_, p, key(103));
+    }
+    if constexpr (std::is_same<T, float>::value) {
+      // Stored in fp32, ea and eb hold what bf16 storage would
+      // (TokenDispatcher::stores_bf16): every layout computes alike.
+      if (K::matmul_precision() == K::MatmulPrecision::bf16) {
+        K::round_through_bf16(ea);
+        K::round_through_bf16(eb);
+      }
     }
     K::swiglu_forward(ea, eb, eh);
     K::grouped_linear_forward(eh, w.w2, off, ye);
