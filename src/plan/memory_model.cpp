@@ -215,12 +215,13 @@ ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, co
   if (n_dense > 0) act += 3 * N * Fd;
   if (n_moe > 0) {
     act += N * k + N * E + Nr * d + (S > 0 ? 3 * N * Fs : 0);  // dgates, drouter, moe_y; dsa, dsb, dsh
-    // The dispatcher's dyp, dxp [rows, d] and dea, deb, deh [rows, F];
-    // with expert parallelism also the exchanged rows [R, d] twice (R =
-    // rows, balanced), in exa::ep:: buffers.
-    const double dispatch = 2 * rows * d + 3 * rows * F;
-    if (c.grid.ep > 1) b.communication = 4 * (dispatch + 2 * rows * d);
-    else act += dispatch;
+    // The local dispatcher's dxp [rows, d] (dyp shares it) and deh (dea
+    // shares it) and deb [rows, F] (in bf16 storage dea and deb at half
+    // each); the all-to-all's dyp, dxp [rows, d] and dea, deb, deh
+    // [rows, F], and the exchanged rows [R, d] twice (R = rows, balanced),
+    // in exa::ep:: buffers.
+    if (c.grid.ep > 1) b.communication = 4 * (2 * rows * d + 3 * rows * F + 2 * rows * d);
+    else act += rows * d + 2 * rows * F;
   }
   b.activations = 4 * act;
   return b;

@@ -2,7 +2,8 @@
 // The single-rank TokenDispatcher: a permutation plan, one grouped gemm per
 // expert (kernels/gemm.hpp) and the gate-weighted unpermute. Its backward
 // scratch (N*k permuted rows) is shared by every MoE layer of the stage:
-// one backward runs at a time.
+// one backward runs at a time. Under bf16 products it keeps the routed
+// rows and activations in bf16 (stores_bf16).
 #include <type_traits>
 #include <vector>
 
@@ -68,19 +69,23 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
                 const V2& dxn, const V2& dgates, const Meanwhile& meanwhile = {}) override {
     namespace K = kernels;
     if (meanwhile) meanwhile();
-    ensure_scratch(c.topk.extent(0) * c.topk.extent(1), dy.extent(1), w.w1.extent(1));
+    const bool b16 = in_bf16(w);  // as forward stored them
+    ensure_scratch(c.topk.extent(0) * c.topk.extent(1), dy.extent(1), w.w1.extent(1), b16);
     const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
-    const auto dyp = Kokkos::subview(dyp_, rows, Kokkos::ALL);
+    // dyp is dead once the w2 products have read it, before dxp is written:
+    // they share a buffer. So do deh and dea: the SwiGLU's backward reads
+    // each element before it writes it.
     const auto dxp = Kokkos::subview(dxp_, rows, Kokkos::ALL);
-    const auto dea = Kokkos::subview(dea_, rows, Kokkos::ALL);
-    const auto deb = Kokkos::subview(deb_, rows, Kokkos::ALL);
+    const auto dyp = dxp;
     const auto deh = Kokkos::subview(deh_, rows, Kokkos::ALL);
     const auto off = offsets(c);
     const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
     K::unpermute_backward(dy, yp, c.gates, c.plan.row_of, dyp, dgates);
     if constexpr (std::is_same<T, float>::value) {
-      if (in_bf16(w)) {  // as forward stored them
+      if (b16) {
+        // dea, deb in bf16: the products they feed round them so anyway.
         const Kept16 k(c);
+        const auto dea = Kokkos::subview(dea16_, rows, Kokkos::ALL), deb = Kokkos::subview(deb16_, rows, Kokkos::ALL);
         if (c.shared_cheap) K::swiglu_forward(k.ea, k.eb, k.eh);  // selective recompute
         K::grouped_linear_backward(k.eh, w.w2, dyp, off, deh, g.w2, true);
         K::swiglu_backward(k.ea, k.eb, deh, dea, deb);
@@ -90,6 +95,8 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
         return;
       }
     }
+    const auto dea = deh;
+    const auto deb = Kokkos::subview(deb_, rows, Kokkos::ALL);
     const Kept k(c);
     const bool ad = w.lora_w1.a.data() != nullptr;
     const double s = w.lora_scale, p = w.lora_dropout;
@@ -108,7 +115,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
   }
 
   std::size_t scratch_bytes() const override {
-    return (dyp_.span() + dxp_.span() + dea_.span() + deb_.span() + deh_.span()) * sizeof(T);
+    return (dxp_.span() + deb_.span() + deh_.span()) * sizeof(T) + (dea16_.span() + deb16_.span()) * sizeof(bf16);
   }
 
   // Under bf16 products, without adapters on the experts (LoRA reads and
@@ -126,24 +133,24 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
   }
 
   // forward's bf16 storage: xp16 is the rows as the products round them;
-  // the first products go to fp32 scratch (dea_, deb_, free until this
-  // layer's backward) and are kept rounded in ea16, eb16, from which the
-  // SwiGLU computes eh16 (and selective recompute computes it again).
+  // the first products go to fp32 scratch (deh_, one after the other, free
+  // until this layer's backward) and are kept rounded in ea16, eb16, from
+  // which the SwiGLU computes eh16 (and selective recompute computes it again).
   void forward16(LayerContext<T, D>& c, const LayerWeights<T, D>& w, const std::vector<index_t>& off, const V2& xn,
                  const V2& y) {
     namespace K = kernels;
     const std::size_t cap = c.topk.extent(0) * c.topk.extent(1), d = xn.extent(1), F = w.w1.extent(1);
     ensure16(c, cap, d, F);
-    ensure_scratch(cap, d, F);
+    ensure_scratch(cap, d, F, true);
     const Kept16 k(c);
     const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
-    const auto ea = Kokkos::subview(dea_, rows, Kokkos::ALL), eb = Kokkos::subview(deb_, rows, Kokkos::ALL);
+    const auto product = Kokkos::subview(deh_, rows, Kokkos::ALL);
     const auto yp = Kokkos::subview(c.yp, rows, Kokkos::ALL);
     K::permute_forward(xn, c.plan.token_of, k.xp);
-    K::grouped_linear_forward(k.xp, w.w1, off, ea);
-    K::grouped_linear_forward(k.xp, w.w3, off, eb);
-    K::fp32_to_bf16(ea, k.ea);
-    K::fp32_to_bf16(eb, k.eb);
+    K::grouped_linear_forward(k.xp, w.w1, off, product);
+    K::fp32_to_bf16(product, k.ea);
+    K::grouped_linear_forward(k.xp, w.w3, off, product);
+    K::fp32_to_bf16(product, k.eb);
     K::swiglu_forward(k.ea, k.eb, k.eh);
     K::grouped_linear_forward(k.eh, w.w2, off, yp);
     K::unpermute_forward(yp, c.gates, c.plan.row_of, y);
@@ -191,18 +198,25 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     const auto& o = c.plan.offsets_host;
     return std::vector<index_t>(o.data(), o.data() + o.extent(0));
   }
-  // Sized for the largest micro-batch seen (rows <= N*k).
-  void ensure_scratch(std::size_t rows, std::size_t d, std::size_t F) {
-    if (dyp_.extent(0) >= rows && dyp_.extent(1) == d && dea_.extent(1) == F) return;
-    dyp_ = V2("exa::model::dyp", rows, d);
-    dxp_ = V2("exa::model::dxp", rows, d);
-    dea_ = V2("exa::model::dea", rows, F);
-    deb_ = V2("exa::model::deb", rows, F);
-    deh_ = V2("exa::model::deh", rows, F);
+  // Sized for the largest micro-batch seen (rows <= N*k); the gradients of
+  // ea and eb in bf16 (b16) or fp32 (deb_; dea shares deh_).
+  void ensure_scratch(std::size_t rows, std::size_t d, std::size_t F, bool b16) {
+    if (dxp_.extent(0) < rows || dxp_.extent(1) != d || deh_.extent(1) != F) {
+      dxp_ = V2("exa::model::dxp", rows, d);
+      deh_ = V2("exa::model::deh", rows, F);
+      deb_ = V2();
+      dea16_ = deb16_ = H2();
+    }
+    if (b16 && dea16_.extent(0) < rows) {
+      dea16_ = H2("exa::model::dea16", rows, F);
+      deb16_ = H2("exa::model::deb16", rows, F);
+    }
+    if (!b16 && deb_.extent(0) < rows) deb_ = V2("exa::model::deb", rows, F);
   }
 
   int n_experts_;
-  V2 dyp_, dxp_, dea_, deb_, deh_;
+  V2 dxp_, deh_, deb_;  // dyp shares dxp_, dea deh_
+  H2 dea16_, deb16_;
   lora::Scratch<T, D> lora_;  // the experts' adapters' products
 };
 
