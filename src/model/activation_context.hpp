@@ -135,6 +135,7 @@ struct LayerContext {
   // how they were exchanged (filled by the all-to-all dispatcher; ea/eb/eh
   // then hold the experts' activations of these rows, not of xp).
   V2 xr;                    // received rows, grouped by local expert [R,d]
+  H2 xr16;                  // ... in bf16, where the dispatcher stores_bf16
   ExpertExchange<D> exchange;
   // Which of this rank's experts had rows in this forward (host; the
   // dispatchers fill it), for memory.offload_experts.
@@ -163,7 +164,7 @@ struct LayerContext {
     if (!shared_cheap)
       for (const auto* v2 : {&attn_xn, &ffn_xn, &h, &eh}) add(*v2);
     for (const auto* v1 : {&attn_rstd, &ffn_rstd, &router_lse}) add(*v1);
-    for (const auto* v16 : {&xp16, &ea16, &eb16}) add(*v16);
+    for (const auto* v16 : {&xp16, &ea16, &eb16, &xr16}) add(*v16);
     if (!shared_cheap) add(eh16);
     for (const auto* v3 : {&attn_lse, &sa, &sb}) add(*v3);
     if (!shared_cheap) add(sh);

@@ -225,13 +225,14 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
     lc.topk = typename L::I2("exa::model::topk", N, K);
     lc.gates = v2("gates", N, K);
     lc.counts = typename L::I1("exa::model::counts", E);
+    const bool rows = !seams_.dispatcher || seams_.dispatcher->keeps_permuted_rows();
     if (experts16) {
-      lc.xp16 = h2("xp16", N * K, d);
+      if (rows) lc.xp16 = h2("xp16", N * K, d);
       lc.ea16 = h2("ea16", N * K, F);
       lc.eb16 = h2("eb16", N * K, F);
       lc.eh16 = shared ? cheap_.eh16 : h2("eh16", N * K, F);
     } else {
-      lc.xp = v2("xp", N * K, d);
+      if (rows) lc.xp = v2("xp", N * K, d);
       lc.ea = v2("ea", N * K, F);
       lc.eb = v2("eb", N * K, F);
       lc.eh = cheap2(cheap_.eh, "eh", N * K, F);

@@ -178,12 +178,11 @@ StageRows stage_rows(const model::ModelConfig& cfg, const Candidate& c, const mo
   return r;
 }
 
-// Whether the routed experts' rows and activations (xp, ea, eb, eh) are
-// kept in bf16: bf16 products through the local dispatcher (not the
-// all-to-all of expert parallelism), without adapters on the experts
+// Whether the routed experts' rows and activations (xp or xr, ea, eb, eh)
+// are kept in bf16: bf16 products without adapters on the experts
 // (model/seams/token_dispatcher.hpp, stores_bf16).
 bool experts_in_bf16(const model::ModelConfig& cfg, const Candidate& c) {
-  return c.precision == "bf16" && c.grid.ep == 1 && !(cfg.lora.enabled() && cfg.lora.targets.experts);
+  return c.precision == "bf16" && !(cfg.lora.enabled() && cfg.lora.targets.experts);
 }
 
 }  // namespace
@@ -217,10 +216,10 @@ ScratchBytes scratch_bytes(const model::ModelConfig& cfg, const Candidate& c, co
     act += N * k + N * E + Nr * d + (S > 0 ? 3 * N * Fs : 0);  // dgates, drouter, moe_y; dsa, dsb, dsh
     // The local dispatcher's dxp [rows, d] (dyp shares it) and deh (dea
     // shares it) and deb [rows, F] (in bf16 storage dea and deb at half
-    // each); the all-to-all's dyp, dxp [rows, d] and dea, deb, deh
-    // [rows, F], and the exchanged rows [R, d] twice (R = rows, balanced),
-    // in exa::ep:: buffers.
-    if (c.grid.ep > 1) b.communication = 4 * (2 * rows * d + 3 * rows * F + 2 * rows * d);
+    // each); the all-to-all's send rows, dyp, dxp [rows, d], the exchanged
+    // rows [R, d] twice (R = rows, balanced) and deh, dea, deb [R, F] (dea
+    // and deb at half in bf16), in exa::ep:: buffers.
+    if (c.grid.ep > 1) b.communication = 4 * (5 * rows * d + (experts_in_bf16(cfg, c) ? 2 : 3) * rows * F);
     else act += rows * d + 2 * rows * F;
   }
   b.activations = 4 * act;
@@ -272,11 +271,12 @@ double context_bytes(const model::ModelConfig& cfg, const Candidate& c, const mo
   const double ffn_common = 2 * Nr * d + Nr;
   const double dense = 3 * N * Fd;
   const double rows = N * k;
-  // xp, yp [rows, d] and ea, eb, eh [rows, F]; xp, ea, eb, eh in bf16
-  // count as half an fp32 tensor each.
+  // xp (the all-to-all: the received rows xr, R = rows balanced, and their
+  // two maps), yp [rows, d] and ea, eb, eh [rows, F]; xp or xr, ea, eb, eh
+  // in bf16 count as half an fp32 tensor each.
   const double expert_rows = experts_in_bf16(cfg, c) ? rows * d * 1.5 + 1.5 * rows * F : 2 * rows * d + 3 * rows * F;
-  const double moe = 2 * N * E + N + 2 * N * k + E + expert_rows + 2 * rows +
-                     (c.grid.ep > 1 ? rows * d + 2 * rows : 0) + 3 * S * N * Fs;
+  const double moe = 2 * N * E + N + 2 * N * k + E + expert_rows + 2 * rows + (c.grid.ep > 1 ? 2 * rows : 0) +
+                     3 * S * N * Fs;
   double per_layer_moe = 0, per_layer_dense = 0;
   const double frac = double(layers) / double(std::max<std::int64_t>(1, plan.local_layers()));
   per_layer_moe = attn + ffn_common + moe;

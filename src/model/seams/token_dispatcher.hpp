@@ -45,6 +45,10 @@ class TokenDispatcher {
   // stores them in fp32, with ea and eb rounded to bf16 all the same
   // (kernels::round_through_bf16): every layout computes the same values.
   virtual bool stores_bf16() const { return false; }
+  // Whether backward reads the permuted rows (LayerContext::xp, xp16), so
+  // that contexts keep them; the all-to-all reads the received rows (xr)
+  // instead.
+  virtual bool keeps_permuted_rows() const { return true; }
 };
 
 }  // namespace exa::model

@@ -50,6 +50,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   using typename model::TokenDispatcher<T, D>::V2;
   using Context = model::LayerContext<T, D>;
   using Weights = model::LayerWeights<T, D>;
+  using H2 = typename Context::H2;
 
   // `counts`: an MPI communicator over the EP group (host counts); `rows`:
   // the same group, MPI or NCCL, for the token rows. This rank is
@@ -102,15 +103,26 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     // order, so a placement changes no decision.
     K::permute_plan(c.plan, slot_topk(c), n_experts_, capacity, exec_of<decltype(c.topk)>{}, c.capacity_keep);
     const index_t d = xn.extent(1);
-    const auto xp = rows(c.xp, c.plan.rows);
+    // The rows leave in fp32 (the exchange and its codec take fp32 rows);
+    // backward needs the received ones only, so the send buffer is scratch.
+    grow(send_, index_t(c.topk.extent(0) * c.topk.extent(1)), d, "exa::ep::send_rows");
+    const auto xp = rows(send_, c.plan.rows);
     K::permute_forward(xn, c.plan.token_of, xp);
     exchange_counts(c, d);
     const index_t R = c.exchange.received, F = w.w1.extent(1);
-    grow(c.xr, R, d, "exa::ep::xr");
-    grow(c.ea, R, F, "exa::model::ea");
-    grow(c.eb, R, F, "exa::model::eb");
-    grow(c.eh, R, F, "exa::model::eh");
-    ensure_scratch(R, std::int64_t(c.xp.extent(0)), d, F);
+    const bool b16 = in_bf16(w);
+    if (b16) {
+      grow(c.xr16, R, d, "exa::ep::xr16");
+      grow(c.ea16, R, F, "exa::model::ea16");
+      grow(c.eb16, R, F, "exa::model::eb16");
+      grow(c.eh16, R, F, "exa::model::eh16");
+    } else {
+      grow(c.xr, R, d, "exa::ep::xr");
+      grow(c.ea, R, F, "exa::model::ea");
+      grow(c.eb, R, F, "exa::model::eb");
+      grow(c.eh, R, F, "exa::model::eh");
+    }
+    ensure_scratch(R, std::int64_t(send_.extent(0)), d, F, b16);
     const auto yp = rows(c.yp, c.plan.rows);
     if (!c.exchange.parts.empty()) {
       pipeline_parts(c, xp, yp, meanwhile, [&](const auto& part, const I1& expert_row, const I1& source_row) {
@@ -139,7 +151,12 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const index_t R = c.exchange.received, M = c.plan.rows;
     const auto dyp = rows(dyp_, M), dxp = rows(dxp_, M);
     K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
-    if (c.shared_cheap) K::swiglu_forward(rows(c.ea, R), rows(c.eb, R), rows(c.eh, R));  // selective recompute
+    if (c.shared_cheap) {  // selective recompute
+      if (in_bf16(w))
+        K::swiglu_forward(rows(c.ea16, R), rows(c.eb16, R), rows(c.eh16, R));
+      else
+        K::swiglu_forward(rows(c.ea, R), rows(c.eb, R), rows(c.eh, R));
+    }
     if (!c.exchange.parts.empty()) {
       // Each part's input-row gradients travel back while its experts'
       // weight gradients, which nothing in the exchange waits for, run.
@@ -181,9 +198,11 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
 
   std::size_t scratch_bytes() const override {
     std::size_t n = 0;
-    for (const V2* v : {&source_, &expert_, &dyp_, &dxp_, &dea_, &deb_, &deh_, &dxe_}) n += v->span();
-    return n * sizeof(T);
+    for (const V2* v : {&send_, &source_, &expert_, &dyp_, &dxp_, &dea_, &deb_, &deh_, &dxe_}) n += v->span();
+    return n * sizeof(T) + (dea16_.span() + deb16_.span()) * sizeof(bf16);
   }
+  bool stores_bf16() const override { return true; }
+  bool keeps_permuted_rows() const override { return false; }
 
   // Public only because nvcc's extended lambdas cannot live in private
   // member functions.
@@ -215,7 +234,8 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
 
  private:
   // Rows [at, at + n) of a buffer (the first n by default).
-  static V2 rows(const V2& v, index_t n, index_t at = 0) {
+  template <class V>
+  static V rows(const V& v, index_t n, index_t at = 0) {
     return Kokkos::subview(v, Kokkos::make_pair(at, at + n), Kokkos::ALL);
   }
   // The first R entries of a row map (the maps keep the largest size seen).
@@ -225,18 +245,34 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
 
   // Buffers keep the largest shape seen: the received rows vary with the
   // routing from one micro-batch to the next.
-  static void grow(V2& v, index_t n, index_t width, const char* name) {
+  template <class V>
+  static void grow(V& v, index_t n, index_t width, const char* name) {
     if (index_t(v.extent(0)) >= n && index_t(v.extent(1)) == width) return;
-    v = V2(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), std::max<index_t>(n, 1), width);
+    v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), std::max<index_t>(n, 1), width);
+  }
+  // Under bf16 products, without adapters on the experts (LoRA reads and
+  // adds to fp32 rows), the received rows and the experts' activations
+  // are kept in bf16 (TokenDispatcher::stores_bf16), as the local
+  // dispatcher keeps them.
+  static bool in_bf16(const Weights& w) {
+    return std::is_same<T, float>::value && kernels::matmul_precision() == kernels::MatmulPrecision::bf16 &&
+           w.lora_w1.a.data() == nullptr && w.lora_w2.a.data() == nullptr;
   }
 
-  void ensure_scratch(index_t received, index_t sent, index_t d, index_t F) {
+  // b16: the gradients of ea and eb in bf16 (the products they feed round
+  // them so anyway), else fp32.
+  void ensure_scratch(index_t received, index_t sent, index_t d, index_t F, bool b16) {
     grow(source_, received, d, "exa::ep::source_rows");
     grow(expert_, received, d, "exa::ep::expert_rows");
     grow(dyp_, sent, d, "exa::ep::dyp");
     grow(dxp_, sent, d, "exa::ep::dxp");
-    grow(dea_, received, F, "exa::ep::dea");
-    grow(deb_, received, F, "exa::ep::deb");
+    if (b16) {
+      grow(dea16_, received, F, "exa::ep::dea16");
+      grow(deb16_, received, F, "exa::ep::deb16");
+    } else {
+      grow(dea_, received, F, "exa::ep::dea");
+      grow(deb_, received, F, "exa::ep::deb");
+    }
     grow(deh_, received, F, "exa::ep::deh");
     if (chunks_ > 1) grow(dxe_, received, d, "exa::ep::dxe");  // the parts' input-row gradients
   }
@@ -289,9 +325,28 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   void experts_forward(Context& c, const Weights& w, index_t at, index_t n, const std::vector<index_t>& off,
                        const I1& expert_row, const I1& source_row) {
     namespace K = kernels;
-    const auto src = rows(source_, n, at), ye = rows(expert_, n, at), xr = rows(c.xr, n, at);
-    const auto ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
+    const auto src = rows(source_, n, at), ye = rows(expert_, n, at);
     c.mark_experts_used(off);
+    if constexpr (std::is_same<T, float>::value) {
+      if (in_bf16(w)) {
+        // As the local dispatcher: xr as the products round it, ea and eb
+        // rounded once after their products (through deh_, free until
+        // backward), eh from them.
+        const auto xr = rows(c.xr16, n, at), ea = rows(c.ea16, n, at), eb = rows(c.eb16, n, at),
+                   eh = rows(c.eh16, n, at);
+        const auto product = rows(deh_, n, at);
+        K::permute_forward(src, expert_row, xr);
+        K::grouped_linear_forward(xr, w.w1, off, product);
+        K::fp32_to_bf16(product, ea);
+        K::grouped_linear_forward(xr, w.w3, off, product);
+        K::fp32_to_bf16(product, eb);
+        K::swiglu_forward(ea, eb, eh);
+        K::grouped_linear_forward(eh, w.w2, off, ye);
+        K::permute_forward(ye, source_row, src);
+        return;
+      }
+    }
+    const auto xr = rows(c.xr, n, at), ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
     K::permute_forward(src, expert_row, xr);
     K::grouped_linear_forward(xr, w.w1, off, ea);
     K::grouped_linear_forward(xr, w.w3, off, eb);
@@ -337,11 +392,24 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
                                const std::vector<index_t>& off, const I1& expert_row, const I1& source_row,
                                const V2& dxe, bool weights) {
     namespace K = kernels;
-    const auto src = rows(source_, n, at), dye = rows(expert_, n, at);
-    const auto dea = rows(dea_, n, at), deb = rows(deb_, n, at), deh = rows(deh_, n, at);
-    const auto xr = rows(c.xr, n, at), ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
+    const auto src = rows(source_, n, at), dye = rows(expert_, n, at), deh = rows(deh_, n, at);
     const auto here = [weights](const auto& dw) { return weights ? dw : std::decay_t<decltype(dw)>(); };
     K::permute_forward(src, expert_row, dye);
+    if constexpr (std::is_same<T, float>::value) {
+      if (in_bf16(w)) {
+        const auto dea = rows(dea16_, n, at), deb = rows(deb16_, n, at);
+        const auto xr = rows(c.xr16, n, at), ea = rows(c.ea16, n, at), eb = rows(c.eb16, n, at),
+                   eh = rows(c.eh16, n, at);
+        K::grouped_linear_backward(eh, w.w2, dye, off, deh, here(g.w2), true);
+        K::swiglu_backward(ea, eb, deh, dea, deb);
+        K::grouped_linear_backward(xr, w.w1, dea, off, dxe, here(g.w1), true, false);
+        K::grouped_linear_backward(xr, w.w3, deb, off, dxe, here(g.w3), true, true);
+        K::permute_forward(dxe, source_row, src);
+        return;
+      }
+    }
+    const auto dea = rows(dea_, n, at), deb = rows(deb_, n, at);
+    const auto xr = rows(c.xr, n, at), ea = rows(c.ea, n, at), eb = rows(c.eb, n, at), eh = rows(c.eh, n, at);
     const bool ad = w.lora_w1.a.data() != nullptr;
     const double s = w.lora_scale, p = w.lora_dropout;
     const auto key = [&](std::uint64_t proj) { return model::lora::key(c.lora_key, proj); };
@@ -360,9 +428,19 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   void experts_backward_weights(Context& c, const Weights& w, const Weights& g, index_t at, index_t n,
                                 const std::vector<index_t>& off) {
     namespace K = kernels;
-    const auto dye = rows(expert_, n, at), dea = rows(dea_, n, at), deb = rows(deb_, n, at);
-    const auto xr = rows(c.xr, n, at), eh = rows(c.eh, n, at);
+    const auto dye = rows(expert_, n, at);
     const V2 none;  // no input gradient in this half
+    if constexpr (std::is_same<T, float>::value) {
+      if (in_bf16(w)) {
+        const auto xr = rows(c.xr16, n, at), eh = rows(c.eh16, n, at);
+        K::grouped_linear_backward(eh, w.w2, dye, off, none, g.w2, true);
+        K::grouped_linear_backward(xr, w.w1, rows(dea16_, n, at), off, none, g.w1, true);
+        K::grouped_linear_backward(xr, w.w3, rows(deb16_, n, at), off, none, g.w3, true);
+        return;
+      }
+    }
+    const auto dea = rows(dea_, n, at), deb = rows(deb_, n, at);
+    const auto xr = rows(c.xr, n, at), eh = rows(c.eh, n, at);
     K::grouped_linear_backward(eh, w.w2, dye, off, none, g.w2, true);
     K::grouped_linear_backward(xr, w.w1, dea, off, none, g.w1, true);
     K::grouped_linear_backward(xr, w.w3, deb, off, none, g.w3, true);
@@ -606,7 +684,9 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
   int n_experts_ = 0, local_experts_ = 0;
   int chunks_ = 1;                  // moe.a2a_chunks
   V2 source_, expert_;              // rows in source-major / expert-major order [R,d]
+  V2 send_;                         // forward's permuted rows as they leave [N*k,d]
   V2 dyp_, dxp_, dea_, deb_, deh_;  // backward scratch, shared by the stage's MoE layers
+  H2 dea16_, deb16_;                // ... dea, deb under bf16 storage
   V2 dxe_;                          // [R,d], in parts: the input-row gradients, beside the row gradients
   model::lora::Scratch<T, D> lora_;  // the experts' adapters' products
 };

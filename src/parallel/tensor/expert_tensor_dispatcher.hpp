@@ -58,6 +58,7 @@ class ExpertTensorParallelDispatcher final : public model::TokenDispatcher<T, D>
     return inner_->scratch_bytes() + (gx_.span() + gy_.span() + gdy_.span() + gdxn_.span()) * sizeof(T);
   }
   bool stores_bf16() const override { return inner_->stores_bf16(); }
+  bool keeps_permuted_rows() const override { return inner_->keeps_permuted_rows(); }
 
  private:
   static V2 scratch(V2& buf, std::size_t rows, std::size_t cols) {
