@@ -188,9 +188,10 @@ void StageModel<T, D>::allocate_layer(LayerContext<T, D>& lc, bool moe, MicroBat
   // Selective recompute: one set of the cheap buffers for all contexts of a shape.
   const bool shared = opt_.recompute == Recompute::selective;
   // The routed experts' tensors in bf16 (LayerContext::xp16), where the
-  // products are bf16 and the dispatcher keeps them so.
-  const bool experts16 =
-      kernels::matmul_precision() == kernels::MatmulPrecision::bf16 && seams_.dispatcher && seams_.dispatcher->stores_bf16();
+  // products are bf16, the dispatcher keeps them so, and no adapters sit
+  // on the experts (LoRA keeps them in fp32; the dispatchers decide alike).
+  const bool experts16 = kernels::matmul_precision() == kernels::MatmulPrecision::bf16 && seams_.dispatcher &&
+                         seams_.dispatcher->stores_bf16() && !(cfg_.lora.enabled() && cfg_.lora.targets.experts);
   auto h2 = [](const char* l, std::int64_t a, std::int64_t b) {
     return typename L::H2(std::string("exa::model::") + l, a, b);
   };

@@ -277,13 +277,51 @@ TEST(GemmBf16, StoredBf16OperandsGiveTheSameProductsBitForBit) {
   EXPECT_EQ(bits_of(dW16), bits_of(dW)) << "grouped backward, dW";
 }
 
-TEST(GemmBf16, StoredBf16OperandOfAnFp32ProductIsRefused) {
+// Operands that are column ranges of wider tensors (row stride > width,
+// as the column halves of a fused projection): read in place with their
+// stride, again bit for bit.
+TEST(GemmBf16, StridedStoredBf16OperandsGiveTheSameProducts) {
+  if (!reduced_built()) GTEST_SKIP() << "covered by RefusedWhereNotBuilt";
+  ek::ScopedMatmulPrecision bf16(ek::MatmulPrecision::bf16);
+  const index_t m = 13, n = 11, k = 17, pad = 5;
+  int seed = 200;
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'}) {
+      const index_t ar = ta == 'T' ? k : m, ac = ta == 'T' ? m : k, br = tb == 'T' ? n : k, bc = tb == 'T' ? k : n;
+      V2 Aw("Aw", ar, ac + pad), Bw("Bw", br, bc + pad), C0("C0", m, n), C1("C1", m, n);
+      fill(Aw, seed++);
+      fill(Bw, seed++);
+      const B2 Aw16 = stored_bf16(Aw), Bw16 = stored_bf16(Bw);
+      const auto cols = [](index_t c) { return Kokkos::make_pair(index_t(2), index_t(2) + c); };
+      const auto A = Kokkos::subview(Aw, Kokkos::ALL, cols(ac)), B = Kokkos::subview(Bw, Kokkos::ALL, cols(bc));
+      const auto A16 = Kokkos::subview(Aw16, Kokkos::ALL, cols(ac)), B16 = Kokkos::subview(Bw16, Kokkos::ALL, cols(bc));
+      ek::gemm(ta, tb, 1.0f, A, B, 0.0f, C0);
+      ek::gemm(ta, tb, 1.0f, A16, B16, 0.0f, C1);
+      SCOPED_TRACE(std::string("op ") + ta + tb);
+      EXPECT_EQ(bits_of(C1), bits_of(C0));
+    }
+}
+
+// bf16 storage goes with bf16 products only: an fp32 product refuses a
+// bf16 operand, and so does an fp16 one (fp16 would round the bf16 values
+// again, to other values than an fp32 operand's).
+TEST(GemmBf16, StoredBf16OperandOfAnFp32OrFp16ProductIsRefused) {
   V2 A("A", 4, 4), C("C", 4, 4);
   const B2 A16("A16", 4, 4);
-  ek::ScopedMatmulPrecision fp32(ek::MatmulPrecision::fp32);
+  {
+    ek::ScopedMatmulPrecision fp32(ek::MatmulPrecision::fp32);
+    try {
+      ek::gemm('N', 'N', 1.0f, A16, A, 0.0f, C);
+      FAIL() << "an fp32 product took a bf16 operand";
+    } catch (const exa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bf16 storage"), std::string::npos) << e.what();
+    }
+  }
+  if (!reduced_built()) return;
+  ek::ScopedMatmulPrecision fp16(ek::MatmulPrecision::fp16);
   try {
     ek::gemm('N', 'N', 1.0f, A16, A, 0.0f, C);
-    FAIL() << "an fp32 product took a bf16 operand";
+    FAIL() << "an fp16 product took a bf16 operand";
   } catch (const exa::Error& e) {
     EXPECT_NE(std::string(e.what()).find("bf16 storage"), std::string::npos) << e.what();
   }

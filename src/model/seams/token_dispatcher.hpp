@@ -40,8 +40,9 @@ class TokenDispatcher {
   // Bytes of scratch the dispatcher keeps between calls.
   virtual std::size_t scratch_bytes() const { return 0; }
   // Whether forward keeps the routed experts' rows and activations in bf16
-  // (LayerContext::xp16, ea16, eb16, eh16) under bf16 products, so that
-  // contexts need no fp32 views for them. A dispatcher that does not
+  // (LayerContext::xp16, ea16, eb16, eh16) under bf16 products when the
+  // experts carry no adapters, so that contexts need no fp32 views for
+  // them. A dispatcher that does not
   // stores them in fp32, with ea and eb rounded to bf16 all the same
   // (kernels::round_through_bf16): every layout computes the same values.
   virtual bool stores_bf16() const { return false; }
