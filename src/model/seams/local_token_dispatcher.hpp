@@ -36,7 +36,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     const auto off = offsets(c);
     c.mark_experts_used(off);
     if constexpr (std::is_same<T, float>::value) {
-      if (in_bf16(w)) {
+      if (experts_in_bf16(w)) {
         forward16(c, w, off, xn, y);
         return;
       }
@@ -53,7 +53,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
       lora::grouped_forward<T, D>(k.xp, w.lora_w3, w.lora_scale, off, k.eb, lora_, p, key(103));
     }
     if constexpr (std::is_same<T, float>::value) {
-      if (bf16_products()) {  // what forward16 would store (TokenDispatcher::stores_bf16)
+      if (K::matmul_precision() == K::MatmulPrecision::bf16) {  // what forward16 would store
         K::round_through_bf16(k.ea);
         K::round_through_bf16(k.eb);
       }
@@ -69,7 +69,7 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
                 const V2& dxn, const V2& dgates, const Meanwhile& meanwhile = {}) override {
     namespace K = kernels;
     if (meanwhile) meanwhile();
-    const bool b16 = in_bf16(w);  // as forward stored them
+    const bool b16 = experts_in_bf16(w);  // as forward stored them
     ensure_scratch(c.topk.extent(0) * c.topk.extent(1), dy.extent(1), w.w1.extent(1), b16);
     const auto rows = Kokkos::make_pair(index_t(0), c.plan.rows);
     // dyp is dead once the w2 products have read it, before dxp is written:
@@ -118,19 +118,11 @@ class LocalTokenDispatcher final : public TokenDispatcher<T, D> {
     return (dxp_.span() + deb_.span() + deh_.span()) * sizeof(T) + (dea16_.span() + deb16_.span()) * sizeof(bf16);
   }
 
-  // Under bf16 products, without adapters on the experts (LoRA reads and
-  // adds to the fp32 rows).
+  // Where experts_in_bf16(w).
   bool stores_bf16() const override { return true; }
 
  private:
   using H2 = typename LayerContext<T, D>::H2;
-
-  static bool bf16_products() {
-    return std::is_same<T, float>::value && kernels::matmul_precision() == kernels::MatmulPrecision::bf16;
-  }
-  static bool in_bf16(const LayerWeights<T, D>& w) {
-    return bf16_products() && w.lora_w1.a.data() == nullptr && w.lora_w2.a.data() == nullptr;
-  }
 
   // forward's bf16 storage: xp16 is the rows as the products round them;
   // the first products go to fp32 scratch (deh_, one after the other, free

@@ -12,12 +12,24 @@
 // replaces it with an all-to-all version over this rank's expert range.
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 
 #include "core/types.hpp"
+#include "kernels/matmul_precision.hpp"
 #include "model/activation_context.hpp"
 #include "model/weights.hpp"
 
 namespace exa::model {
+
+// Whether the dispatchers keep the routed experts' tensors in bf16
+// (TokenDispatcher::stores_bf16) for an MoE layer with weights w: bf16
+// products, and no adapters on the experts (LoRA reads and adds to the
+// fp32 rows). Forward and backward ask it alike.
+template <class T, class D>
+bool experts_in_bf16(const LayerWeights<T, D>& w) {
+  return std::is_same<T, float>::value && kernels::matmul_precision() == kernels::MatmulPrecision::bf16 &&
+         w.lora_w1.a.data() == nullptr && w.lora_w2.a.data() == nullptr;
+}
 
 template <class T, class D = Device>
 class TokenDispatcher {

@@ -110,7 +110,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     K::permute_forward(xn, c.plan.token_of, xp);
     exchange_counts(c, d);
     const index_t R = c.exchange.received, F = w.w1.extent(1);
-    const bool b16 = in_bf16(w);
+    const bool b16 = model::experts_in_bf16(w);
     if (b16) {
       grow(c.xr16, R, d, "exa::ep::xr16");
       grow(c.ea16, R, F, "exa::model::ea16");
@@ -152,7 +152,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto dyp = rows(dyp_, M), dxp = rows(dxp_, M);
     K::unpermute_backward(dy, rows(c.yp, M), c.gates, c.plan.row_of, dyp, dgates);
     if (c.shared_cheap) {  // selective recompute
-      if (in_bf16(w))
+      if (model::experts_in_bf16(w))
         K::swiglu_forward(rows(c.ea16, R), rows(c.eb16, R), rows(c.eh16, R));
       else
         K::swiglu_forward(rows(c.ea, R), rows(c.eb, R), rows(c.eh, R));
@@ -250,14 +250,6 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     if (index_t(v.extent(0)) >= n && index_t(v.extent(1)) == width) return;
     v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), std::max<index_t>(n, 1), width);
   }
-  // Under bf16 products, without adapters on the experts (LoRA reads and
-  // adds to fp32 rows), the received rows and the experts' activations
-  // are kept in bf16 (TokenDispatcher::stores_bf16), as the local
-  // dispatcher keeps them.
-  static bool in_bf16(const Weights& w) {
-    return std::is_same<T, float>::value && kernels::matmul_precision() == kernels::MatmulPrecision::bf16 &&
-           w.lora_w1.a.data() == nullptr && w.lora_w2.a.data() == nullptr;
-  }
 
   // b16: the gradients of ea and eb in bf16 (the products they feed round
   // them so anyway), else fp32.
@@ -328,7 +320,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto src = rows(source_, n, at), ye = rows(expert_, n, at);
     c.mark_experts_used(off);
     if constexpr (std::is_same<T, float>::value) {
-      if (in_bf16(w)) {
+      if (model::experts_in_bf16(w)) {
         // As the local dispatcher: xr as the products round it, ea and eb
         // rounded once after their products (through deh_, free until
         // backward), eh from them.
@@ -396,7 +388,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto here = [weights](const auto& dw) { return weights ? dw : std::decay_t<decltype(dw)>(); };
     K::permute_forward(src, expert_row, dye);
     if constexpr (std::is_same<T, float>::value) {
-      if (in_bf16(w)) {
+      if (model::experts_in_bf16(w)) {
         const auto dea = rows(dea16_, n, at), deb = rows(deb16_, n, at);
         const auto xr = rows(c.xr16, n, at), ea = rows(c.ea16, n, at), eb = rows(c.eb16, n, at),
                    eh = rows(c.eh16, n, at);
@@ -431,7 +423,7 @@ class AllToAllDispatcher final : public model::TokenDispatcher<T, D> {
     const auto dye = rows(expert_, n, at);
     const V2 none;  // no input gradient in this half
     if constexpr (std::is_same<T, float>::value) {
-      if (in_bf16(w)) {
+      if (model::experts_in_bf16(w)) {
         const auto xr = rows(c.xr16, n, at), eh = rows(c.eh16, n, at);
         K::grouped_linear_backward(eh, w.w2, dye, off, none, g.w2, true);
         K::grouped_linear_backward(xr, w.w1, rows(dea16_, n, at), off, none, g.w1, true);
